@@ -1,0 +1,46 @@
+// \file The execution engine: LLVM ORC LLJIT for the host CPU, the O3 pipeline, and assembly
+// output. No LLVM type appears here; including ORC and the pass builder is slow, so only
+// Engine.cpp does.
+#pragma once
+
+#include "codegen/Codegen.h"
+#include "loops/LoopIR.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace frank::jit {
+
+/// The kernel entry point (see codegen/Codegen.h for the ABI).
+using EntryFn = void (*)(void *const *buffers, const int64_t *dims, const uint64_t *scalars,
+                         void *workspace);
+
+enum class Output { LLVM, OptimizedLLVM, Assembly };
+
+class Engine {
+public:
+  /// The process-wide engine, created on first use.
+  static Engine &instance();
+
+  /// Generates, optimizes and JIT-compiles `program`. Thread-safe. `printAfter` sees the LLVM IR
+  /// after codegen and after O3.
+  EntryFn compile(const loops::Program &program, const CodegenOptions &options,
+                  const std::function<void(const std::string &, const std::string &)> &printAfter = {});
+
+  /// The text of one compilation stage, without adding anything to the JIT.
+  std::string emit(const loops::Program &program, const CodegenOptions &options, Output output);
+
+  /// Host CPU name and features: part of every kernel cache key.
+  const std::string &cpuName() const;
+  const std::string &cpuFeatures() const;
+
+  ~Engine();
+
+private:
+  Engine();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace frank::jit

@@ -1,0 +1,576 @@
+// The public API: modules, functions, kernels and the kernel cache.
+#include "frank/Frank.h"
+#include "Engine.h"
+#include "Pipeline.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "parse/Parser.h"
+
+#include <llvm/ADT/Hashing.h>
+#include <llvm/Support/xxhash.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <unordered_map>
+
+namespace frank {
+
+// ---- Type conversions ----------------------------------------------------------------------
+
+static ElemKind elemOf(DType t) {
+  switch (t) {
+  case DType::F32: return ElemKind::F32;
+  case DType::F16: return ElemKind::F16;
+  case DType::BF16: return ElemKind::BF16;
+  case DType::F64: return ElemKind::F64;
+  case DType::I1: return ElemKind::I1;
+  case DType::I8: return ElemKind::I8;
+  case DType::I16: return ElemKind::I16;
+  case DType::I32: return ElemKind::I32;
+  case DType::I64: return ElemKind::I64;
+  }
+  return ElemKind::F32;
+}
+
+static DType dtypeOf(ElemKind k) {
+  switch (k) {
+  case ElemKind::F32: return DType::F32;
+  case ElemKind::F16: return DType::F16;
+  case ElemKind::BF16: return DType::BF16;
+  case ElemKind::F64: return DType::F64;
+  case ElemKind::I1: return DType::I1;
+  case ElemKind::I8: return DType::I8;
+  case ElemKind::I16: return DType::I16;
+  case ElemKind::I32: return DType::I32;
+  case ElemKind::I64: case ElemKind::Index: return DType::I64;
+  }
+  return DType::F32;
+}
+
+TypeSpec parseTypeSpec(const std::string &text) {
+  TypeSpec spec;
+  std::string type = text;
+  size_t eq = text.find('=');
+  if (eq != std::string::npos) {
+    type = text.substr(0, eq);
+    spec.value = text.substr(eq + 1);
+  }
+  size_t x = type.rfind('x');
+  std::string elem = type;
+  if (x != std::string::npos && type != "index") {
+    elem = type.substr(x + 1);
+    std::string dims = type.substr(0, x);
+    spec.isTensor = true;
+    size_t start = 0;
+    while (true) {
+      size_t next = dims.find('x', start);
+      std::string d = dims.substr(start, next == std::string::npos ? std::string::npos : next - start);
+      if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos)
+        throw Error(fmt::format("error: bad type '{}': dims must be non-negative integers "
+                                "separated by 'x', as in 32x4096xf32", text));
+      if (d.size() > 15)
+        throw Error(fmt::format("error: bad type '{}': dim '{}' is too large", text, d));
+      spec.shape.push_back(std::stoll(d));
+      if (next == std::string::npos)
+        break;
+      start = next + 1;
+    }
+  }
+  if (elem == "index") {
+    if (spec.isTensor)
+      throw Error(fmt::format("error: bad type '{}': tensors of index are not supported", text));
+    spec.isIndex = true;
+    spec.dtype = DType::I64;
+    return spec;
+  }
+  auto dtype = parseDType(elem);
+  if (!dtype)
+    throw Error(fmt::format("error: bad type '{}': unknown element type '{}' (expected f32, f16, "
+                            "bf16, f64, i1, i8, i16, i32, i64 or index)", text, elem));
+  spec.dtype = *dtype;
+  return spec;
+}
+
+namespace detail {
+
+struct KernelImpl {
+  jit::EntryFn entry = nullptr;
+  LoweredKernel meta;
+  Mode mode = Mode::Specialized;
+  std::vector<ArgSpec> specs;
+  std::vector<std::string> explain;
+  double compileSeconds = 0;
+  std::string functionName;
+};
+
+struct ContextImpl {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const KernelImpl>>> kernels;
+  CacheStats stats;
+};
+
+struct ModuleImpl {
+  std::shared_ptr<ModuleOp> ir;
+  std::string contentHash;
+  std::shared_ptr<ContextImpl> context;
+};
+
+struct Access {
+  static Kernel makeKernel(std::shared_ptr<const KernelImpl> impl) {
+    Kernel k;
+    k.impl_ = std::move(impl);
+    return k;
+  }
+  static frank::Module makeModule(std::shared_ptr<const ModuleImpl> impl) {
+    frank::Module m;
+    m.impl_ = std::move(impl);
+    return m;
+  }
+};
+
+} // namespace detail
+
+// ---- Arguments -----------------------------------------------------------------------------
+
+namespace {
+
+// Converts a scalar to the type the signature declares, checking that its value fits.
+Scalar coerceScalar(const Scalar &s, const Type &declared, const std::string &arg) {
+  Scalar out = s;
+  if (isFloatElem(declared.elem)) {
+    if (!isFloat(s.type) && s.type != DType::I1)
+      out.f = static_cast<double>(s.i);
+    out.type = dtypeOf(declared.elem);
+    out.isIndex = false;
+    return out;
+  }
+  if (isFloat(s.type))
+    throw Error(fmt::format("error: {} is {} but was given a float", arg, declared.str()));
+  int bits = elemBits(declared.elem);
+  if (declared.elem == ElemKind::I1 && s.i != 0 && s.i != 1)
+    throw Error(fmt::format("error: {} is i1 but was given {}", arg, s.i));
+  if (bits < 64 && declared.elem != ElemKind::I1) {
+    int64_t lo = -(int64_t{1} << (bits - 1)), hi = (int64_t{1} << (bits - 1)) - 1;
+    if (s.i < lo || s.i > hi)
+      throw Error(fmt::format("error: {} is {} but {} does not fit", arg, declared.str(), s.i));
+  }
+  out.type = dtypeOf(declared.elem);
+  out.isIndex = declared.elem == ElemKind::Index;
+  return out;
+}
+
+std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mode mode) {
+  if (args.size() != fn.argTypes.size())
+    throw Error(fmt::format("error: in call to '@{}': expected {} arguments, got {}", fn.name,
+                            fn.argTypes.size(), args.size()));
+  std::vector<ArgSpec> specs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    ArgSpec spec;
+    if (const Tensor *t = std::get_if<Tensor>(&args[i])) {
+      spec.type = Type::tensor(elemOf(t->dtype()), t->shape());
+    } else {
+      const Type &declared = fn.argTypes[i];
+      if (!declared.isScalar())
+        throw Error(fmt::format("error: in call to '@{}': {} is '{}' but was given a scalar",
+                                fn.name, argumentName(fn, i), declared.str()));
+      Scalar s = coerceScalar(std::get<Scalar>(args[i]), declared, argumentName(fn, i));
+      spec.type = declared;
+      if (mode == Mode::Specialized && declared.isInteger())
+        spec.intValue = s.i;
+    }
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+std::vector<ArgSpec> specsFromStrings(const FuncOp &fn, const std::vector<std::string> &types,
+                                      Mode mode) {
+  std::vector<Arg> args;
+  for (const std::string &text : types) {
+    TypeSpec t = parseTypeSpec(text);
+    if (t.isTensor) {
+      // Shape only: a borrowed tensor with no data describes the argument.
+      args.push_back(Tensor::borrow(nullptr, t.dtype, t.shape));
+      continue;
+    }
+    Scalar s;
+    s.type = t.dtype;
+    s.isIndex = t.isIndex;
+    if (!t.value.empty()) {
+      if (t.value == "true" || t.value == "false")
+        s.i = t.value == "true";
+      else {
+        char *end = nullptr;
+        errno = 0;
+        if (isFloat(t.dtype))
+          s.f = std::strtod(t.value.c_str(), &end);
+        else
+          s.i = std::strtoll(t.value.c_str(), &end, 10);
+        if (*end != '\0' || errno == ERANGE)
+          throw Error(fmt::format("error: bad scalar '{}': '{}' is not a valid {}", text, t.value,
+                                  t.isIndex ? "index" : dtypeName(t.dtype)));
+      }
+    }
+    args.push_back(s);
+  }
+  std::vector<ArgSpec> specs = specsFor(fn, args, mode);
+  // Integer scalars given without a value stay runtime values.
+  for (size_t i = 0; i < types.size() && i < specs.size(); ++i)
+    if (types[i].find('=') == std::string::npos && !specs[i].type.isTensor())
+      specs[i].intValue.reset();
+  return specs;
+}
+
+std::string signatureOf(const std::vector<ArgSpec> &specs, Mode mode) {
+  std::string s;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (i)
+      s += ", ";
+    if (mode == Mode::Generic && specs[i].type.isTensor()) {
+      for (size_t d = 0; d < specs[i].type.shape.size(); ++d)
+        s += "?x";
+      s += elemName(specs[i].type.elem);
+    } else {
+      s += specs[i].str();
+    }
+  }
+  return s;
+}
+
+std::string kernelName(const std::string &key) {
+  return fmt::format("frank_{:016x}", llvm::xxh3_64bits(llvm::StringRef(key)));
+}
+
+CodegenOptions codegenOptionsFor(Mode mode) {
+  // Generic mode is the straightforward baseline: source order, libm calls.
+  if (mode == Mode::Generic)
+    return {false, false};
+  return {true, true};
+}
+
+thread_local std::unique_ptr<char, decltype(&std::free)> tlsWorkspace(nullptr, &std::free);
+thread_local size_t tlsWorkspaceSize = 0;
+
+void *workspace(size_t bytes) {
+  if (bytes > tlsWorkspaceSize) {
+    size_t rounded = (bytes + 4095) / 4096 * 4096;
+    tlsWorkspace.reset(static_cast<char *>(std::aligned_alloc(64, rounded)));
+    if (!tlsWorkspace)
+      throw Error(fmt::format("error: cannot allocate a {}-byte workspace", bytes));
+    tlsWorkspaceSize = rounded;
+  }
+  return tlsWorkspace.get();
+}
+
+struct CallFrame {
+  std::vector<int64_t> dims;
+  std::vector<uint64_t> scalars;
+};
+
+CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
+  if (args.size() != k.specs.size())
+    throw Error(fmt::format("error: kernel for '@{}' takes {} arguments, got {}", k.functionName,
+                            k.specs.size(), args.size()));
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgSpec &spec = k.specs[i];
+    const Tensor *t = std::get_if<Tensor>(&args[i]);
+    if (spec.type.isTensor() != (t != nullptr))
+      throw Error(fmt::format("error: kernel for '@{}': argument #{} must be {}", k.functionName,
+                              i, spec.type.isTensor() ? "a tensor" : "a scalar"));
+    if (!t)
+      continue;
+    std::string want = k.mode == Mode::Generic
+                           ? fmt::format("rank {} {}", spec.type.rank(), elemName(spec.type.elem))
+                           : spec.str();
+    bool ok = elemOf(t->dtype()) == spec.type.elem && t->rank() == spec.type.rank() &&
+              (k.mode == Mode::Generic || t->shape() == spec.type.shape);
+    if (!ok)
+      throw Error(fmt::format("error: kernel for '@{}' was compiled for argument #{} as {} but "
+                              "was given {}", k.functionName, i, want, t->typeString()));
+    if (!t->data() && t->numel() > 0)
+      throw Error(fmt::format("error: argument #{} of '@{}' has no data", i, k.functionName));
+  }
+  CallFrame frame;
+  for (auto [arg, dim] : k.meta.dimParamSources)
+    frame.dims.push_back(std::get<Tensor>(args[arg]).shape()[dim]);
+  for (int arg : k.meta.scalarParamArgs) {
+    const Scalar &s = std::get<Scalar>(args[arg]);
+    uint64_t bits = 0;
+    ElemKind kind = k.specs[arg].type.elem;
+    if (kind == ElemKind::F32) {
+      float f = static_cast<float>(isFloat(s.type) ? s.f : static_cast<double>(s.i));
+      std::memcpy(&bits, &f, 4);
+    } else if (kind == ElemKind::F64) {
+      double d = isFloat(s.type) ? s.f : static_cast<double>(s.i);
+      std::memcpy(&bits, &d, 8);
+    } else if (isFloatElem(kind)) {
+      throw Error(fmt::format("error: {} scalar arguments are not supported", elemName(kind)));
+    } else {
+      if (isFloat(s.type))
+        throw Error(fmt::format("error: argument #{} of '@{}' is {} but was given a float", arg,
+                                k.functionName, elemName(kind)));
+      bits = static_cast<uint64_t>(s.i);
+    }
+    frame.scalars.push_back(bits);
+  }
+  for (const auto &c : k.meta.constraints) {
+    int64_t a = loops::evaluate(c.a, frame.dims.data(), frame.scalars.data());
+    int64_t b = loops::evaluate(c.b, frame.dims.data(), frame.scalars.data());
+    if (a != b)
+      throw Error(fmt::format(fmt::runtime(c.message), a, b));
+  }
+  return frame;
+}
+
+std::vector<std::vector<int64_t>> evaluateShapes(const detail::KernelImpl &k, const CallFrame &f) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto &dims : k.meta.outputShapes) {
+    std::vector<int64_t> shape;
+    for (const auto &d : dims) {
+      int64_t v = loops::evaluate(d, f.dims.data(), f.scalars.data());
+      if (v < 0)
+        throw Error(fmt::format("error: '@{}' computes a negative output dim ({})",
+                                k.functionName, v));
+      shape.push_back(v);
+    }
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+void execute(const detail::KernelImpl &k, const std::vector<Arg> &args, const CallFrame &frame,
+             std::vector<Tensor> &outputs) {
+  std::vector<void *> buffers;
+  for (int arg : k.meta.inputArgs)
+    buffers.push_back(const_cast<void *>(std::get<Tensor>(args[arg]).data()));
+  for (Tensor &t : outputs)
+    buffers.push_back(t.data());
+  int64_t bytes = loops::evaluate(k.meta.program.workspaceBytes, frame.dims.data(), frame.scalars.data());
+  void *ws = bytes > 0 ? workspace(static_cast<size_t>(bytes)) : nullptr;
+  k.entry(buffers.data(), frame.dims.data(), frame.scalars.data(), ws);
+}
+
+} // namespace
+
+// ---- Kernel --------------------------------------------------------------------------------
+
+std::vector<Tensor> Kernel::operator()(const std::vector<Arg> &args) const {
+  CallFrame frame = prepare(*impl_, args);
+  std::vector<Tensor> outputs;
+  auto shapes = evaluateShapes(*impl_, frame);
+  for (size_t i = 0; i < shapes.size(); ++i)
+    outputs.push_back(Tensor::zeros(dtypeOf(impl_->meta.outputTypes[i]), shapes[i]));
+  execute(*impl_, args, frame, outputs);
+  return outputs;
+}
+
+void Kernel::run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) const {
+  CallFrame frame = prepare(*impl_, args);
+  auto shapes = evaluateShapes(*impl_, frame);
+  if (outputs.size() != shapes.size())
+    throw Error(fmt::format("error: '@{}' has {} results but {} output tensors were given",
+                            impl_->functionName, shapes.size(), outputs.size()));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    DType want = dtypeOf(impl_->meta.outputTypes[i]);
+    if (outputs[i].shape() != shapes[i] || outputs[i].dtype() != want)
+      throw Error(fmt::format("error: output #{} of '@{}' must be {} but was given {}", i,
+                              impl_->functionName, Tensor::borrow(nullptr, want, shapes[i]).typeString(),
+                              outputs[i].typeString()));
+  }
+  execute(*impl_, args, frame, outputs);
+}
+
+std::vector<std::vector<int64_t>> Kernel::outputShapes(const std::vector<Arg> &args) const {
+  return evaluateShapes(*impl_, prepare(*impl_, args));
+}
+
+std::string Kernel::signature() const { return signatureOf(impl_->specs, impl_->mode); }
+Mode Kernel::mode() const { return impl_->mode; }
+double Kernel::compileSeconds() const { return impl_->compileSeconds; }
+const std::vector<std::string> &Kernel::explanation() const { return impl_->explain; }
+
+// ---- Function ------------------------------------------------------------------------------
+
+static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
+                        const std::string &name, const std::vector<ArgSpec> &specs, Mode mode) {
+  jit::Engine &engine = jit::Engine::instance();
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", module->contentHash, name,
+                                mode == Mode::Generic ? "generic" : "specialized",
+                                signatureOf(specs, mode), engine.cpuName(), engine.cpuFeatures());
+  detail::ContextImpl &ctx = *module->context;
+  std::promise<std::shared_ptr<const detail::KernelImpl>> promise;
+  std::shared_future<std::shared_ptr<const detail::KernelImpl>> future;
+  bool compileHere = false;
+  {
+    std::lock_guard<std::mutex> lock(ctx.mutex);
+    auto it = ctx.kernels.find(key);
+    if (it != ctx.kernels.end()) {
+      future = it->second;
+      ++ctx.stats.hits;
+    } else {
+      future = promise.get_future().share();
+      ctx.kernels.emplace(key, future);
+      ++ctx.stats.misses;
+      compileHere = true;
+    }
+  }
+  if (compileHere) {
+    try {
+      auto start = std::chrono::steady_clock::now();
+      auto impl = std::make_shared<detail::KernelImpl>();
+      impl->mode = mode;
+      impl->functionName = name;
+      std::vector<ArgSpec> kernelSpecs = specs;
+      PipelineOptions options;
+      options.mode = mode;
+      options.explain = &impl->explain;
+      PipelineResult result = runPipeline(*module->ir, name, specs, kernelName(key), options);
+      impl->entry = engine.compile(result.kernel.program, codegenOptionsFor(mode));
+      impl->meta = std::move(result.kernel);
+      impl->specs = std::move(kernelSpecs);
+      impl->compileSeconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      {
+        std::lock_guard<std::mutex> lock(ctx.mutex);
+        ctx.stats.compileSeconds += impl->compileSeconds;
+        ++ctx.stats.kernels;
+      }
+      promise.set_value(impl);
+    } catch (...) {
+      // Failed compilations are not cached: the error is reported to every waiter.
+      {
+        std::lock_guard<std::mutex> lock(ctx.mutex);
+        ctx.kernels.erase(key);
+      }
+      promise.set_exception(std::current_exception());
+    }
+  }
+  return detail::Access::makeKernel(future.get());
+}
+
+Kernel Function::specialize(const std::vector<Arg> &args, Mode mode) const {
+  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  return getKernel(module_, name_, specsFor(fn, args, mode), mode);
+}
+
+Kernel Function::specialize(const std::vector<std::string> &argTypes, Mode mode) const {
+  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  return getKernel(module_, name_, specsFromStrings(fn, argTypes, mode), mode);
+}
+
+std::vector<Tensor> Function::operator()(const std::vector<Arg> &args, Mode mode) const {
+  return specialize(args, mode)(args);
+}
+
+std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes, Mode mode,
+                           bool printAfterAll) const {
+  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  if (stage == Stage::Mlir)
+    return printModule(*module_->ir);
+  std::vector<ArgSpec> specs = specsFromStrings(fn, argTypes, mode);
+  std::string log;
+  PipelineOptions options;
+  options.mode = mode;
+  auto dump = [&](const std::string &pass, const std::string &ir) {
+    log += fmt::format("// -----// IR Dump After {} //----- //\n{}\n", pass, ir);
+  };
+  if (printAfterAll)
+    options.printAfter = dump;
+  PipelineResult result = runPipeline(*module_->ir, name_, specs, "frank_kernel", options);
+  std::string text;
+  switch (stage) {
+  case Stage::Mlir: break;
+  case Stage::Specialized: text = printFunction(*result.function); break;
+  case Stage::Loops: text = loops::print(result.kernel.program); break;
+  case Stage::LLVM:
+  case Stage::OptimizedLLVM:
+  case Stage::Assembly: {
+    jit::Output out = stage == Stage::LLVM            ? jit::Output::LLVM
+                      : stage == Stage::OptimizedLLVM ? jit::Output::OptimizedLLVM
+                                                      : jit::Output::Assembly;
+    if (printAfterAll) {
+      log += fmt::format("// -----// IR Dump After codegen //----- //\n{}\n",
+                         jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode), jit::Output::LLVM));
+      if (stage != Stage::LLVM)
+        log += fmt::format("// -----// IR Dump After optimize-O3 //----- //\n{}\n",
+                           jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode), jit::Output::OptimizedLLVM));
+    }
+    text = jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode), out);
+    break;
+  }
+  }
+  return printAfterAll ? log + text : text;
+}
+
+std::vector<std::string> Function::argumentTypes() const {
+  std::vector<std::string> types;
+  for (const Type &t : lookupFunction(*module_->ir, name_).argTypes)
+    types.push_back(t.str());
+  return types;
+}
+
+std::vector<std::string> Function::resultTypes() const {
+  std::vector<std::string> types;
+  for (const Type &t : lookupFunction(*module_->ir, name_).resultTypes)
+    types.push_back(t.str());
+  return types;
+}
+
+// ---- Module and Context --------------------------------------------------------------------
+
+Function Module::function(const std::string &name) const {
+  const FuncOp &fn = lookupFunction(*impl_->ir, name);
+  Function f;
+  f.module_ = impl_;
+  f.name_ = fn.name;
+  return f;
+}
+
+std::vector<std::string> Module::functionNames() const {
+  std::vector<std::string> names;
+  for (auto &f : impl_->ir->functions)
+    if (!f->isDeclaration() && f->isPublic)
+      names.push_back(f->name);
+  return names;
+}
+
+std::string Module::print() const { return printModule(*impl_->ir); }
+
+Context::Context() : impl_(std::make_shared<detail::ContextImpl>()) {}
+Context::~Context() = default;
+
+static Module makeModule(std::unique_ptr<ModuleOp> ir, const std::string &text,
+                         const std::shared_ptr<detail::ContextImpl> &ctx) {
+  verifyModule(*ir);
+  auto impl = std::make_shared<detail::ModuleImpl>();
+  impl->ir = std::move(ir);
+  // The printed IR, not the file bytes: comments and layout do not change kernels.
+  impl->contentHash = fmt::format("{:016x}", llvm::xxh3_64bits(llvm::StringRef(printModule(*impl->ir))));
+  (void)text;
+  impl->context = ctx;
+  return detail::Access::makeModule(impl);
+}
+
+Module Context::load(const std::string &path) {
+  return makeModule(parseFile(path), path, impl_);
+}
+
+Module Context::loadString(const std::string &text, const std::string &name) {
+  return makeModule(parseString(text, name), text, impl_);
+}
+
+CacheStats Context::cacheStats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->stats;
+}
+
+void Context::clearCache() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->kernels.clear();
+  impl_->stats.kernels = 0;
+}
+
+} // namespace frank

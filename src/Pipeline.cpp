@@ -1,0 +1,80 @@
+// The pass sequence.
+#include "Pipeline.h"
+#include "ir/Clone.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "transforms/Fusion.h"
+#include "transforms/Inline.h"
+#include "transforms/Specialize.h"
+
+#include <chrono>
+#include <cstdlib>
+
+namespace frank {
+
+const FuncOp &lookupFunction(const ModuleOp &module, const std::string &name) {
+  const FuncOp *fn = module.lookup(name);
+  if (!fn && !module.name.empty() && name.rfind(module.name + ".", 0) == 0)
+    fn = module.lookup(name.substr(module.name.size() + 1));
+  if (!fn || fn->isDeclaration()) {
+    std::vector<std::string> offered;
+    for (auto &f : module.functions)
+      if (!f->isDeclaration() && f->isPublic)
+        offered.push_back("@" + f->name);
+    throw Error(fmt::format("error: no function '@{}' in module{}; it defines: {}", name,
+                            module.name.empty() ? "" : " @" + module.name,
+                            offered.empty() ? "nothing" : fmt::format("{}", fmt::join(offered, ", "))));
+  }
+  return *fn;
+}
+
+PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
+                           const std::vector<ArgSpec> &args, const std::string &kernelName,
+                           const PipelineOptions &options) {
+  // FRANK_DEBUG=1 adds per-pass timings to stderr.
+  static const bool timing = [] {
+    const char *level = std::getenv("FRANK_DEBUG");
+    return level && std::atoi(level) >= 1;
+  }();
+  auto after = [&](const char *pass, const FuncOp &fn, auto start) {
+    if (timing)
+      fmt::print(stderr, "frank: {:<18} {:8.3f} ms\n", pass,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (options.printAfter)
+      options.printAfter(pass, printFunction(fn));
+  };
+  using clock = std::chrono::steady_clock;
+
+  const FuncOp &source = lookupFunction(module, name);
+  checkArguments(source, args);
+  auto t = clock::now();
+  std::unique_ptr<FuncOp> fn = cloneFunction(source);
+  inlineCalls(*fn, module);
+  inlineDispatchRegions(*fn);
+  verifyFunction(*fn);
+  after("inline", *fn, t);
+
+  if (options.mode == Mode::Specialized) {
+    t = clock::now();
+    fn = specialize(*fn, args, options.explain);
+    verifyFunction(*fn);
+    after("specialize", *fn, t);
+    if (options.fuse) {
+      t = clock::now();
+      fuseElementwise(*fn);
+      verifyFunction(*fn);
+      after("fuse-elementwise", *fn, t);
+    }
+  }
+
+  t = clock::now();
+  LoweredKernel kernel = lowerToLoops(*fn, options.mode, kernelName);
+  if (timing)
+    fmt::print(stderr, "frank: {:<18} {:8.3f} ms\n", "lower-to-loops",
+               std::chrono::duration<double, std::milli>(clock::now() - t).count());
+  if (options.printAfter)
+    options.printAfter("lower-to-loops", loops::print(kernel.program));
+  return {std::move(fn), std::move(kernel)};
+}
+
+} // namespace frank

@@ -1,0 +1,472 @@
+// Code generation from loop IR with IRBuilder.
+#include "codegen/Codegen.h"
+#include "ir/Ops.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <unordered_map>
+
+namespace frank {
+namespace {
+
+using namespace loops;
+
+class Codegen {
+public:
+  Codegen(const Program &program, llvm::LLVMContext &ctx, const CodegenOptions &options)
+      : p_(program), ctx_(ctx), b_(ctx), options_(options) {
+    module_ = std::make_unique<llvm::Module>(program.name, ctx);
+  }
+
+  std::unique_ptr<llvm::Module> run() {
+    llvm::Function *body = emitBody();
+    emitEntry(body);
+    std::string errors;
+    llvm::raw_string_ostream os(errors);
+    if (llvm::verifyModule(*module_, &os))
+      internalError("generated LLVM IR does not verify: " + os.str());
+    return std::move(module_);
+  }
+
+private:
+  llvm::Type *typeOf(ElemKind kind) {
+    switch (kind) {
+    case ElemKind::F16: return b_.getHalfTy();
+    case ElemKind::BF16: return b_.getBFloatTy();
+    case ElemKind::F32: return b_.getFloatTy();
+    case ElemKind::F64: return b_.getDoubleTy();
+    case ElemKind::I1: return b_.getInt1Ty();
+    case ElemKind::I8: return b_.getInt8Ty();
+    case ElemKind::I16: return b_.getInt16Ty();
+    case ElemKind::I32: return b_.getInt32Ty();
+    case ElemKind::I64: case ElemKind::Index: return b_.getInt64Ty();
+    }
+    return nullptr;
+  }
+  // i1 lives in memory as one byte.
+  llvm::Type *memTypeOf(ElemKind kind) {
+    return kind == ElemKind::I1 ? b_.getInt8Ty() : typeOf(kind);
+  }
+
+  // The kernel body takes each buffer as its own noalias pointer; the entry unpacks them.
+  llvm::Function *emitBody() {
+    std::vector<llvm::Type *> params(p_.buffers.size(), b_.getPtrTy());
+    params.push_back(b_.getPtrTy()); // dims
+    params.push_back(b_.getPtrTy()); // scalars
+    auto *type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    auto *fn = llvm::Function::Create(type, llvm::Function::InternalLinkage, p_.name + ".body",
+                                      *module_);
+    fn->addFnAttr(llvm::Attribute::AlwaysInline);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    for (unsigned i = 0; i < fn->arg_size(); ++i) {
+      fn->addParamAttr(i, llvm::Attribute::NoAlias);
+      fn->addParamAttr(i, llvm::Attribute::NoUndef);
+    }
+    for (size_t i = 0; i < p_.buffers.size(); ++i) {
+      fn->getArg(i)->setName(p_.buffers[i].name);
+      fn->addParamAttr(i, llvm::Attribute::getWithAlignment(ctx_, llvm::Align(sizeAlign(i))));
+      if (p_.buffers[i].role == BufferRole::Input)
+        fn->addParamAttr(i, llvm::Attribute::ReadOnly);
+    }
+    dims_ = fn->getArg(p_.buffers.size());
+    scalars_ = fn->getArg(p_.buffers.size() + 1);
+    for (size_t i = 0; i < p_.buffers.size(); ++i)
+      bufferPtrs_.push_back(fn->getArg(i));
+    entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", fn);
+    b_.SetInsertPoint(entryBlock_);
+    fn_ = fn;
+    scopes_.emplace_back();
+    for (const Stmt &s : p_.body)
+      emit(s);
+    b_.CreateRetVoid();
+    return fn;
+  }
+
+  // Outputs and temporaries are 64-byte aligned by the runtime; inputs only to their element.
+  uint64_t sizeAlign(size_t buffer) {
+    const Buffer &b = p_.buffers[buffer];
+    if (b.role == BufferRole::Input)
+      return std::max(1, elemBits(b.elem) / 8);
+    return 64;
+  }
+
+  void emitEntry(llvm::Function *body) {
+    auto *type = llvm::FunctionType::get(
+        b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()}, false);
+    auto *fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, p_.name, *module_);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    auto *bb = llvm::BasicBlock::Create(ctx_, "entry", fn);
+    b_.SetInsertPoint(bb);
+    llvm::Value *buffers = fn->getArg(0);
+    llvm::Value *workspace = fn->getArg(3);
+    std::vector<llvm::Value *> args;
+    size_t slot = 0;
+    for (const Buffer &buf : p_.buffers) {
+      if (buf.role == BufferRole::Temp) {
+        args.push_back(b_.CreateGEP(b_.getInt8Ty(), workspace, emitIndexFromParams(buf.workspaceOffset, fn)));
+        continue;
+      }
+      size_t position = buf.role == BufferRole::Input ? buf.slot : numInputs() + buf.slot;
+      (void)slot;
+      args.push_back(b_.CreateLoad(b_.getPtrTy(),
+                                   b_.CreateConstGEP1_64(b_.getPtrTy(), buffers, position)));
+    }
+    args.push_back(fn->getArg(1));
+    args.push_back(fn->getArg(2));
+    b_.CreateCall(body, args);
+    b_.CreateRetVoid();
+  }
+
+  size_t numInputs() const {
+    size_t n = 0;
+    for (const Buffer &b : p_.buffers)
+      n += b.role == BufferRole::Input;
+    return n;
+  }
+
+  // Workspace offsets depend only on dims and scalars, read from the entry's own arguments.
+  llvm::Value *emitIndexFromParams(const Expr &e, llvm::Function *entry) {
+    llvm::Value *savedDims = dims_, *savedScalars = scalars_;
+    dims_ = entry->getArg(1);
+    scalars_ = entry->getArg(2);
+    llvm::Value *v = emitExpr(e);
+    dims_ = savedDims;
+    scalars_ = savedScalars;
+    return v;
+  }
+
+  llvm::Value *lookupVar(const std::string &name) {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) {
+        if (auto *alloca = llvm::dyn_cast<llvm::AllocaInst>(found->second))
+          return b_.CreateLoad(alloca->getAllocatedType(), alloca, name);
+        return found->second;
+      }
+    }
+    internalError("loop IR reads an unbound variable '" + name + "'");
+  }
+
+  llvm::Value *storageOfLocal(const std::string &name) {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end())
+        return found->second;
+    }
+    internalError("assignment to an undeclared variable '" + name + "'");
+  }
+
+  void setFlags(llvm::Instruction *inst, bool reassoc) {
+    if (!llvm::isa<llvm::FPMathOperator>(inst) || !options_.fastMath)
+      return;
+    llvm::FastMathFlags flags;
+    flags.setAllowContract(true);
+    if (reassoc)
+      flags.setAllowReassoc(true);
+    inst->setFastMathFlags(flags);
+  }
+
+  llvm::Value *floatBinary(llvm::Instruction::BinaryOps op, llvm::Value *a, llvm::Value *b,
+                           bool reassoc) {
+    llvm::Value *v = b_.CreateBinOp(op, a, b);
+    if (auto *inst = llvm::dyn_cast<llvm::Instruction>(v))
+      setFlags(inst, reassoc);
+    return v;
+  }
+
+  llvm::Value *intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value *> args) {
+    llvm::Value *v = b_.CreateIntrinsic(id, {args[0]->getType()}, args);
+    if (auto *inst = llvm::dyn_cast<llvm::Instruction>(v))
+      setFlags(inst, false);
+    return v;
+  }
+
+  llvm::Value *libmCall(const char *f32Name, const char *f64Name, llvm::Value *x) {
+    bool isDouble = x->getType()->isDoubleTy();
+    llvm::Type *t = isDouble ? b_.getDoubleTy() : b_.getFloatTy();
+    llvm::Value *arg = x->getType() == t ? x : b_.CreateFPExt(x, t);
+    auto callee = module_->getOrInsertFunction(isDouble ? f64Name : f32Name,
+                                               llvm::FunctionType::get(t, {t}, false));
+    if (auto *f = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+      f->setDoesNotThrow();
+      f->setDoesNotAccessMemory();
+    }
+    llvm::Value *r = b_.CreateCall(callee, {arg});
+    return r->getType() == x->getType() ? r : b_.CreateFPTrunc(r, x->getType());
+  }
+
+  // exp(x) for f32 as straight-line arithmetic the loop vectorizer can widen: range reduction
+  // x = n*ln2 + r, a degree-6 polynomial for e^r (Cephes), and 2^n built in the exponent bits.
+  // Accurate to about 2 ulp; overflow gives +inf, underflow 0, NaN propagates.
+  llvm::Value *inlineExpF32(llvm::Value *x) {
+    auto c = [&](double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); };
+    auto fmul = [&](llvm::Value *a, llvm::Value *b) { return floatBinary(llvm::Instruction::FMul, a, b, false); };
+    auto fadd = [&](llvm::Value *a, llvm::Value *b) { return floatBinary(llvm::Instruction::FAdd, a, b, false); };
+    auto fsub = [&](llvm::Value *a, llvm::Value *b) { return floatBinary(llvm::Instruction::FSub, a, b, false); };
+    llvm::Value *clamped = b_.CreateIntrinsic(llvm::Intrinsic::minnum, {b_.getFloatTy()},
+                                              {x, c(88.3762626647949)});
+    clamped = b_.CreateIntrinsic(llvm::Intrinsic::maxnum, {b_.getFloatTy()},
+                                 {clamped, c(-87.3365447505531)});
+    llvm::Value *n = b_.CreateIntrinsic(llvm::Intrinsic::floor, {b_.getFloatTy()},
+                                        {fadd(fmul(clamped, c(1.44269504088896341)), c(0.5))});
+    llvm::Value *r = fsub(fsub(clamped, fmul(n, c(0.693359375))), fmul(n, c(-2.12194440e-4)));
+    llvm::Value *r2 = fmul(r, r);
+    llvm::Value *poly = c(1.9875691500E-4);
+    for (double k : {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1,
+                     5.0000001201E-1})
+      poly = fadd(fmul(poly, r), c(k));
+    llvm::Value *er = fadd(fadd(fmul(poly, r2), r), c(1.0));
+    llvm::Value *ni = b_.CreateFPToSI(n, b_.getInt32Ty());
+    llvm::Value *bits = b_.CreateShl(b_.CreateAdd(ni, b_.getInt32(127)), 23);
+    llvm::Value *pow2n = b_.CreateBitCast(bits, b_.getFloatTy());
+    llvm::Value *result = fmul(er, pow2n);
+    llvm::Value *inf = c(std::numeric_limits<float>::infinity());
+    result = b_.CreateSelect(b_.CreateFCmpOGT(x, c(88.72283935546875)), inf, result);
+    result = b_.CreateSelect(b_.CreateFCmpOLT(x, c(-103.972084045410)), c(0.0), result);
+    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, result);
+  }
+
+  llvm::Value *emitUnary(OpKind op, llvm::Value *x) {
+    switch (op) {
+    case OpKind::NegF: return b_.CreateFNeg(x);
+    case OpKind::Exp:
+      if (options_.inlineMath && x->getType()->isFloatTy())
+        return inlineExpF32(x);
+      return intrinsic(llvm::Intrinsic::exp, {x});
+    case OpKind::Exp2: return intrinsic(llvm::Intrinsic::exp2, {x});
+    case OpKind::Log: return intrinsic(llvm::Intrinsic::log, {x});
+    case OpKind::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, {x});
+    case OpKind::Rsqrt:
+      return floatBinary(llvm::Instruction::FDiv, llvm::ConstantFP::get(x->getType(), 1.0),
+                         intrinsic(llvm::Intrinsic::sqrt, {x}), false);
+    case OpKind::AbsF: return intrinsic(llvm::Intrinsic::fabs, {x});
+    case OpKind::Sin: return intrinsic(llvm::Intrinsic::sin, {x});
+    case OpKind::Cos: return intrinsic(llvm::Intrinsic::cos, {x});
+    case OpKind::Tanh: return libmCall("tanhf", "tanh", x);
+    case OpKind::Erf: return libmCall("erff", "erf", x);
+    default: internalError(std::string("no codegen for unary ") + opName(op));
+    }
+  }
+
+  llvm::Value *emitBinary(const ExprNode &e, llvm::Value *a, llvm::Value *b) {
+    using BO = llvm::Instruction::BinaryOps;
+    switch (e.op) {
+    case OpKind::AddF: return floatBinary(BO::FAdd, a, b, e.reassoc);
+    case OpKind::SubF: return floatBinary(BO::FSub, a, b, e.reassoc);
+    case OpKind::MulF: return floatBinary(BO::FMul, a, b, e.reassoc);
+    case OpKind::DivF: return floatBinary(BO::FDiv, a, b, false);
+    case OpKind::RemF: return floatBinary(BO::FRem, a, b, false);
+    case OpKind::MaximumF: return intrinsic(llvm::Intrinsic::maximum, {a, b});
+    case OpKind::MinimumF: return intrinsic(llvm::Intrinsic::minimum, {a, b});
+    case OpKind::PowF: return intrinsic(llvm::Intrinsic::pow, {a, b});
+    case OpKind::AddI: return b_.CreateAdd(a, b);
+    case OpKind::SubI: return b_.CreateSub(a, b);
+    case OpKind::MulI: return b_.CreateMul(a, b);
+    case OpKind::DivSI: return b_.CreateSDiv(a, b);
+    case OpKind::DivUI: return b_.CreateUDiv(a, b);
+    case OpKind::RemSI: return b_.CreateSRem(a, b);
+    case OpKind::RemUI: return b_.CreateURem(a, b);
+    case OpKind::AndI: return b_.CreateAnd(a, b);
+    case OpKind::OrI: return b_.CreateOr(a, b);
+    case OpKind::XOrI: return b_.CreateXor(a, b);
+    case OpKind::MaxSI: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, a, b);
+    case OpKind::MinSI: return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, a, b);
+    default: internalError(std::string("no codegen for binary ") + opName(e.op));
+    }
+  }
+
+  llvm::Value *emitCmp(const ExprNode &e, llvm::Value *a, llvm::Value *b) {
+    using P = llvm::CmpInst::Predicate;
+    static const std::unordered_map<std::string, P> floatPreds = {
+        {"false", P::FCMP_FALSE}, {"oeq", P::FCMP_OEQ}, {"ogt", P::FCMP_OGT},
+        {"oge", P::FCMP_OGE},     {"olt", P::FCMP_OLT}, {"ole", P::FCMP_OLE},
+        {"one", P::FCMP_ONE},     {"ord", P::FCMP_ORD}, {"ueq", P::FCMP_UEQ},
+        {"ugt", P::FCMP_UGT},     {"uge", P::FCMP_UGE}, {"ult", P::FCMP_ULT},
+        {"ule", P::FCMP_ULE},     {"une", P::FCMP_UNE}, {"uno", P::FCMP_UNO},
+        {"true", P::FCMP_TRUE}};
+    static const std::unordered_map<std::string, P> intPreds = {
+        {"eq", P::ICMP_EQ},   {"ne", P::ICMP_NE},   {"slt", P::ICMP_SLT}, {"sle", P::ICMP_SLE},
+        {"sgt", P::ICMP_SGT}, {"sge", P::ICMP_SGE}, {"ult", P::ICMP_ULT}, {"ule", P::ICMP_ULE},
+        {"ugt", P::ICMP_UGT}, {"uge", P::ICMP_UGE}};
+    if (a->getType()->isFloatingPointTy())
+      return b_.CreateFCmp(floatPreds.at(e.name), a, b);
+    return b_.CreateICmp(intPreds.at(e.name), a, b);
+  }
+
+  llvm::Value *emitCast(const ExprNode &e, llvm::Value *x) {
+    llvm::Type *to = typeOf(e.type);
+    switch (e.op) {
+    case OpKind::IndexCast: return b_.CreateSExtOrTrunc(x, to);
+    case OpKind::SIToFP: return b_.CreateSIToFP(x, to);
+    case OpKind::UIToFP: return b_.CreateUIToFP(x, to);
+    case OpKind::FPToSI: return b_.CreateFPToSI(x, to);
+    case OpKind::TruncI: return b_.CreateTrunc(x, to);
+    case OpKind::ExtSI: return b_.CreateSExt(x, to);
+    case OpKind::ExtUI: return b_.CreateZExt(x, to);
+    case OpKind::ExtF: return b_.CreateFPExt(x, to);
+    case OpKind::TruncF: return b_.CreateFPTrunc(x, to);
+    default: internalError(std::string("no codegen for cast ") + opName(e.op));
+    }
+  }
+
+  llvm::Value *emitExpr(const Expr &e) {
+    switch (e->kind) {
+    case ExprKind::IntConst:
+      return llvm::ConstantInt::get(typeOf(e->type), e->intValue, true);
+    case ExprKind::FloatConst:
+      return llvm::ConstantFP::get(typeOf(e->type), e->floatValue);
+    case ExprKind::Var:
+      return lookupVar(e->name);
+    case ExprKind::DimParam:
+      return b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstGEP1_64(b_.getInt64Ty(), dims_, e->intValue),
+                           fmt::format("dim{}", e->intValue));
+    case ExprKind::ScalarParam: {
+      llvm::Value *slot = b_.CreateConstGEP1_64(b_.getInt64Ty(), scalars_, e->intValue);
+      llvm::Value *v = b_.CreateLoad(memTypeOf(e->type), slot, fmt::format("scalar{}", e->intValue));
+      return e->type == ElemKind::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
+    }
+    case ExprKind::Unary:
+      return emitUnary(e->op, emitExpr(e->args[0]));
+    case ExprKind::Binary: {
+      llvm::Value *a = emitExpr(e->args[0]);
+      return emitBinary(*e, a, emitExpr(e->args[1]));
+    }
+    case ExprKind::Cmp: {
+      llvm::Value *a = emitExpr(e->args[0]);
+      return emitCmp(*e, a, emitExpr(e->args[1]));
+    }
+    case ExprKind::Select: {
+      llvm::Value *c = emitExpr(e->args[0]);
+      llvm::Value *a = emitExpr(e->args[1]);
+      return b_.CreateSelect(c, a, emitExpr(e->args[2]));
+    }
+    case ExprKind::Cast:
+      return emitCast(*e, emitExpr(e->args[0]));
+    case ExprKind::Load: {
+      const Buffer &buf = p_.buffers[e->intValue];
+      llvm::Type *mem = memTypeOf(buf.elem);
+      llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[e->intValue], emitExpr(e->args[0]));
+      llvm::Value *v = b_.CreateAlignedLoad(mem, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
+      return buf.elem == ElemKind::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
+    }
+    }
+    internalError("unknown loop IR expression");
+  }
+
+  void emitBlock(const std::vector<Stmt> &stmts) {
+    scopes_.emplace_back();
+    for (const Stmt &s : stmts)
+      emit(s);
+    scopes_.pop_back();
+  }
+
+  void emit(const Stmt &s) {
+    switch (s->kind) {
+    case StmtKind::Block:
+      emitBlock(s->body);
+      return;
+    case StmtKind::Let: {
+      llvm::Value *v = emitExpr(s->value);
+      if (!v->hasName() && !llvm::isa<llvm::Constant>(v))
+        v->setName(s->name);
+      scopes_.back()[s->name] = v;
+      return;
+    }
+    case StmtKind::Local: {
+      llvm::IRBuilder<> entry(entryBlock_, entryBlock_->begin());
+      llvm::AllocaInst *slot = entry.CreateAlloca(typeOf(s->type), nullptr, s->name);
+      b_.CreateStore(emitExpr(s->value), slot);
+      scopes_.back()[s->name] = slot;
+      return;
+    }
+    case StmtKind::Assign:
+      b_.CreateStore(emitExpr(s->value), storageOfLocal(s->name));
+      return;
+    case StmtKind::Store: {
+      const Buffer &buf = p_.buffers[s->buffer];
+      llvm::Type *mem = memTypeOf(buf.elem);
+      llvm::Value *value = emitExpr(s->value);
+      if (buf.elem == ElemKind::I1)
+        value = b_.CreateZExt(value, mem);
+      llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[s->buffer], emitExpr(s->index));
+      b_.CreateAlignedStore(value, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
+      return;
+    }
+    case StmtKind::For:
+      emitFor(*s);
+      return;
+    case StmtKind::If: {
+      llvm::Value *cond = emitExpr(s->value);
+      auto *thenBB = llvm::BasicBlock::Create(ctx_, "then", fn_);
+      auto *elseBB = llvm::BasicBlock::Create(ctx_, "else", fn_);
+      auto *joinBB = llvm::BasicBlock::Create(ctx_, "join", fn_);
+      b_.CreateCondBr(cond, thenBB, elseBB);
+      b_.SetInsertPoint(thenBB);
+      emitBlock(s->body);
+      b_.CreateBr(joinBB);
+      b_.SetInsertPoint(elseBB);
+      emitBlock(s->elseBody);
+      b_.CreateBr(joinBB);
+      b_.SetInsertPoint(joinBB);
+      return;
+    }
+    }
+  }
+
+  void emitFor(const StmtNode &s) {
+    llvm::Value *extent = emitExpr(s.value);
+    llvm::BasicBlock *pre = b_.GetInsertBlock();
+    auto *header = llvm::BasicBlock::Create(ctx_, s.name + ".header", fn_);
+    auto *bodyBB = llvm::BasicBlock::Create(ctx_, s.name + ".body", fn_);
+    auto *exit = llvm::BasicBlock::Create(ctx_, s.name + ".exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode *iv = b_.CreatePHI(b_.getInt64Ty(), 2, s.name);
+    iv->addIncoming(b_.getInt64(0), pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, extent), bodyBB, exit);
+    b_.SetInsertPoint(bodyBB);
+    scopes_.emplace_back();
+    scopes_.back()[s.name] = iv;
+    for (const Stmt &inner : s.body)
+      emit(inner);
+    scopes_.pop_back();
+    llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
+    auto *latch = b_.CreateBr(header);
+    iv->addIncoming(next, b_.GetInsertBlock());
+    if (s.forKind == ForKind::Vectorize) {
+      llvm::MDNode *enable = llvm::MDNode::get(
+          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                 llvm::ConstantAsMetadata::get(b_.getTrue())});
+      llvm::MDNode *loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable});
+      loopID->replaceOperandWith(0, loopID);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, loopID);
+    }
+    b_.SetInsertPoint(exit);
+  }
+
+  const Program &p_;
+  llvm::LLVMContext &ctx_;
+  llvm::IRBuilder<> b_;
+  CodegenOptions options_;
+  std::unique_ptr<llvm::Module> module_;
+  llvm::Function *fn_ = nullptr;
+  llvm::BasicBlock *entryBlock_ = nullptr;
+  llvm::Value *dims_ = nullptr, *scalars_ = nullptr;
+  std::vector<llvm::Value *> bufferPtrs_;
+  std::vector<std::unordered_map<std::string, llvm::Value *>> scopes_;
+};
+
+} // namespace
+
+std::unique_ptr<llvm::Module> codegen(const loops::Program &program, llvm::LLVMContext &context,
+                                      const CodegenOptions &options) {
+  return Codegen(program, context, options).run();
+}
+
+} // namespace frank

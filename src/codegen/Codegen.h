@@ -1,0 +1,29 @@
+// \file Loop IR to an LLVM module. The kernel's entry point is
+//   void NAME(void *const *buffers, const int64_t *dims, const uint64_t *scalars, void *ws)
+// with input then output buffer pointers, the runtime dims (generic mode), one 8-byte slot per
+// scalar argument, and the workspace for temporaries.
+#pragma once
+
+#include "loops/LoopIR.h"
+
+#include <memory>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+} // namespace llvm
+
+namespace frank {
+
+struct CodegenOptions {
+  /// FMA contraction everywhere, reassociation where the loop IR allows it.
+  bool fastMath = true;
+  /// Vectorizable inline polynomials for exp instead of libm calls.
+  bool inlineMath = true;
+};
+
+/// Builds and verifies the module; an invalid module is an internal error.
+std::unique_ptr<llvm::Module> codegen(const loops::Program &program, llvm::LLVMContext &context,
+                                      const CodegenOptions &options);
+
+} // namespace frank

@@ -1,0 +1,45 @@
+// Error formatting shared by every stage.
+#include "ir/Diagnostics.h"
+
+namespace frank {
+
+std::string Location::str() const {
+  if (!file)
+    return "<unknown>";
+  return fmt::format("{}:{}:{}", file->name, line, col);
+}
+
+static std::string_view sourceLine(const SourceFile &file, uint32_t line) {
+  std::string_view text = file.text;
+  for (uint32_t i = 1; i < line; ++i) {
+    size_t next = text.find('\n');
+    if (next == std::string_view::npos)
+      return {};
+    text.remove_prefix(next + 1);
+  }
+  return text.substr(0, text.find('\n'));
+}
+
+std::string formatDiagnostic(const Location &loc, std::string_view severity,
+                             std::string_view message) {
+  std::string out = fmt::format("{}: {}: {}", loc.str(), severity, message);
+  if (!loc.known())
+    return out;
+  std::string_view line = sourceLine(*loc.file, loc.line);
+  if (line.empty())
+    return out;
+  std::string caret;
+  for (uint32_t i = 1; i < loc.col && i <= line.size(); ++i)
+    caret += line[i - 1] == '\t' ? '\t' : ' ';
+  return fmt::format("{}\n{}\n{}^", out, line, caret);
+}
+
+void fail(const Location &loc, const std::string &message) {
+  throw Error(formatDiagnostic(loc, "error", message));
+}
+
+void internalError(const std::string &message) {
+  throw Error("internal compiler error (a bug in frank-jit, please report it): " + message);
+}
+
+} // namespace frank

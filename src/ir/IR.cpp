@@ -1,0 +1,208 @@
+// Types, maps and the op name table.
+#include "ir/Ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace frank {
+
+const char *elemName(ElemKind kind) {
+  switch (kind) {
+  case ElemKind::F16: return "f16";
+  case ElemKind::BF16: return "bf16";
+  case ElemKind::F32: return "f32";
+  case ElemKind::F64: return "f64";
+  case ElemKind::I1: return "i1";
+  case ElemKind::I8: return "i8";
+  case ElemKind::I16: return "i16";
+  case ElemKind::I32: return "i32";
+  case ElemKind::I64: return "i64";
+  case ElemKind::Index: return "index";
+  }
+  return "?";
+}
+
+bool isFloatElem(ElemKind kind) {
+  return kind == ElemKind::F16 || kind == ElemKind::BF16 || kind == ElemKind::F32 ||
+         kind == ElemKind::F64;
+}
+
+int elemBits(ElemKind kind) {
+  switch (kind) {
+  case ElemKind::F16: case ElemKind::BF16: case ElemKind::I16: return 16;
+  case ElemKind::F32: case ElemKind::I32: return 32;
+  case ElemKind::F64: case ElemKind::I64: case ElemKind::Index: return 64;
+  case ElemKind::I1: return 1;
+  case ElemKind::I8: return 8;
+  }
+  return 0;
+}
+
+bool Type::hasStaticShape() const {
+  return std::none_of(shape.begin(), shape.end(), [](int64_t d) { return d == kDynamic; });
+}
+
+int64_t Type::numDynamicDims() const { return std::count(shape.begin(), shape.end(), kDynamic); }
+
+std::string Type::str() const {
+  switch (kind) {
+  case Kind::Scalar: return elemName(elem);
+  case Kind::Opaque: return opaqueName;
+  case Kind::Tensor: {
+    std::string s = "tensor<";
+    for (int64_t d : shape)
+      s += (d == kDynamic ? std::string("?") : std::to_string(d)) + "x";
+    return s + elemName(elem) + ">";
+  }
+  }
+  return "?";
+}
+
+AffineMap AffineMap::identity(int n) {
+  AffineMap m;
+  m.numDims = n;
+  for (int i = 0; i < n; ++i)
+    m.results.push_back({false, i});
+  return m;
+}
+
+bool AffineMap::isProjectedPermutation() const {
+  std::vector<bool> seen(numDims, false);
+  for (const AffineResult &r : results) {
+    if (r.isConstant || seen[r.value])
+      return false;
+    seen[r.value] = true;
+  }
+  return true;
+}
+
+bool AffineMap::isPermutation() const {
+  return isProjectedPermutation() && static_cast<int>(results.size()) == numDims;
+}
+
+std::string AffineMap::str() const {
+  std::string s = "affine_map<(";
+  for (int i = 0; i < numDims; ++i)
+    s += (i ? ", d" : "d") + std::to_string(i);
+  s += ") -> (";
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += results[i].isConstant ? std::to_string(results[i].value)
+                               : "d" + std::to_string(results[i].value);
+  }
+  return s + ")>";
+}
+
+Value *Block::addArgument(Type type, std::string name, Location loc) {
+  auto v = std::make_unique<Value>();
+  v->type = std::move(type);
+  v->name = std::move(name);
+  v->ownerBlock = this;
+  v->index = static_cast<int>(arguments.size());
+  v->loc = std::move(loc);
+  arguments.push_back(std::move(v));
+  return arguments.back().get();
+}
+
+Value *Op::addResult(Type type, std::string name) {
+  auto v = std::make_unique<Value>();
+  v->type = std::move(type);
+  v->name = std::move(name);
+  v->definingOp = this;
+  v->index = static_cast<int>(results.size());
+  v->loc = loc;
+  results.push_back(std::move(v));
+  return results.back().get();
+}
+
+Block *Op::addRegion() {
+  regions.push_back(std::make_unique<Block>());
+  regions.back()->parentOp = this;
+  return regions.back().get();
+}
+
+const Attribute &Op::attr(const std::string &key) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end())
+    internalError(fmt::format("op '{}' has no attribute '{}'", name(), key));
+  return it->second;
+}
+
+const char *Op::name() const { return opName(kind); }
+
+FuncOp *ModuleOp::lookup(const std::string &fnName) const {
+  for (auto &f : functions)
+    if (f->name == fnName)
+      return f.get();
+  return nullptr;
+}
+
+static const char *const kOpNames[] = {
+#define FRANK_OP(kind, name) name,
+#include "ir/Ops.def"
+};
+
+const char *opName(OpKind kind) { return kOpNames[static_cast<int>(kind)]; }
+
+bool lookupOpKind(std::string_view name, OpKind &kind) {
+  for (size_t i = 0; i < std::size(kOpNames); ++i)
+    if (name == kOpNames[i]) {
+      kind = static_cast<OpKind>(i);
+      return true;
+    }
+  return false;
+}
+
+bool GenericView::allParallel() const {
+  for (int d = 0; d < numLoops(); ++d)
+    if (isReduction(d))
+      return false;
+  return true;
+}
+
+bool isTerminator(OpKind kind) {
+  return kind == OpKind::LinalgYield || kind == OpKind::Return || kind == OpKind::FlowReturn;
+}
+
+bool isMathUnary(OpKind kind) {
+  switch (kind) {
+  case OpKind::Exp: case OpKind::Exp2: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
+  case OpKind::Tanh: case OpKind::Sin: case OpKind::Cos: case OpKind::Erf: case OpKind::AbsF:
+  case OpKind::NegF:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool isArithBinary(OpKind kind) {
+  switch (kind) {
+  case OpKind::AddF: case OpKind::SubF: case OpKind::MulF: case OpKind::DivF: case OpKind::RemF:
+  case OpKind::MaximumF: case OpKind::MinimumF: case OpKind::PowF:
+  case OpKind::AddI: case OpKind::SubI: case OpKind::MulI: case OpKind::DivSI: case OpKind::DivUI:
+  case OpKind::RemSI: case OpKind::RemUI: case OpKind::AndI: case OpKind::OrI: case OpKind::XOrI:
+  case OpKind::MaxSI: case OpKind::MinSI:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool isCast(OpKind kind) {
+  switch (kind) {
+  case OpKind::IndexCast: case OpKind::SIToFP: case OpKind::UIToFP: case OpKind::FPToSI:
+  case OpKind::TruncI: case OpKind::ExtSI: case OpKind::ExtUI: case OpKind::ExtF:
+  case OpKind::TruncF:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool isPureScalarOp(OpKind kind) {
+  return kind == OpKind::ArithConstant || isMathUnary(kind) || isArithBinary(kind) ||
+         isCast(kind) || kind == OpKind::CmpF || kind == OpKind::CmpI || kind == OpKind::Select;
+}
+
+} // namespace frank

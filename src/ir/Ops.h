@@ -1,0 +1,45 @@
+// Per-op accessors: what each op's operands, attributes and regions mean.
+#pragma once
+
+#include "ir/IR.h"
+
+namespace frank {
+
+/// linalg.generic: operands are ins then the single outs; one result; one body region whose
+/// block has one scalar argument per operand. Attributes: "indexing_maps" (one AffineMap per
+/// operand), "iterator_types" ("parallel" or "reduction" per loop dim), "num_inputs".
+struct GenericView {
+  Op &op;
+  int numInputs() const { return static_cast<int>(op.attr("num_inputs").integer()); }
+  int numLoops() const { return map(0).numDims; }
+  Value *input(int i) const { return op.operands[i]; }
+  Value *output() const { return op.operands.back(); }
+  const AffineMap &map(int operand) const { return op.attr("indexing_maps").list()[operand].map(); }
+  const AffineMap &outputMap() const { return map(numInputs()); }
+  bool isReduction(int dim) const {
+    return op.attr("iterator_types").list()[dim].string() == "reduction";
+  }
+  bool allParallel() const;
+  Block &body() const { return *op.regions[0]; }
+};
+
+/// arith.cmpf / arith.cmpi predicate, e.g. "olt", "eq".
+inline const std::string &predicate(const Op &op) { return op.attr("predicate").string(); }
+
+/// arith.constant: a scalar Literal in "value".
+inline const Literal &constantValue(const Op &op) { return std::get<Literal>(op.attr("value").value); }
+
+/// linalg.index: the loop dim it reads.
+inline int64_t indexDim(const Op &op) { return op.attr("dim").integer(); }
+
+/// util.call: the callee symbol without '@'.
+inline const std::string &callee(const Op &op) { return op.attr("callee").string(); }
+
+bool isTerminator(OpKind kind);
+/// Scalar ops whose result depends only on their operands (arith and math).
+bool isPureScalarOp(OpKind kind);
+bool isMathUnary(OpKind kind);
+bool isArithBinary(OpKind kind);
+bool isCast(OpKind kind);
+
+} // namespace frank

@@ -1,0 +1,280 @@
+// The printer: custom assembly forms, values named after their source names made unique.
+#include "ir/Printer.h"
+#include "ir/Ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <unordered_map>
+
+namespace frank {
+namespace {
+
+std::string formatFloat(double v, ElemKind kind) {
+  // Non-finite values print as bit patterns, the only MLIR spelling for them.
+  if (!std::isfinite(v)) {
+    if (kind == ElemKind::F64) {
+      uint64_t bits;
+      std::memcpy(&bits, &v, 8);
+      return fmt::format("0x{:016X}", bits);
+    }
+    float f = static_cast<float>(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    if (kind == ElemKind::F32)
+      return fmt::format("0x{:08X}", bits);
+    uint32_t sign = bits >> 31;
+    uint32_t half = kind == ElemKind::BF16 ? (bits >> 16)
+                                           : ((sign << 15) | 0x7c00 | (std::isnan(f) ? 0x200 : 0));
+    return fmt::format("0x{:04X}", half);
+  }
+  std::string s = kind == ElemKind::F64 ? fmt::format("{}", v) : fmt::format("{}", static_cast<float>(v));
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  else if (s.find('.') == std::string::npos) {
+    size_t e = s.find('e');
+    s.insert(e, ".0");
+  }
+  return s;
+}
+
+class Printer {
+public:
+  std::string out;
+
+  void printFunction(const FuncOp &fn, int indent) {
+    names_.clear();
+    used_.clear();
+    line(indent, fmt::format("util.func {}@{}(", fn.isPublic ? "public " : "private ", fn.name));
+    if (fn.body) {
+      for (size_t i = 0; i < fn.body->arguments.size(); ++i) {
+        const Value *arg = fn.body->arguments[i].get();
+        out += fmt::format("{}%{}: {}", i ? ", " : "", nameOf(arg), arg->type.str());
+      }
+    } else {
+      for (size_t i = 0; i < fn.argTypes.size(); ++i)
+        out += fmt::format("{}{}", i ? ", " : "", fn.argTypes[i].str());
+    }
+    out += ")";
+    if (!fn.resultTypes.empty())
+      out += " -> " + typeList(fn.resultTypes, true);
+    if (!fn.body) {
+      out += "\n";
+      return;
+    }
+    out += " {\n";
+    for (auto &op : fn.body->ops)
+      printOp(*op, indent + 2);
+    line(indent, "}\n");
+  }
+
+private:
+  std::unordered_map<const Value *, std::string> names_;
+  std::set<std::string> used_;
+
+  void line(int indent, const std::string &text) { out += std::string(indent, ' ') + text; }
+
+  std::string nameOf(const Value *v) {
+    auto it = names_.find(v);
+    if (it != names_.end())
+      return it->second;
+    std::string base = v->name.empty() ? std::string("v") : v->name;
+    std::string name = base;
+    for (int i = 1; used_.count(name); ++i)
+      name = fmt::format("{}_{}", base, i);
+    used_.insert(name);
+    names_[v] = name;
+    return name;
+  }
+  std::string ref(const Value *v) { return "%" + nameOf(v); }
+
+  static std::string typeList(const std::vector<Type> &types, bool parens) {
+    if (types.size() == 1 && !parens)
+      return types[0].str();
+    if (types.size() == 1)
+      return types[0].str();
+    std::string s = "(";
+    for (size_t i = 0; i < types.size(); ++i)
+      s += (i ? ", " : "") + types[i].str();
+    return s + ")";
+  }
+
+  std::string operandsAndTypes(const std::vector<Value *> &values, size_t begin, size_t end) {
+    std::string refs, types;
+    for (size_t i = begin; i < end; ++i) {
+      refs += (i > begin ? ", " : "") + ref(values[i]);
+      types += (i > begin ? ", " : "") + values[i]->type.str();
+    }
+    return refs + " : " + types;
+  }
+
+  void printRegion(const Block &block, int indent, bool header) {
+    out += "{\n";
+    if (header) {
+      line(indent, "^bb0(");
+      for (size_t i = 0; i < block.arguments.size(); ++i)
+        out += fmt::format("{}%{}: {}", i ? ", " : "", nameOf(block.arguments[i].get()),
+                           block.arguments[i]->type.str());
+      out += "):\n";
+    }
+    for (auto &op : block.ops)
+      printOp(*op, indent + 2);
+    line(indent, "}");
+  }
+
+  void printOp(const Op &op, int indent) {
+    std::string text;
+    if (!op.results.empty()) {
+      for (size_t i = 0; i < op.results.size(); ++i)
+        text += (i ? ", " : "") + ref(op.result(static_cast<int>(i)));
+      text += " = ";
+    }
+    text += op.name();
+    line(indent, text);
+    printOpBody(op, indent);
+    out += "\n";
+  }
+
+  void printOpBody(const Op &op, int indent) {
+    const Type &resultType = op.results.empty() ? op.operands[0]->type : op.result()->type;
+    OpKind kind = op.kind;
+    if (kind == OpKind::ArithConstant) {
+      const Literal &lit = constantValue(op);
+      if (lit.kind == Literal::Kind::Bool)
+        out += lit.i ? " true" : " false";
+      else if (lit.kind == Literal::Kind::Float)
+        out += fmt::format(" {} : {}", formatFloat(lit.f, resultType.elem), resultType.str());
+      else
+        out += fmt::format(" {} : {}", lit.i, resultType.str());
+      return;
+    }
+    if (isArithBinary(kind)) {
+      out += fmt::format(" {}, {} : {}", ref(op.operands[0]), ref(op.operands[1]), resultType.str());
+      return;
+    }
+    if (isMathUnary(kind)) {
+      out += fmt::format(" {} : {}", ref(op.operands[0]), resultType.str());
+      return;
+    }
+    if (kind == OpKind::CmpF || kind == OpKind::CmpI) {
+      out += fmt::format(" {}, {}, {} : {}", predicate(op), ref(op.operands[0]),
+                         ref(op.operands[1]), op.operands[0]->type.str());
+      return;
+    }
+    if (kind == OpKind::Select) {
+      out += fmt::format(" {}, {}, {} : {}", ref(op.operands[0]), ref(op.operands[1]),
+                         ref(op.operands[2]), resultType.str());
+      return;
+    }
+    if (isCast(kind)) {
+      out += fmt::format(" {} : {} to {}", ref(op.operands[0]), op.operands[0]->type.str(),
+                         resultType.str());
+      return;
+    }
+    switch (kind) {
+    case OpKind::TensorDim:
+      out += fmt::format(" {}, {} : {}", ref(op.operands[0]), ref(op.operands[1]),
+                         op.operands[0]->type.str());
+      return;
+    case OpKind::TensorEmpty: {
+      out += "(";
+      for (size_t i = 0; i < op.operands.size(); ++i)
+        out += (i ? ", " : "") + ref(op.operands[i]);
+      out += ") : " + resultType.str();
+      return;
+    }
+    case OpKind::LinalgFill:
+      out += fmt::format(" ins({}) outs({}) -> {}", operandsAndTypes(op.operands, 0, 1),
+                         operandsAndTypes(op.operands, 1, 2), resultType.str());
+      return;
+    case OpKind::LinalgGeneric: {
+      GenericView g{const_cast<Op &>(op)};
+      out += " {indexing_maps = [";
+      const AttrList &maps = op.attr("indexing_maps").list();
+      for (size_t i = 0; i < maps.size(); ++i)
+        out += (i ? ", " : "") + maps[i].map().str();
+      out += "], iterator_types = [";
+      const AttrList &iters = op.attr("iterator_types").list();
+      for (size_t i = 0; i < iters.size(); ++i)
+        out += fmt::format("{}\"{}\"", i ? ", " : "", iters[i].string());
+      out += "]}";
+      size_t numInputs = g.numInputs();
+      if (numInputs > 0)
+        out += fmt::format(" ins({})", operandsAndTypes(op.operands, 0, numInputs));
+      out += fmt::format(" outs({}) ", operandsAndTypes(op.operands, numInputs, numInputs + 1));
+      printRegion(*op.regions[0], indent, true);
+      out += " -> " + resultType.str();
+      return;
+    }
+    case OpKind::LinalgIndex:
+      out += fmt::format(" {} : index", indexDim(op));
+      return;
+    case OpKind::LinalgYield:
+    case OpKind::FlowReturn:
+    case OpKind::Return:
+      if (!op.operands.empty())
+        out += " " + operandsAndTypes(op.operands, 0, op.operands.size());
+      return;
+    case OpKind::Call: {
+      out += fmt::format(" @{}(", callee(op));
+      std::vector<Type> argTypes;
+      for (size_t i = 0; i < op.operands.size(); ++i) {
+        out += (i ? ", " : "") + ref(op.operands[i]);
+        argTypes.push_back(op.operands[i]->type);
+      }
+      std::vector<Type> resultTypes;
+      for (auto &r : op.results)
+        resultTypes.push_back(r->type);
+      std::string args = "(";
+      for (size_t i = 0; i < argTypes.size(); ++i)
+        args += (i ? ", " : "") + argTypes[i].str();
+      out += fmt::format(") : {}) -> {}", args, typeList(resultTypes, true));
+      return;
+    }
+    case OpKind::DispatchRegion: {
+      out += " -> (";
+      size_t next = 0;
+      for (size_t i = 0; i < op.results.size(); ++i) {
+        const Type &t = op.results[i]->type;
+        out += (i ? ", " : "") + t.str();
+        if (t.numDynamicDims() > 0) {
+          out += "{";
+          for (int64_t k = 0; k < t.numDynamicDims(); ++k)
+            out += (k ? ", " : "") + ref(op.operands[next++]);
+          out += "}";
+        }
+      }
+      out += ") ";
+      printRegion(*op.regions[0], indent, false);
+      return;
+    }
+    default:
+      internalError(fmt::format("no printer for '{}'", op.name()));
+    }
+  }
+};
+
+} // namespace
+
+std::string printFunction(const FuncOp &function) {
+  Printer p;
+  p.printFunction(function, 0);
+  return p.out;
+}
+
+std::string printModule(const ModuleOp &module) {
+  Printer p;
+  if (module.name.empty())
+    p.out += "module {\n";
+  else
+    p.out += fmt::format("module @{} {{\n", module.name);
+  for (size_t i = 0; i < module.functions.size(); ++i) {
+    if (i)
+      p.out += "\n";
+    p.printFunction(*module.functions[i], 2);
+  }
+  p.out += "}\n";
+  return p.out;
+}
+
+} // namespace frank

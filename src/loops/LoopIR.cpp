@@ -1,0 +1,313 @@
+// Loop IR construction, printing and host-side evaluation.
+#include "loops/LoopIR.h"
+#include "ir/Ops.h"
+
+#include <cstring>
+
+namespace frank::loops {
+
+static Expr make(ExprNode node) { return std::make_shared<const ExprNode>(std::move(node)); }
+
+Expr intConst(int64_t v, ElemKind type) {
+  ExprNode n{ExprKind::IntConst, type};
+  n.intValue = v;
+  return make(n);
+}
+Expr floatConst(double v, ElemKind type) {
+  ExprNode n{ExprKind::FloatConst, type};
+  n.floatValue = v;
+  return make(n);
+}
+Expr var(const std::string &name, ElemKind type) {
+  ExprNode n{ExprKind::Var, type};
+  n.name = name;
+  return make(n);
+}
+Expr dimParam(int index) {
+  ExprNode n{ExprKind::DimParam, ElemKind::Index};
+  n.intValue = index;
+  return make(n);
+}
+Expr scalarParam(int index, ElemKind type) {
+  ExprNode n{ExprKind::ScalarParam, type};
+  n.intValue = index;
+  return make(n);
+}
+Expr unary(OpKind op, Expr a) {
+  ExprNode n{ExprKind::Unary, a->type};
+  n.op = op;
+  n.args = {std::move(a)};
+  return make(n);
+}
+Expr binary(OpKind op, Expr a, Expr b, bool reassoc) {
+  ExprNode n{ExprKind::Binary, a->type};
+  n.op = op;
+  n.reassoc = reassoc;
+  n.args = {std::move(a), std::move(b)};
+  return make(n);
+}
+Expr cmp(const std::string &pred, Expr a, Expr b) {
+  ExprNode n{ExprKind::Cmp, ElemKind::I1};
+  n.name = pred;
+  n.args = {std::move(a), std::move(b)};
+  return make(n);
+}
+Expr select(Expr c, Expr a, Expr b) {
+  ExprNode n{ExprKind::Select, a->type};
+  n.args = {std::move(c), std::move(a), std::move(b)};
+  return make(n);
+}
+Expr cast(OpKind op, Expr a, ElemKind to) {
+  ExprNode n{ExprKind::Cast, to};
+  n.op = op;
+  n.args = {std::move(a)};
+  return make(n);
+}
+Expr load(int buffer, Expr index, ElemKind type) {
+  ExprNode n{ExprKind::Load, type};
+  n.intValue = buffer;
+  n.args = {std::move(index)};
+  return make(n);
+}
+
+std::optional<int64_t> asConstant(const Expr &e) {
+  if (e->kind == ExprKind::IntConst)
+    return e->intValue;
+  return std::nullopt;
+}
+
+Expr add(Expr a, Expr b) {
+  auto ca = asConstant(a), cb = asConstant(b);
+  if (ca && cb)
+    return intConst(*ca + *cb);
+  if (ca && *ca == 0)
+    return b;
+  if (cb && *cb == 0)
+    return a;
+  return binary(OpKind::AddI, std::move(a), std::move(b));
+}
+
+Expr mul(Expr a, Expr b) {
+  auto ca = asConstant(a), cb = asConstant(b);
+  if (ca && cb)
+    return intConst(*ca * *cb);
+  if ((ca && *ca == 0) || (cb && *cb == 0))
+    return intConst(0);
+  if (ca && *ca == 1)
+    return b;
+  if (cb && *cb == 1)
+    return a;
+  return binary(OpKind::MulI, std::move(a), std::move(b));
+}
+
+static Stmt makeStmt(StmtNode node) { return std::make_shared<StmtNode>(std::move(node)); }
+
+Stmt block(std::vector<Stmt> body) {
+  StmtNode n{StmtKind::Block};
+  n.body = std::move(body);
+  return makeStmt(std::move(n));
+}
+Stmt forLoop(const std::string &v, Expr extent, ForKind kind, std::vector<Stmt> body) {
+  StmtNode n{StmtKind::For, v};
+  n.forKind = kind;
+  n.value = std::move(extent);
+  n.body = std::move(body);
+  return makeStmt(std::move(n));
+}
+Stmt let(const std::string &name, Expr value) {
+  StmtNode n{StmtKind::Let, name, value->type};
+  n.value = std::move(value);
+  return makeStmt(std::move(n));
+}
+Stmt local(const std::string &name, Expr init) {
+  StmtNode n{StmtKind::Local, name, init->type};
+  n.value = std::move(init);
+  return makeStmt(std::move(n));
+}
+Stmt assign(const std::string &name, Expr value) {
+  StmtNode n{StmtKind::Assign, name, value->type};
+  n.value = std::move(value);
+  return makeStmt(std::move(n));
+}
+Stmt store(int buffer, Expr index, Expr value) {
+  StmtNode n{StmtKind::Store};
+  n.buffer = buffer;
+  n.index = std::move(index);
+  n.value = std::move(value);
+  return makeStmt(std::move(n));
+}
+
+// ---- Printing ----------------------------------------------------------------------------
+
+static const char *infixOf(OpKind op) {
+  switch (op) {
+  case OpKind::AddF: case OpKind::AddI: return "+";
+  case OpKind::SubF: case OpKind::SubI: return "-";
+  case OpKind::MulF: case OpKind::MulI: return "*";
+  case OpKind::DivF: case OpKind::DivSI: return "/";
+  case OpKind::RemSI: case OpKind::RemF: return "%";
+  default: return nullptr;
+  }
+}
+
+static std::string shortName(OpKind op) {
+  std::string name = opName(op);
+  return name.substr(name.find('.') + 1);
+}
+
+std::string print(const Expr &e, const Program *program) {
+  switch (e->kind) {
+  case ExprKind::IntConst:
+    return e->type == ElemKind::Index ? std::to_string(e->intValue)
+                                      : fmt::format("{}:{}", e->intValue, elemName(e->type));
+  case ExprKind::FloatConst:
+    return fmt::format("{}f", e->floatValue);
+  case ExprKind::Var:
+    return e->name;
+  case ExprKind::DimParam:
+    return fmt::format("dims[{}]", e->intValue);
+  case ExprKind::ScalarParam:
+    return fmt::format("scalars[{}]:{}", e->intValue, elemName(e->type));
+  case ExprKind::Unary:
+    if (e->op == OpKind::NegF)
+      return "-" + print(e->args[0], program);
+    return fmt::format("{}({})", shortName(e->op), print(e->args[0], program));
+  case ExprKind::Binary: {
+    const char *infix = infixOf(e->op);
+    std::string flag = e->reassoc ? "[reassoc]" : "";
+    if (infix)
+      return fmt::format("({} {}{} {})", print(e->args[0], program), infix, flag,
+                         print(e->args[1], program));
+    return fmt::format("{}{}({}, {})", shortName(e->op), flag, print(e->args[0], program),
+                       print(e->args[1], program));
+  }
+  case ExprKind::Cmp:
+    return fmt::format("cmp.{}({}, {})", e->name, print(e->args[0], program),
+                       print(e->args[1], program));
+  case ExprKind::Select:
+    return fmt::format("select({}, {}, {})", print(e->args[0], program),
+                       print(e->args[1], program), print(e->args[2], program));
+  case ExprKind::Cast:
+    return fmt::format("{}<{}>({})", shortName(e->op), elemName(e->type),
+                       print(e->args[0], program));
+  case ExprKind::Load: {
+    std::string buf = program ? program->buffers[e->intValue].name : fmt::format("b{}", e->intValue);
+    return fmt::format("{}[{}]", buf, print(e->args[0], program));
+  }
+  }
+  return "?";
+}
+
+static void printStmts(const std::vector<Stmt> &stmts, const Program &p, int indent,
+                       std::string &out);
+
+static void printStmt(const Stmt &s, const Program &p, int indent, std::string &out) {
+  std::string pad(indent, ' ');
+  switch (s->kind) {
+  case StmtKind::Block:
+    printStmts(s->body, p, indent, out);
+    return;
+  case StmtKind::For: {
+    const char *kind = s->forKind == ForKind::Parallel    ? " parallel"
+                       : s->forKind == ForKind::Vectorize ? " vectorized"
+                                                          : "";
+    out += fmt::format("{}for {} in 0..{}{} {{\n", pad, s->name, print(s->value, &p), kind);
+    printStmts(s->body, p, indent + 2, out);
+    out += pad + "}\n";
+    return;
+  }
+  case StmtKind::Let:
+    out += fmt::format("{}let {}: {} = {}\n", pad, s->name, elemName(s->type), print(s->value, &p));
+    return;
+  case StmtKind::Local:
+    out += fmt::format("{}var {}: {} = {}\n", pad, s->name, elemName(s->type), print(s->value, &p));
+    return;
+  case StmtKind::Assign:
+    out += fmt::format("{}{} = {}\n", pad, s->name, print(s->value, &p));
+    return;
+  case StmtKind::Store:
+    out += fmt::format("{}{}[{}] = {}\n", pad, p.buffers[s->buffer].name, print(s->index, &p),
+                       print(s->value, &p));
+    return;
+  case StmtKind::If:
+    out += fmt::format("{}if {} {{\n", pad, print(s->value, &p));
+    printStmts(s->body, p, indent + 2, out);
+    if (!s->elseBody.empty()) {
+      out += pad + "} else {\n";
+      printStmts(s->elseBody, p, indent + 2, out);
+    }
+    out += pad + "}\n";
+    return;
+  }
+}
+
+static void printStmts(const std::vector<Stmt> &stmts, const Program &p, int indent,
+                       std::string &out) {
+  for (const Stmt &s : stmts)
+    printStmt(s, p, indent, out);
+}
+
+std::string print(const Program &p) {
+  std::string out = fmt::format("kernel @{}\n", p.name);
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const Buffer &b = p.buffers[i];
+    const char *role = b.role == BufferRole::Input    ? "input"
+                       : b.role == BufferRole::Output ? "output"
+                                                      : "temp";
+    out += fmt::format("  {} {}: {}[{}]", role, b.name, elemName(b.elem), print(b.numElements, &p));
+    if (b.role == BufferRole::Temp)
+      out += fmt::format(" at workspace+{}", print(b.workspaceOffset, &p));
+    out += "\n";
+  }
+  for (size_t i = 0; i < p.scalarParams.size(); ++i)
+    out += fmt::format("  scalar scalars[{}]: {}\n", i, elemName(p.scalarParams[i]));
+  if (p.numDimParams)
+    out += fmt::format("  runtime dims: {}\n", p.numDimParams);
+  out += "{\n";
+  printStmts(p.body, p, 2, out);
+  out += "}\n";
+  return out;
+}
+
+int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
+  switch (e->kind) {
+  case ExprKind::IntConst:
+    return e->intValue;
+  case ExprKind::DimParam:
+    return dims[e->intValue];
+  case ExprKind::ScalarParam: {
+    int64_t v;
+    std::memcpy(&v, &scalars[e->intValue], 8);
+    return v;
+  }
+  case ExprKind::Binary: {
+    int64_t a = evaluate(e->args[0], dims, scalars), b = evaluate(e->args[1], dims, scalars);
+    switch (e->op) {
+    case OpKind::AddI: return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+    case OpKind::SubI: return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+    case OpKind::MulI: return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+    case OpKind::DivSI:
+      if (b == 0)
+        throw Error("error: division by zero in a shape computation");
+      return a / b;
+    case OpKind::RemSI:
+      if (b == 0)
+        throw Error("error: division by zero in a shape computation");
+      return a % b;
+    case OpKind::MaxSI: return std::max(a, b);
+    case OpKind::MinSI: return std::min(a, b);
+    default: break;
+    }
+    break;
+  }
+  case ExprKind::Cast:
+    if (e->op == OpKind::IndexCast || e->op == OpKind::ExtSI)
+      return evaluate(e->args[0], dims, scalars);
+    break;
+  default:
+    break;
+  }
+  internalError("cannot evaluate a shape expression on the host: " + print(e));
+}
+
+} // namespace frank::loops

@@ -1,0 +1,117 @@
+// The loop IR: loop nests over flat buffers, in the spirit of Halide's Stmt.
+//
+// Semantics:
+// - A kernel reads input buffers, writes output buffers and uses temporaries carved from one
+//   workspace. Buffers are flat arrays of one element type; an index is an element offset.
+// - Expressions are pure trees. Integer expressions are 64-bit for indices and wrap on
+//   overflow; the arithmetic ops reuse the tensor IR's OpKind with the same meaning.
+// - `Let` binds an immutable name for the rest of its enclosing block. `Local` declares a
+//   mutable scalar (a reduction accumulator) that `Assign` updates.
+// - `For` runs its body for var = 0 .. extent-1 in order. A `Vectorize` hint marks the innermost
+//   loop the vectorizer should take; `Parallel` marks a loop whose iterations are independent.
+// - A `Binary` node with `reassoc` may be reassociated with others of its kind (reduction
+//   accumulation only); all other float arithmetic is evaluated as written.
+// - `DimParam` and `ScalarParam` read the kernel's runtime arguments: the dims of the inputs
+//   (generic mode) and the scalar arguments (f32 eps, or unspecialized integers).
+#pragma once
+
+#include "ir/IR.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace frank::loops {
+
+enum class ExprKind : uint8_t {
+  IntConst, FloatConst, Var, DimParam, ScalarParam, Unary, Binary, Cmp, Select, Cast, Load
+};
+
+struct ExprNode;
+using Expr = std::shared_ptr<const ExprNode>;
+
+struct ExprNode {
+  ExprNode(ExprKind k, ElemKind t) : kind(k), type(t) {}
+  ExprKind kind;
+  ElemKind type;      // result type; Index for addresses and loop variables
+  int64_t intValue = 0; // IntConst; param number for DimParam/ScalarParam; buffer for Load
+  double floatValue = 0;
+  std::string name;   // Var; predicate for Cmp
+  OpKind op = OpKind::AddI; // Unary, Binary, Cast
+  bool reassoc = false;
+  std::vector<Expr> args; // operands; Load: {index}
+};
+
+Expr intConst(int64_t v, ElemKind type = ElemKind::Index);
+Expr floatConst(double v, ElemKind type);
+Expr var(const std::string &name, ElemKind type);
+Expr dimParam(int index);
+Expr scalarParam(int index, ElemKind type);
+Expr unary(OpKind op, Expr a);
+Expr binary(OpKind op, Expr a, Expr b, bool reassoc = false);
+Expr cmp(const std::string &pred, Expr a, Expr b);
+Expr select(Expr c, Expr a, Expr b);
+Expr cast(OpKind op, Expr a, ElemKind to);
+Expr load(int buffer, Expr index, ElemKind type);
+
+/// Index arithmetic that folds constants (0 + x, 1 * x, c1 * c2).
+Expr add(Expr a, Expr b);
+Expr mul(Expr a, Expr b);
+std::optional<int64_t> asConstant(const Expr &e);
+
+enum class StmtKind : uint8_t { Block, For, Let, Local, Assign, Store, If };
+enum class ForKind : uint8_t { Serial, Parallel, Vectorize };
+
+struct StmtNode;
+using Stmt = std::shared_ptr<StmtNode>;
+
+struct StmtNode {
+  explicit StmtNode(StmtKind k, std::string n = {}, ElemKind t = ElemKind::Index)
+      : kind(k), name(std::move(n)), type(t) {}
+  StmtKind kind;
+  std::string name;  // For: loop var; Let/Local/Assign: the variable
+  ElemKind type = ElemKind::Index;
+  ForKind forKind = ForKind::Serial;
+  Expr value;        // Let/Local/Assign/Store value; For extent; If condition
+  Expr index;        // Store
+  int buffer = -1;   // Store
+  std::vector<Stmt> body;     // Block, For, If-then
+  std::vector<Stmt> elseBody; // If
+};
+
+Stmt block(std::vector<Stmt> body);
+Stmt forLoop(const std::string &var, Expr extent, ForKind kind, std::vector<Stmt> body);
+Stmt let(const std::string &name, Expr value);
+Stmt local(const std::string &name, Expr init);
+Stmt assign(const std::string &name, Expr value);
+Stmt store(int buffer, Expr index, Expr value);
+
+enum class BufferRole : uint8_t { Input, Output, Temp };
+
+struct Buffer {
+  std::string name;
+  ElemKind elem;
+  BufferRole role;
+  int slot = 0;            // Input/Output: position among inputs/outputs
+  Expr numElements;        // Temp: size; inputs and outputs: for information
+  Expr workspaceOffset;    // Temp: byte offset in the workspace
+};
+
+/// One kernel: its buffers, runtime parameters and body.
+struct Program {
+  std::string name;
+  std::vector<Buffer> buffers;
+  int numDimParams = 0;
+  std::vector<ElemKind> scalarParams; // one slot per scalar argument
+  std::vector<Stmt> body;
+  Expr workspaceBytes;                // total workspace size
+};
+
+std::string print(const Expr &e, const Program *program = nullptr);
+std::string print(const Program &program);
+
+/// Evaluates an integer expression of constants and params (the host uses it for output shapes
+/// and workspace sizes). Throws if the expression reads anything else.
+int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars);
+
+} // namespace frank::loops

@@ -1,0 +1,36 @@
+// \file Lowers a flat tensor-IR function (calls and dispatch regions inlined) to a loop-IR
+// kernel: a buffer plan, then one loop nest per tensor op.
+//
+// Buffer plan: inputs are the tensor arguments; a fill or generic writes in place into its
+// `outs` tensor when that tensor has no other use and is not an argument, so a chain
+// empty -> fill -> generic shares one buffer; the chain of a returned value lives in the output
+// buffer. Everything else is a temporary in the workspace.
+//
+// Specialized mode (all shapes static) marks reduction accumulation `reassoc` and the innermost
+// loops for vectorization; generic mode keeps the source's evaluation order.
+#pragma once
+
+#include "Signature.h"
+#include "loops/LoopIR.h"
+
+namespace frank {
+
+struct LoweredKernel {
+  loops::Program program;
+  std::vector<std::vector<loops::Expr>> outputShapes; // per function result
+  std::vector<ElemKind> outputTypes;
+  /// (arg, dim) each DimParam reads, and the argument each scalar slot carries.
+  std::vector<std::pair<int, int>> dimParamSources;
+  std::vector<int> scalarParamArgs;
+  std::vector<int> inputArgs; // the argument behind each input buffer slot
+  /// Extents that must agree at run time (generic mode; specialization checked the rest).
+  struct Constraint {
+    loops::Expr a, b;
+    std::string message;
+  };
+  std::vector<Constraint> constraints;
+};
+
+LoweredKernel lowerToLoops(const FuncOp &fn, Mode mode, const std::string &kernelName);
+
+} // namespace frank

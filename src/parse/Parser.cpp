@@ -1,0 +1,1204 @@
+// The recursive-descent parser: MLIR custom assembly forms of the subset's ops.
+#include "parse/Parser.h"
+#include "ir/Ops.h"
+#include "parse/Lexer.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace frank {
+namespace {
+
+constexpr int kMaxNesting = 256;
+
+class Parser {
+public:
+  explicit Parser(std::shared_ptr<const SourceFile> file) : lex_(file) { cur_ = lex_.next(); }
+
+  std::unique_ptr<ModuleOp> parseTopLevel();
+
+private:
+  // Token helpers.
+  Token take() {
+    Token t = cur_;
+    cur_ = lex_.next();
+    return t;
+  }
+  bool at(Tok kind) const { return cur_.kind == kind; }
+  bool atKeyword(std::string_view word) const { return at(Tok::BareId) && cur_.text == word; }
+  bool consumeIf(Tok kind) {
+    if (!at(kind))
+      return false;
+    take();
+    return true;
+  }
+  bool consumeKeyword(std::string_view word) {
+    if (!atKeyword(word))
+      return false;
+    take();
+    return true;
+  }
+  Token expect(Tok kind, std::string_view context) {
+    if (!at(kind))
+      failAt(cur_, fmt::format("expected {} {}, found {}", tokName(kind), context, describe(cur_)));
+    return take();
+  }
+  void expectKeyword(std::string_view word, std::string_view context) {
+    if (!consumeKeyword(word))
+      failAt(cur_, fmt::format("expected '{}' {}, found {}", word, context, describe(cur_)));
+  }
+  static std::string describe(const Token &t) {
+    if (t.kind == Tok::Eof)
+      return "end of file";
+    return fmt::format("'{}{}'", prefixOf(t.kind), t.text);
+  }
+  static const char *prefixOf(Tok kind) {
+    switch (kind) {
+    case Tok::PercentId: return "%";
+    case Tok::AtId: return "@";
+    case Tok::CaretId: return "^";
+    case Tok::HashId: return "#";
+    case Tok::BangId: return "!";
+    default: return "";
+    }
+  }
+  Location loc(const Token &t) const { return lex_.locationOf(t); }
+  [[noreturn]] void failAt(const Token &t, const std::string &message) { fail(loc(t), message); }
+  void skipLoc() {
+    if (!atKeyword("loc"))
+      return;
+    take();
+    expect(Tok::LParen, "after 'loc'");
+    int depth = 1;
+    while (depth > 0) {
+      if (at(Tok::Eof))
+        failAt(cur_, "unterminated 'loc(' location");
+      if (at(Tok::LParen))
+        ++depth;
+      if (at(Tok::RParen))
+        --depth;
+      take();
+    }
+  }
+
+  // Types and attributes.
+  Type parseType();
+  Type parseTensorType(const Token &start);
+  std::vector<Type> parseTypeList(); // T or (T, T) after '->'
+  AffineMap parseAffineMap();
+  AffineMap parseMapAttr();
+  Literal parseLiteral(const Type &type, const Token &at);
+  Literal parseNumber(const Type &type);
+  DenseAttr parseDense(const Token &start);
+  void parseDenseElements(std::vector<Token> &tokens);
+
+  // Values and scopes.
+  Value *parseOperand();
+  Value *parseOperandOfType(const Type &type);
+  void define(const std::string &name, Value *value, const Token &at);
+  Value *lookupValue(const Token &t);
+  void pushScope() { scopes_.emplace_back(); }
+  void popScope() { scopes_.pop_back(); }
+
+  // Structure.
+  std::unique_ptr<FuncOp> parseFunction();
+  void parseBlockBody(Block &block, Tok end);
+  void parseRegion(Op &op, bool withHeader, const std::vector<Type> *expectedArgs);
+  void parseOp(Block &block);
+  void parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes);
+  void parseGenericAttrs(Op &op);
+  void parseOperandsWithTypes(Op &op, std::string_view keyword);
+  void parseTerminatorOperands(Op &op);
+
+  Lexer lex_;
+  Token cur_;
+  std::map<std::string, Type> typeAliases_;
+  std::map<std::string, Attribute> attrAliases_;
+  std::vector<std::map<std::string, Value *>> scopes_;
+  std::map<std::string, size_t> packSizes_; // visible pack names -> result count
+  int depth_ = 0;
+};
+
+// ---- Types -------------------------------------------------------------------------------
+
+bool scalarKindFromName(std::string_view name, ElemKind &kind) {
+  static const std::pair<const char *, ElemKind> table[] = {
+      {"f16", ElemKind::F16}, {"bf16", ElemKind::BF16}, {"f32", ElemKind::F32},
+      {"f64", ElemKind::F64}, {"i1", ElemKind::I1},     {"i8", ElemKind::I8},
+      {"i16", ElemKind::I16}, {"i32", ElemKind::I32},   {"i64", ElemKind::I64},
+      {"index", ElemKind::Index}};
+  for (auto &[n, k] : table)
+    if (name == n) {
+      kind = k;
+      return true;
+    }
+  return false;
+}
+
+Type Parser::parseType() {
+  Token t = cur_;
+  if (at(Tok::BangId)) {
+    take();
+    std::string name(t.text);
+    auto alias = typeAliases_.find(name);
+    if (alias != typeAliases_.end())
+      return alias->second;
+    if (name == "util.list") {
+      expect(Tok::Less, "in '!util.list<?>'");
+      expect(Tok::Question, "in '!util.list<?>'");
+      expect(Tok::Greater, "in '!util.list<?>'");
+      return Type::opaque("!util.list<?>");
+    }
+    if (name == "hal.buffer_view" || name == "hal.buffer" || name == "hal.device" ||
+        name == "hal.allocator")
+      return Type::opaque("!" + name);
+    failAt(t, fmt::format("unknown type alias '!{}'", name));
+  }
+  if (!at(Tok::BareId))
+    failAt(t, fmt::format("expected a type, found {}", describe(t)));
+  take();
+  ElemKind kind;
+  if (scalarKindFromName(t.text, kind))
+    return Type::scalar(kind);
+  if (t.text == "tensor")
+    return parseTensorType(t);
+  failAt(t, fmt::format("unsupported type '{}'", t.text));
+}
+
+Type Parser::parseTensorType(const Token &start) {
+  if (!at(Tok::Less))
+    failAt(cur_, "expected '<' after 'tensor'");
+  // The lexer stands just after '<'. Dims have no separators of their own, so scan them raw.
+  std::vector<int64_t> dims = lex_.scanDims();
+  cur_ = lex_.next();
+  if (at(Tok::Star))
+    failAt(cur_, "unsupported type: unranked tensors");
+  Token elemTok = cur_;
+  Type elem = parseType();
+  if (!elem.isScalar())
+    failAt(elemTok, fmt::format("tensor element type must be a scalar type, found '{}'", elem.str()));
+  if (at(Tok::Comma))
+    failAt(cur_, "unsupported tensor encoding");
+  expect(Tok::Greater, "to close the tensor type");
+  if (dims.size() > 8)
+    failAt(start, "unsupported tensor rank: at most 8 dims");
+  return Type::tensor(elem.elem, std::move(dims));
+}
+
+std::vector<Type> Parser::parseTypeList() {
+  std::vector<Type> types;
+  if (consumeIf(Tok::LParen)) {
+    if (consumeIf(Tok::RParen))
+      return types;
+    do {
+      types.push_back(parseType());
+      skipLoc();
+    } while (consumeIf(Tok::Comma));
+    expect(Tok::RParen, "to close the type list");
+    return types;
+  }
+  types.push_back(parseType());
+  return types;
+}
+
+// ---- Attributes --------------------------------------------------------------------------
+
+AffineMap Parser::parseAffineMap() {
+  // affine_map<(d0, d1) -> (d1, 0)>
+  expect(Tok::Less, "after 'affine_map'");
+  expect(Tok::LParen, "to open the affine map's dims");
+  std::vector<std::string> names;
+  if (!at(Tok::RParen)) {
+    do {
+      Token d = expect(Tok::BareId, "as an affine map dim");
+      for (auto &n : names)
+        if (n == d.text)
+          failAt(d, fmt::format("affine map dim '{}' is declared twice", d.text));
+      names.emplace_back(d.text);
+    } while (consumeIf(Tok::Comma));
+  }
+  expect(Tok::RParen, "to close the affine map's dims");
+  if (at(Tok::LSquare))
+    failAt(cur_, "unsupported affine map: symbols");
+  expect(Tok::Arrow, "in the affine map");
+  expect(Tok::LParen, "to open the affine map's results");
+  AffineMap map;
+  map.numDims = static_cast<int>(names.size());
+  if (!at(Tok::RParen)) {
+    do {
+      Token r = cur_;
+      AffineResult result;
+      if (at(Tok::Integer)) {
+        take();
+        result.isConstant = true;
+        result.value = std::stoll(std::string(r.text));
+      } else if (at(Tok::Minus)) {
+        failAt(r, "unsupported affine expression: negative constants");
+      } else {
+        Token d = expect(Tok::BareId, "as an affine map result");
+        auto it = std::find(names.begin(), names.end(), d.text);
+        if (it == names.end())
+          failAt(d, fmt::format("use of undeclared affine map dim '{}'", d.text));
+        result.value = it - names.begin();
+      }
+      if (at(Tok::Plus) || at(Tok::Minus) || at(Tok::Star) || atKeyword("floordiv") ||
+          atKeyword("ceildiv") || atKeyword("mod"))
+        failAt(cur_, fmt::format("unsupported affine expression: operator '{}'", cur_.text));
+      map.results.push_back(result);
+    } while (consumeIf(Tok::Comma));
+  }
+  expect(Tok::RParen, "to close the affine map's results");
+  expect(Tok::Greater, "to close 'affine_map<'");
+  return map;
+}
+
+AffineMap Parser::parseMapAttr() {
+  Token t = cur_;
+  if (consumeIf(Tok::HashId)) {
+    auto it = attrAliases_.find(std::string(t.text));
+    if (it == attrAliases_.end())
+      failAt(t, fmt::format("undefined attribute alias '#{}'", t.text));
+    if (!std::holds_alternative<AffineMap>(it->second.value))
+      failAt(t, fmt::format("attribute alias '#{}' is not an affine map", t.text));
+    return it->second.map();
+  }
+  if (consumeKeyword("affine_map"))
+    return parseAffineMap();
+  failAt(t, fmt::format("expected an affine map, found {}", describe(t)));
+}
+
+// Hex float literals are bit patterns, as in MLIR: 0xFF800000 : f32 is -inf.
+static double floatFromBits(const Token &tok, const Type &type, const Location &loc) {
+  std::string_view digits = tok.text.substr(2);
+  size_t want = type.elem == ElemKind::F64 ? 16 : type.elem == ElemKind::F32 ? 8 : 4;
+  if (digits.size() != want)
+    fail(loc, fmt::format("hexadecimal float literal for {} needs {} hex digits, found {}",
+                          elemName(type.elem), want, digits.size()));
+  uint64_t bits = std::stoull(std::string(digits), nullptr, 16);
+  if (type.elem == ElemKind::F64) {
+    double d;
+    std::memcpy(&d, &bits, 8);
+    return d;
+  }
+  if (type.elem == ElemKind::F32) {
+    uint32_t b = static_cast<uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  // f16 / bf16: widen the half bit pattern to f32 through its fields.
+  uint32_t h = static_cast<uint32_t>(bits), f32bits;
+  if (type.elem == ElemKind::BF16) {
+    f32bits = h << 16;
+  } else {
+    uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (exp == 0x1f)
+      f32bits = (sign << 31) | 0x7f800000 | (mant << 13);
+    else if (exp == 0) {
+      float v = std::ldexp(static_cast<float>(mant), -24);
+      return sign ? -v : v;
+    } else
+      f32bits = (sign << 31) | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &f32bits, 4);
+  return f;
+}
+
+Literal Parser::parseNumber(const Type &type) {
+  bool negative = consumeIf(Tok::Minus);
+  Token t = cur_;
+  Literal lit;
+  if (at(Tok::Float)) {
+    take();
+    if (!type.isFloat())
+      failAt(t, fmt::format("float literal '{}' for non-float type '{}'", t.text, type.str()));
+    lit.kind = Literal::Kind::Float;
+    lit.f = std::strtod(std::string(t.text).c_str(), nullptr);
+    if (negative)
+      lit.f = -lit.f;
+    return lit;
+  }
+  if (!at(Tok::Integer))
+    failAt(t, fmt::format("expected a number, found {}", describe(t)));
+  take();
+  bool hex = t.text.size() > 2 && (t.text[1] == 'x' || t.text[1] == 'X');
+  if (type.isFloat()) {
+    lit.kind = Literal::Kind::Float;
+    if (hex) {
+      if (negative)
+        failAt(t, "a hexadecimal float literal cannot be negated");
+      lit.f = floatFromBits(t, type, loc(t));
+    } else {
+      lit.f = std::strtod(std::string(t.text).c_str(), nullptr);
+      if (negative)
+        lit.f = -lit.f;
+    }
+    return lit;
+  }
+  lit.kind = Literal::Kind::Int;
+  uint64_t magnitude = 0;
+  auto [ptr, ec] = std::from_chars(t.text.data() + (hex ? 2 : 0), t.text.data() + t.text.size(),
+                                   magnitude, hex ? 16 : 10);
+  if (ec != std::errc())
+    failAt(t, fmt::format("integer literal '{}' is out of range", t.text));
+  lit.i = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  int bits = elemBits(type.elem);
+  if (bits < 64) {
+    int64_t lo = type.elem == ElemKind::I1 ? 0 : -(int64_t{1} << (bits - 1));
+    int64_t hi = (int64_t{1} << bits) - 1; // accept unsigned spellings too
+    if (lit.i < lo || lit.i > hi)
+      failAt(t, fmt::format("integer literal '{}{}' does not fit in {}", negative ? "-" : "",
+                            t.text, type.str()));
+  }
+  return lit;
+}
+
+Literal Parser::parseLiteral(const Type &type, const Token &at) {
+  if (atKeyword("true") || atKeyword("false")) {
+    Token t = take();
+    if (type.elem != ElemKind::I1)
+      failAt(t, fmt::format("boolean literal for type '{}'", type.str()));
+    return {Literal::Kind::Bool, t.text == "true" ? 1 : 0, 0};
+  }
+  return parseNumber(type);
+}
+
+void Parser::parseDenseElements(std::vector<Token> &tokens) {
+  if (consumeIf(Tok::LSquare)) {
+    if (!at(Tok::RSquare)) {
+      do
+        parseDenseElements(tokens);
+      while (consumeIf(Tok::Comma));
+    }
+    expect(Tok::RSquare, "to close the dense list");
+    return;
+  }
+  if (at(Tok::String))
+    failAt(cur_, "unsupported dense literal: hexadecimal string blobs");
+  if (at(Tok::Minus)) {
+    tokens.push_back(take());
+  }
+  if (!(at(Tok::Integer) || at(Tok::Float) || atKeyword("true") || atKeyword("false")))
+    failAt(cur_, fmt::format("expected a dense element, found {}", describe(cur_)));
+  tokens.push_back(take());
+}
+
+DenseAttr Parser::parseDense(const Token &start) {
+  // Elements are kept as tokens until the type after ':' is known.
+  expect(Tok::Less, "after 'dense'");
+  std::vector<Token> tokens;
+  parseDenseElements(tokens);
+  expect(Tok::Greater, "to close 'dense<'");
+  expect(Tok::Colon, "before the dense literal's type");
+  Token typeTok = cur_;
+  Type type = parseType();
+  if (!type.isTensor() || !type.hasStaticShape())
+    failAt(typeTok, "a dense literal needs a static tensor type");
+  DenseAttr dense;
+  Type elem = Type::scalar(type.elem);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    bool negative = tokens[i].kind == Tok::Minus;
+    if (negative)
+      ++i;
+    // Re-parse each element token against the element type.
+    Token saved = cur_;
+    lex_.rewindTo(tokens[i]);
+    cur_ = lex_.next();
+    Literal lit = parseLiteral(elem, tokens[i]);
+    if (negative) {
+      lit.f = -lit.f;
+      lit.i = -lit.i;
+    }
+    dense.values.push_back(lit);
+    lex_.rewindTo(saved);
+    cur_ = lex_.next();
+  }
+  int64_t numel = 1;
+  for (int64_t d : type.shape)
+    numel *= d;
+  if (dense.values.size() != 1 && static_cast<int64_t>(dense.values.size()) != numel)
+    failAt(start, fmt::format("dense literal has {} elements but its type {} has {}",
+                              dense.values.size(), type.str(), numel));
+  return dense;
+}
+
+// ---- Values ------------------------------------------------------------------------------
+
+void Parser::define(const std::string &name, Value *value, const Token &at) {
+  for (auto &scope : scopes_)
+    if (scope.count(name))
+      failAt(at, fmt::format("redefinition of SSA value '%{}'", name));
+  scopes_.back()[name] = value;
+  value->name = name;
+}
+
+Value *Parser::lookupValue(const Token &t) {
+  std::string name(t.text);
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+    auto found = it->find(name);
+    if (found != it->end()) {
+      if (!found->second)
+        failAt(t, fmt::format("'%{}' names {} results; use '%{}#0' to '%{}#{}'", name,
+                              packSizes_[name], name, name, packSizes_[name] - 1));
+      return found->second;
+    }
+  }
+  size_t hash = name.find('#');
+  if (hash != std::string::npos) {
+    std::string base = name.substr(0, hash);
+    for (auto &scope : scopes_) {
+      auto found = scope.find(base);
+      if (found != scope.end()) {
+        if (found->second)
+          failAt(t, fmt::format("'%{}' is a single value; '#' selects results of a pack", base));
+        failAt(t, fmt::format("result number {} is out of range: '%{}' has {} results",
+                              name.substr(hash + 1), base, packSizes_[base]));
+      }
+    }
+  }
+  failAt(t, fmt::format("use of undefined value '%{}'", name));
+}
+
+Value *Parser::parseOperand() { return lookupValue(expect(Tok::PercentId, "as an operand")); }
+
+Value *Parser::parseOperandOfType(const Type &type) {
+  Token t = cur_;
+  Value *v = parseOperand();
+  if (v->type != type)
+    failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
+                          type.str()));
+  return v;
+}
+
+// ---- Structure ---------------------------------------------------------------------------
+
+std::unique_ptr<ModuleOp> Parser::parseTopLevel() {
+  auto module = std::make_unique<ModuleOp>();
+  module->loc = loc(cur_);
+  bool sawModule = false, sawBareFunction = false;
+  while (!at(Tok::Eof)) {
+    Token t = cur_;
+    if (at(Tok::HashId)) {
+      take();
+      std::string name(t.text);
+      if (attrAliases_.count(name))
+        failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
+      expect(Tok::Equal, "after the attribute alias name");
+      if (atKeyword("loc")) {
+        skipLoc();
+        continue;
+      }
+      expectKeyword("affine_map", "(only affine map aliases are supported)");
+      attrAliases_[name] = Attribute{parseAffineMap()};
+      continue;
+    }
+    if (at(Tok::BangId)) {
+      take();
+      std::string name(t.text);
+      if (typeAliases_.count(name))
+        failAt(t, fmt::format("redefinition of type alias '!{}'", name));
+      expect(Tok::Equal, "after the type alias name");
+      typeAliases_[name] = parseType();
+      continue;
+    }
+    if (atKeyword("module")) {
+      if (sawModule || sawBareFunction)
+        failAt(t, "a file holds one module, or functions outside any module, not both");
+      sawModule = true;
+      take();
+      module->loc = loc(t);
+      if (at(Tok::AtId))
+        module->name = std::string(take().text);
+      if (atKeyword("attributes"))
+        failAt(cur_, "unsupported module attributes");
+      expect(Tok::LBrace, "to open the module body");
+      while (!at(Tok::RBrace)) {
+        if (at(Tok::Eof))
+          failAt(cur_, "expected '}' to close the module body, found end of file");
+        if (atKeyword("module"))
+          failAt(cur_, "unsupported nested module");
+        if (!atKeyword("util.func") && !atKeyword("func.func"))
+          failAt(cur_, fmt::format("expected a function in the module body, found {}",
+                                   describe(cur_)));
+        module->functions.push_back(parseFunction());
+      }
+      take();
+      skipLoc();
+      continue;
+    }
+    if (atKeyword("util.func") || atKeyword("func.func")) {
+      if (sawModule)
+        failAt(t, "a file holds one module, or functions outside any module, not both");
+      sawBareFunction = true;
+      module->functions.push_back(parseFunction());
+      continue;
+    }
+    failAt(t, fmt::format("expected a module, a function or an alias, found {}", describe(t)));
+  }
+  std::set<std::string> names;
+  for (auto &f : module->functions)
+    if (!names.insert(f->name).second)
+      fail(f->loc, fmt::format("redefinition of function '@{}'", f->name));
+  return module;
+}
+
+std::unique_ptr<FuncOp> Parser::parseFunction() {
+  Token kw = take();
+  auto fn = std::make_unique<FuncOp>();
+  fn->loc = loc(kw);
+  if (consumeKeyword("private"))
+    fn->isPublic = false;
+  else
+    consumeKeyword("public");
+  Token nameTok = expect(Tok::AtId, "as the function name");
+  fn->name = std::string(nameTok.text);
+  fn->loc = loc(nameTok);
+  expect(Tok::LParen, "to open the argument list");
+  pushScope();
+  auto body = std::make_unique<Block>();
+  bool named = at(Tok::PercentId);
+  if (!at(Tok::RParen)) {
+    do {
+      if (named) {
+        Token argTok = expect(Tok::PercentId, "as an argument name");
+        expect(Tok::Colon, "after the argument name");
+        Type type = parseType();
+        if (at(Tok::LBrace))
+          failAt(cur_, "unsupported argument attributes");
+        skipLoc();
+        Value *arg = body->addArgument(type, {}, loc(argTok));
+        define(std::string(argTok.text), arg, argTok);
+        fn->argTypes.push_back(type);
+      } else {
+        if (at(Tok::PercentId))
+          failAt(cur_, "mixing named and unnamed arguments");
+        fn->argTypes.push_back(parseType());
+        if (at(Tok::LBrace))
+          failAt(cur_, "unsupported argument attributes");
+        skipLoc();
+      }
+    } while (consumeIf(Tok::Comma));
+  }
+  expect(Tok::RParen, "to close the argument list");
+  if (consumeIf(Tok::Arrow))
+    fn->resultTypes = parseTypeList();
+  if (atKeyword("attributes"))
+    failAt(cur_, "unsupported function attributes");
+  if (at(Tok::LBrace)) {
+    if (!named && !fn->argTypes.empty())
+      failAt(cur_, "a function with a body needs named arguments ('%name: type')");
+    take();
+    fn->body = std::move(body);
+    parseBlockBody(*fn->body, Tok::RBrace);
+    take();
+  } else if (named) {
+    failAt(cur_, fmt::format("expected '{{' to open the body of '@{}', found {}", fn->name,
+                             describe(cur_)));
+  } else if (fn->isPublic) {
+    failAt(nameTok, fmt::format("external declaration '@{}' must be private", fn->name));
+  }
+  skipLoc();
+  popScope();
+  packSizes_.clear();
+  return fn;
+}
+
+void Parser::parseBlockBody(Block &block, Tok end) {
+  while (!at(end)) {
+    if (at(Tok::Eof))
+      failAt(cur_, fmt::format("expected {} to close the block, found end of file", tokName(end)));
+    if (at(Tok::CaretId))
+      failAt(cur_, "unsupported: regions with more than one block");
+    parseOp(block);
+  }
+}
+
+void Parser::parseRegion(Op &op, bool withHeader, const std::vector<Type> *expectedArgs) {
+  if (++depth_ > kMaxNesting)
+    failAt(cur_, fmt::format("nesting too deep (more than {} levels)", kMaxNesting));
+  Token open = expect(Tok::LBrace, "to open the region");
+  Block *block = op.addRegion();
+  pushScope();
+  if (withHeader) {
+    if (!at(Tok::CaretId))
+      failAt(cur_, fmt::format("expected a block header '^bb0(...):' in '{}', found {}",
+                               op.name(), describe(cur_)));
+    take();
+    expect(Tok::LParen, "to open the block arguments");
+    if (!at(Tok::RParen)) {
+      do {
+        Token argTok = expect(Tok::PercentId, "as a block argument");
+        expect(Tok::Colon, "after the block argument name");
+        Type type = parseType();
+        skipLoc();
+        Value *arg = block->addArgument(type, {}, loc(argTok));
+        define(std::string(argTok.text), arg, argTok);
+      } while (consumeIf(Tok::Comma));
+    }
+    expect(Tok::RParen, "to close the block arguments");
+    expect(Tok::Colon, "after the block header");
+    if (expectedArgs) {
+      if (block->arguments.size() != expectedArgs->size())
+        failAt(open, fmt::format("'{}' region needs {} block arguments (one per operand), found {}",
+                                 op.name(), expectedArgs->size(), block->arguments.size()));
+      for (size_t i = 0; i < expectedArgs->size(); ++i)
+        if (block->arguments[i]->type != (*expectedArgs)[i])
+          fail(block->arguments[i]->loc,
+               fmt::format("block argument #{} has type '{}' but operand #{} has element type '{}'",
+                           i, block->arguments[i]->type.str(), i, (*expectedArgs)[i].str()));
+    }
+  }
+  parseBlockBody(*block, Tok::RBrace);
+  take();
+  popScope();
+  --depth_;
+}
+
+void Parser::parseOp(Block &block) {
+  Token first = cur_;
+  std::vector<Token> names;
+  std::vector<size_t> packCounts;
+  if (at(Tok::PercentId)) {
+    do {
+      Token n = expect(Tok::PercentId, "as a result name");
+      if (n.text.find('#') != std::string_view::npos)
+        failAt(n, "a result name cannot have a '#N' suffix");
+      size_t count = 1;
+      if (consumeIf(Tok::Colon)) {
+        Token c = expect(Tok::Integer, "as the result count");
+        count = std::stoul(std::string(c.text));
+        if (count == 0)
+          failAt(c, "a result pack needs at least one result");
+      } else {
+        count = 0; // a single name
+      }
+      names.push_back(n);
+      packCounts.push_back(count);
+    } while (consumeIf(Tok::Comma));
+    expect(Tok::Equal, "after the result names");
+  }
+  Token nameTok = cur_;
+  if (at(Tok::String))
+    failAt(nameTok, "unsupported generic op syntax (quoted op name)");
+  expect(Tok::BareId, "as an op name");
+  std::string_view name = nameTok.text;
+  if (name == "func.return" || name == "return")
+    name = "util.return";
+  else if (name == "func.call" || name == "call")
+    name = "util.call";
+  OpKind kind;
+  if (!lookupOpKind(name, kind))
+    failAt(nameTok, fmt::format("unsupported op '{}'", nameTok.text));
+  auto op = std::make_unique<Op>(kind, loc(names.empty() ? nameTok : first));
+  op->parentBlock = &block;
+  std::vector<Type> resultTypes;
+  parseOpBody(*op, nameTok, resultTypes);
+  size_t wanted = 0;
+  for (size_t c : packCounts)
+    wanted += c == 0 ? 1 : c;
+  if (wanted != resultTypes.size())
+    failAt(names.empty() ? nameTok : names.front(),
+           fmt::format("'{}' has {} result{} but {} name{} given", nameTok.text,
+                       resultTypes.size(), resultTypes.size() == 1 ? "" : "s", wanted,
+                       wanted == 1 ? " is" : "s are"));
+  for (const Type &t : resultTypes)
+    op->addResult(t);
+  size_t next = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string base(names[i].text);
+    if (packCounts[i] == 0) {
+      define(base, op->result(next++), names[i]);
+      continue;
+    }
+    define(base, nullptr, names[i]);
+    scopes_.back()[base] = nullptr;
+    packSizes_[base] = packCounts[i];
+    for (size_t k = 0; k < packCounts[i]; ++k) {
+      Value *v = op->result(next++);
+      scopes_.back()[base + "#" + std::to_string(k)] = v;
+      v->name = base + "_" + std::to_string(k);
+    }
+  }
+  skipLoc();
+  block.ops.push_back(std::move(op));
+}
+
+void Parser::parseOperandsWithTypes(Op &op, std::string_view keyword) {
+  // ins(%a, %b : T1, T2)
+  expectKeyword(keyword, fmt::format("in '{}'", op.name()));
+  expect(Tok::LParen, fmt::format("after '{}'", keyword));
+  std::vector<Token> toks;
+  std::vector<Value *> values;
+  if (!at(Tok::Colon) && !at(Tok::RParen)) {
+    do {
+      toks.push_back(cur_);
+      values.push_back(parseOperand());
+    } while (consumeIf(Tok::Comma));
+  }
+  if (!values.empty()) {
+    expect(Tok::Colon, fmt::format("before the types of '{}'", keyword));
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i)
+        expect(Tok::Comma, "between operand types");
+      Type t = parseType();
+      if (values[i]->type != t)
+        failAt(toks[i], fmt::format("'%{}' has type '{}' but is annotated as '{}'",
+                                    values[i]->name, values[i]->type.str(), t.str()));
+    }
+    if (at(Tok::Comma))
+      failAt(cur_, fmt::format("more types than operands in '{}'", keyword));
+  }
+  expect(Tok::RParen, fmt::format("to close '{}(' (one type per operand)", keyword));
+  for (Value *v : values)
+    op.operands.push_back(v);
+}
+
+void Parser::parseTerminatorOperands(Op &op) {
+  std::vector<Token> toks;
+  if (!at(Tok::PercentId))
+    return;
+  do {
+    toks.push_back(cur_);
+    op.operands.push_back(parseOperand());
+  } while (consumeIf(Tok::Comma));
+  expect(Tok::Colon, fmt::format("before the operand types of '{}'", op.name()));
+  for (size_t i = 0; i < toks.size(); ++i) {
+    if (i)
+      expect(Tok::Comma, fmt::format("between the operand types of '{}'", op.name()));
+    Type t = parseType();
+    if (op.operands[i]->type != t)
+      failAt(toks[i], fmt::format("'%{}' has type '{}' but is annotated as '{}'",
+                                  op.operands[i]->name, op.operands[i]->type.str(), t.str()));
+  }
+  if (at(Tok::Comma))
+    failAt(cur_, fmt::format("more types than operands in '{}'", op.name()));
+}
+
+void Parser::parseGenericAttrs(Op &op) {
+  Token open = expect(Tok::LBrace, "to open the attributes of 'linalg.generic'");
+  bool haveMaps = false, haveIters = false;
+  do {
+    Token key = expect(Tok::BareId, "as an attribute name");
+    expect(Tok::Equal, "after the attribute name");
+    if (key.text == "indexing_maps") {
+      expect(Tok::LSquare, "to open 'indexing_maps'");
+      AttrList maps;
+      if (!at(Tok::RSquare)) {
+        do
+          maps.push_back(Attribute{parseMapAttr()});
+        while (consumeIf(Tok::Comma));
+      }
+      expect(Tok::RSquare, "to close 'indexing_maps'");
+      op.attrs["indexing_maps"] = Attribute{maps};
+      haveMaps = true;
+    } else if (key.text == "iterator_types") {
+      expect(Tok::LSquare, "to open 'iterator_types'");
+      AttrList iters;
+      if (!at(Tok::RSquare)) {
+        do {
+          Token it = cur_;
+          std::string value;
+          if (consumeIf(Tok::String)) {
+            value = std::string(it.text);
+          } else if (at(Tok::HashId) && it.text == "linalg.iterator_type") {
+            take();
+            expect(Tok::Less, "after '#linalg.iterator_type'");
+            value = std::string(expect(Tok::BareId, "as the iterator type").text);
+            expect(Tok::Greater, "to close '#linalg.iterator_type<'");
+          } else {
+            failAt(it, fmt::format("expected \"parallel\" or \"reduction\", found {}", describe(it)));
+          }
+          if (value != "parallel" && value != "reduction")
+            failAt(it, fmt::format("unsupported iterator type '{}'", value));
+          iters.push_back(Attribute{value});
+        } while (consumeIf(Tok::Comma));
+      }
+      expect(Tok::RSquare, "to close 'iterator_types'");
+      op.attrs["iterator_types"] = Attribute{iters};
+      haveIters = true;
+    } else {
+      failAt(key, fmt::format("unsupported attribute '{}' on 'linalg.generic'", key.text));
+    }
+  } while (consumeIf(Tok::Comma));
+  expect(Tok::RBrace, "to close the attributes of 'linalg.generic'");
+  if (!haveMaps)
+    failAt(open, "'linalg.generic' needs 'indexing_maps'");
+  if (!haveIters)
+    failAt(open, "'linalg.generic' needs 'iterator_types'");
+}
+
+static bool isCmpFPredicate(std::string_view p) {
+  static const char *const preds[] = {"false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord",
+                                      "ueq",   "ugt", "uge", "ult", "ule", "une", "uno", "true"};
+  return std::find(std::begin(preds), std::end(preds), p) != std::end(preds);
+}
+static bool isCmpIPredicate(std::string_view p) {
+  static const char *const preds[] = {"eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"};
+  return std::find(std::begin(preds), std::end(preds), p) != std::end(preds);
+}
+
+void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes) {
+  auto colonType = [&] {
+    expect(Tok::Colon, fmt::format("before the type of '{}'", op.name()));
+    return parseType();
+  };
+  auto rejectFastmath = [&] {
+    if (atKeyword("fastmath"))
+      failAt(cur_, "unsupported attribute 'fastmath'");
+  };
+  OpKind kind = op.kind;
+  if (kind == OpKind::ArithConstant) {
+    Token t = cur_;
+    if (consumeKeyword("dense")) {
+      DenseAttr dense = parseDense(t);
+      (void)dense;
+      failAt(t, "unsupported: tensor constants ('arith.constant dense<...>')");
+    }
+    if ((atKeyword("true") || atKeyword("false"))) {
+      Token b = take();
+      Type type = Type::scalar(ElemKind::I1);
+      if (consumeIf(Tok::Colon)) {
+        Token typeTok = cur_;
+        type = parseType();
+        if (type != Type::scalar(ElemKind::I1))
+          failAt(typeTok, fmt::format("boolean literal for type '{}'", type.str()));
+      }
+      op.attrs["value"] = Attribute{Literal{Literal::Kind::Bool, b.text == "true" ? 1 : 0, 0}};
+      resultTypes.push_back(type);
+      return;
+    }
+    // The type comes after the literal: read ahead, then come back.
+    Token litStart = cur_;
+    bool negative = consumeIf(Tok::Minus);
+    if (!at(Tok::Integer) && !at(Tok::Float))
+      failAt(cur_, fmt::format("expected a literal value in 'arith.constant', found {}",
+                               describe(cur_)));
+    take();
+    (void)negative;
+    Token typeTok;
+    expect(Tok::Colon, "before the type of 'arith.constant'");
+    typeTok = cur_;
+    Type type = parseType();
+    if (!type.isScalar())
+      failAt(typeTok, fmt::format("unsupported constant type '{}'", type.str()));
+    Token after = cur_;
+    lex_.rewindTo(litStart);
+    cur_ = lex_.next();
+    Literal lit = parseNumber(type);
+    lex_.rewindTo(after);
+    cur_ = lex_.next();
+    op.attrs["value"] = Attribute{lit};
+    resultTypes.push_back(type);
+    return;
+  }
+  if (isArithBinary(kind)) {
+    Token a = cur_;
+    Value *lhs = parseOperand();
+    expect(Tok::Comma, "between operands");
+    Token b = cur_;
+    Value *rhs = parseOperand();
+    rejectFastmath();
+    Token typeTok = cur_;
+    Type type = colonType();
+    if (!type.isScalar())
+      failAt(typeTok, fmt::format("'{}' works on scalars, found '{}'", op.name(), type.str()));
+    bool wantFloat = kind == OpKind::AddF || kind == OpKind::SubF || kind == OpKind::MulF ||
+                     kind == OpKind::DivF || kind == OpKind::RemF || kind == OpKind::MaximumF ||
+                     kind == OpKind::MinimumF || kind == OpKind::PowF;
+    if (wantFloat != type.isFloat())
+      failAt(typeTok, fmt::format("'{}' needs {} type, found '{}'", op.name(),
+                                  wantFloat ? "a float" : "an integer or index", type.str()));
+    for (auto [v, t] : {std::pair{lhs, a}, std::pair{rhs, b}})
+      if (v->type != type)
+        failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
+                              type.str()));
+    op.operands = {lhs, rhs};
+    resultTypes.push_back(type);
+    return;
+  }
+  if (isMathUnary(kind)) {
+    Token a = cur_;
+    Value *x = parseOperand();
+    rejectFastmath();
+    Token typeTok = cur_;
+    Type type = colonType();
+    if (!type.isFloat())
+      failAt(typeTok, fmt::format("'{}' needs a float type, found '{}'", op.name(), type.str()));
+    if (x->type != type)
+      failAt(a, fmt::format("'%{}' has type '{}' but is used as '{}'", x->name, x->type.str(),
+                            type.str()));
+    op.operands = {x};
+    resultTypes.push_back(type);
+    return;
+  }
+  if (kind == OpKind::CmpF || kind == OpKind::CmpI) {
+    Token p = expect(Tok::BareId, fmt::format("as the predicate of '{}'", op.name()));
+    bool ok = kind == OpKind::CmpF ? isCmpFPredicate(p.text) : isCmpIPredicate(p.text);
+    if (!ok)
+      failAt(p, fmt::format("unknown predicate '{}' for '{}'", p.text, op.name()));
+    expect(Tok::Comma, "after the predicate");
+    Token a = cur_;
+    Value *lhs = parseOperand();
+    expect(Tok::Comma, "between operands");
+    Token b = cur_;
+    Value *rhs = parseOperand();
+    rejectFastmath();
+    Token typeTok = cur_;
+    Type type = colonType();
+    if (kind == OpKind::CmpF ? !type.isFloat() : !type.isInteger())
+      failAt(typeTok, fmt::format("'{}' cannot compare type '{}'", op.name(), type.str()));
+    for (auto [v, t] : {std::pair{lhs, a}, std::pair{rhs, b}})
+      if (v->type != type)
+        failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
+                              type.str()));
+    op.attrs["predicate"] = Attribute{std::string(p.text)};
+    op.operands = {lhs, rhs};
+    resultTypes.push_back(Type::scalar(ElemKind::I1));
+    return;
+  }
+  if (kind == OpKind::Select) {
+    Value *c = parseOperandOfType(Type::scalar(ElemKind::I1));
+    expect(Tok::Comma, "between operands");
+    Token a = cur_;
+    Value *x = parseOperand();
+    expect(Tok::Comma, "between operands");
+    Token b = cur_;
+    Value *y = parseOperand();
+    Type type = colonType();
+    for (auto [v, t] : {std::pair{x, a}, std::pair{y, b}})
+      if (v->type != type)
+        failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
+                              type.str()));
+    op.operands = {c, x, y};
+    resultTypes.push_back(type);
+    return;
+  }
+  if (isCast(kind)) {
+    Token a = cur_;
+    Value *x = parseOperand();
+    Token fromTok = cur_;
+    Type from = colonType();
+    expectKeyword("to", fmt::format("in '{}'", op.name()));
+    Token toTok = cur_;
+    Type to = parseType();
+    if (x->type != from)
+      failAt(a, fmt::format("'%{}' has type '{}' but is used as '{}'", x->name, x->type.str(),
+                            from.str()));
+    auto isInt = [](const Type &t) { return t.isInteger() && t.elem != ElemKind::Index; };
+    bool ok = false;
+    switch (kind) {
+    case OpKind::IndexCast: ok = (from.isIndex() && isInt(to)) || (isInt(from) && to.isIndex()); break;
+    case OpKind::SIToFP: case OpKind::UIToFP: ok = isInt(from) && to.isFloat(); break;
+    case OpKind::FPToSI: ok = from.isFloat() && isInt(to); break;
+    case OpKind::TruncI: ok = isInt(from) && isInt(to) && elemBits(to.elem) < elemBits(from.elem); break;
+    case OpKind::ExtSI: case OpKind::ExtUI:
+      ok = isInt(from) && isInt(to) && elemBits(to.elem) > elemBits(from.elem);
+      break;
+    case OpKind::ExtF: ok = from.isFloat() && to.isFloat() && elemBits(to.elem) > elemBits(from.elem); break;
+    case OpKind::TruncF: ok = from.isFloat() && to.isFloat() && elemBits(to.elem) < elemBits(from.elem); break;
+    default: break;
+    }
+    if (!ok)
+      failAt(from.isScalar() ? toTok : fromTok,
+             fmt::format("'{}' cannot convert '{}' to '{}'", op.name(), from.str(), to.str()));
+    op.operands = {x};
+    resultTypes.push_back(to);
+    return;
+  }
+  switch (kind) {
+  case OpKind::TensorDim: {
+    Token a = cur_;
+    Value *t = parseOperand();
+    expect(Tok::Comma, "after the tensor of 'tensor.dim'");
+    Value *d;
+    if (at(Tok::Integer))
+      failAt(cur_, "'tensor.dim' takes its dim as an SSA index value ('%c0'), not a literal");
+    d = parseOperandOfType(Type::scalar(ElemKind::Index));
+    Type type = colonType();
+    if (t->type != type)
+      failAt(a, fmt::format("'%{}' has type '{}' but is used as '{}'", t->name, t->type.str(),
+                            type.str()));
+    if (!type.isTensor())
+      failAt(a, "'tensor.dim' needs a tensor operand");
+    op.operands = {t, d};
+    resultTypes.push_back(Type::scalar(ElemKind::Index));
+    return;
+  }
+  case OpKind::TensorEmpty: {
+    Token open = expect(Tok::LParen, "after 'tensor.empty'");
+    if (!at(Tok::RParen)) {
+      do
+        op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::Index)));
+      while (consumeIf(Tok::Comma));
+    }
+    expect(Tok::RParen, "to close the sizes of 'tensor.empty'");
+    Token typeTok = cur_;
+    Type type = colonType();
+    if (!type.isTensor())
+      failAt(typeTok, "'tensor.empty' needs a tensor type");
+    if (static_cast<int64_t>(op.operands.size()) != type.numDynamicDims())
+      failAt(open, fmt::format("'tensor.empty' needs one size per '?' in '{}' ({}), found {}",
+                               type.str(), type.numDynamicDims(), op.operands.size()));
+    resultTypes.push_back(type);
+    return;
+  }
+  case OpKind::LinalgFill: {
+    parseOperandsWithTypes(op, "ins");
+    parseOperandsWithTypes(op, "outs");
+    if (op.operands.size() != 2)
+      failAt(nameTok, "'linalg.fill' needs one 'ins' scalar and one 'outs' tensor");
+    if (!op.operands[0]->type.isScalar() || !op.operands[1]->type.isTensor())
+      failAt(nameTok, "'linalg.fill' fills a tensor ('outs') with a scalar ('ins')");
+    if (op.operands[0]->type.elem != op.operands[1]->type.elem)
+      failAt(nameTok, fmt::format("'linalg.fill' value type '{}' differs from the element type of '{}'",
+                                  op.operands[0]->type.str(), op.operands[1]->type.str()));
+    expect(Tok::Arrow, "before the result type of 'linalg.fill'");
+    Token typeTok = cur_;
+    Type type = parseType();
+    if (type != op.operands[1]->type)
+      failAt(typeTok, fmt::format("result type '{}' differs from the 'outs' type '{}'", type.str(),
+                                  op.operands[1]->type.str()));
+    resultTypes.push_back(type);
+    return;
+  }
+  case OpKind::LinalgGeneric: {
+    parseGenericAttrs(op);
+    int numInputs = 0;
+    if (atKeyword("ins")) {
+      parseOperandsWithTypes(op, "ins");
+      numInputs = static_cast<int>(op.operands.size());
+    }
+    if (!atKeyword("outs"))
+      failAt(cur_, fmt::format("expected 'outs' in 'linalg.generic', found {}", describe(cur_)));
+    parseOperandsWithTypes(op, "outs");
+    if (op.operands.size() != static_cast<size_t>(numInputs) + 1)
+      failAt(nameTok, "'linalg.generic' needs exactly one 'outs' operand");
+    if (!op.operands.back()->type.isTensor())
+      failAt(nameTok, "the 'outs' operand of 'linalg.generic' must be a tensor");
+    op.attrs["num_inputs"] = Attribute{int64_t{numInputs}};
+    if (atKeyword("attrs"))
+      failAt(cur_, "unsupported attribute 'attrs' on 'linalg.generic'");
+    std::vector<Type> argTypes;
+    for (Value *v : op.operands)
+      argTypes.push_back(Type::scalar(v->type.elem));
+    parseRegion(op, true, &argTypes);
+    expect(Tok::Arrow, "before the result type of 'linalg.generic'");
+    Token typeTok = cur_;
+    Type type = parseType();
+    if (type != op.operands.back()->type)
+      failAt(typeTok, fmt::format("result type '{}' differs from the 'outs' type '{}'", type.str(),
+                                  op.operands.back()->type.str()));
+    resultTypes.push_back(type);
+    return;
+  }
+  case OpKind::LinalgIndex: {
+    Token d = expect(Tok::Integer, "as the dim of 'linalg.index'");
+    op.attrs["dim"] = Attribute{static_cast<int64_t>(std::stoll(std::string(d.text)))};
+    Token typeTok = cur_;
+    Type type = colonType();
+    if (!type.isIndex())
+      failAt(typeTok, "'linalg.index' has type 'index'");
+    resultTypes.push_back(type);
+    return;
+  }
+  case OpKind::LinalgYield:
+  case OpKind::FlowReturn:
+  case OpKind::Return:
+    parseTerminatorOperands(op);
+    return;
+  case OpKind::Call: {
+    Token callee = expect(Tok::AtId, "as the callee of 'util.call'");
+    op.attrs["callee"] = Attribute{std::string(callee.text)};
+    expect(Tok::LParen, "to open the call arguments");
+    std::vector<Token> toks;
+    if (!at(Tok::RParen)) {
+      do {
+        toks.push_back(cur_);
+        op.operands.push_back(parseOperand());
+      } while (consumeIf(Tok::Comma));
+    }
+    expect(Tok::RParen, "to close the call arguments");
+    expect(Tok::Colon, "before the call's function type");
+    expect(Tok::LParen, "to open the call's argument types");
+    std::vector<Type> argTypes;
+    if (!at(Tok::RParen)) {
+      do
+        argTypes.push_back(parseType());
+      while (consumeIf(Tok::Comma));
+    }
+    expect(Tok::RParen, "to close the call's argument types");
+    if (argTypes.size() != op.operands.size())
+      failAt(callee, fmt::format("call passes {} arguments but its type lists {}",
+                                 op.operands.size(), argTypes.size()));
+    for (size_t i = 0; i < toks.size(); ++i)
+      if (op.operands[i]->type != argTypes[i])
+        failAt(toks[i], fmt::format("'%{}' has type '{}' but is used as '{}'",
+                                    op.operands[i]->name, op.operands[i]->type.str(),
+                                    argTypes[i].str()));
+    expect(Tok::Arrow, "before the call's result types");
+    resultTypes = parseTypeList();
+    return;
+  }
+  case OpKind::DispatchRegion: {
+    // flow.dispatch.region -> (tensor<?x?xf32>{%d0, %d1}) { ... flow.return %v : T }
+    expect(Tok::Arrow, "after 'flow.dispatch.region'");
+    expect(Tok::LParen, "to open the result types");
+    if (!at(Tok::RParen)) {
+      do {
+        Token typeTok = cur_;
+        Type type = parseType();
+        int64_t given = 0;
+        if (consumeIf(Tok::LBrace)) {
+          if (!at(Tok::RBrace)) {
+            do {
+              op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::Index)));
+              ++given;
+            } while (consumeIf(Tok::Comma));
+          }
+          expect(Tok::RBrace, "to close the dim annotation");
+        }
+        if (given != type.numDynamicDims())
+          failAt(typeTok, fmt::format("'{}' needs one dim value per '?' ({}), found {}",
+                                      type.str(), type.numDynamicDims(), given));
+        resultTypes.push_back(type);
+      } while (consumeIf(Tok::Comma));
+    }
+    expect(Tok::RParen, "to close the result types");
+    parseRegion(op, false, nullptr);
+    return;
+  }
+  default:
+    failAt(nameTok, fmt::format("'{}' cannot appear here", nameTok.text));
+  }
+}
+
+} // namespace
+
+std::unique_ptr<ModuleOp> parseModule(std::shared_ptr<const SourceFile> file) {
+  Parser parser(std::move(file));
+  return parser.parseTopLevel();
+}
+
+std::unique_ptr<ModuleOp> parseString(const std::string &text, const std::string &name) {
+  auto file = std::make_shared<SourceFile>();
+  file->name = name;
+  file->text = text;
+  return parseModule(file);
+}
+
+std::unique_ptr<ModuleOp> parseFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(fmt::format("{}: error: cannot open file: {}", path, std::strerror(errno)));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parseString(buffer.str(), path);
+}
+
+} // namespace frank

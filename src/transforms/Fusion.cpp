@@ -1,0 +1,125 @@
+// Elementwise producer-consumer fusion.
+#include "transforms/Fusion.h"
+#include "ir/Clone.h"
+#include "ir/Ops.h"
+#include "transforms/Specialize.h"
+
+namespace frank {
+namespace {
+
+bool canFuse(const FuncOp &fn, const Op &consumer, int input) {
+  const Value *operand = consumer.operands[input];
+  const Op *producer = operand->definingOp;
+  if (!producer || producer->kind != OpKind::LinalgGeneric || producer->parentBlock != fn.body.get())
+    return false;
+  GenericView p{const_cast<Op &>(*producer)};
+  GenericView c{const_cast<Op &>(consumer)};
+  if (!p.allParallel() || !p.outputMap().isPermutation())
+    return false;
+  if (countUses(p.body(), p.body().arguments.back().get()) > 0)
+    return false;
+  if (countUses(*fn.body, operand) != 1)
+    return false;
+  return c.map(input).isPermutation();
+}
+
+void fuse(Op &consumer, int input) {
+  Op &producer = *consumer.operands[input]->definingOp;
+  GenericView p{producer};
+  GenericView c{consumer};
+  // P loop dim q is C loop dim toConsumer[q]: both index the same coordinate of P's result.
+  std::vector<int64_t> toConsumer(p.numLoops());
+  const AffineMap &out = p.outputMap();
+  const AffineMap &read = c.map(input);
+  for (size_t r = 0; r < out.results.size(); ++r)
+    toConsumer[out.results[r].value] = read.results[r].value;
+
+  std::vector<Value *> operands;
+  AttrList maps;
+  auto block = std::make_unique<Block>();
+  block->parentOp = &consumer;
+  ValueMap map;
+  for (int k = 0; k < c.numInputs(); ++k) {
+    if (k == input)
+      continue;
+    operands.push_back(consumer.operands[k]);
+    maps.push_back(Attribute{c.map(k)});
+    const Value *arg = c.body().arguments[k].get();
+    map[arg] = block->addArgument(arg->type, arg->name, arg->loc);
+  }
+  for (int j = 0; j < p.numInputs(); ++j) {
+    operands.push_back(producer.operands[j]);
+    AffineMap composed;
+    composed.numDims = c.numLoops();
+    for (AffineResult r : p.map(j).results) {
+      if (!r.isConstant)
+        r.value = toConsumer[r.value];
+      composed.results.push_back(r);
+    }
+    maps.push_back(Attribute{composed});
+    const Value *arg = p.body().arguments[j].get();
+    map[arg] = block->addArgument(arg->type, arg->name, arg->loc);
+  }
+  operands.push_back(consumer.operands.back());
+  maps.push_back(Attribute{c.outputMap()});
+  const Value *outArg = c.body().arguments.back().get();
+  map[outArg] = block->addArgument(outArg->type, outArg->name, outArg->loc);
+
+  for (auto &op : p.body().ops) {
+    if (op->kind == OpKind::LinalgYield) {
+      map[c.body().arguments[input].get()] = map.count(op->operands[0]) ? map[op->operands[0]]
+                                                                        : op->operands[0];
+      break;
+    }
+    auto copy = cloneOp(*op, map);
+    if (copy->kind == OpKind::LinalgIndex)
+      copy->attrs["dim"] = Attribute{toConsumer[indexDim(*copy)]};
+    copy->parentBlock = block.get();
+    block->ops.push_back(std::move(copy));
+  }
+  for (auto &op : c.body().ops) {
+    auto copy = cloneOp(*op, map);
+    copy->parentBlock = block.get();
+    block->ops.push_back(std::move(copy));
+  }
+  consumer.operands = operands;
+  consumer.attrs["indexing_maps"] = Attribute{maps};
+  consumer.attrs["num_inputs"] = Attribute{static_cast<int64_t>(operands.size() - 1)};
+  consumer.regions.clear();
+  consumer.regions.push_back(std::move(block));
+}
+
+} // namespace
+
+int fuseElementwise(FuncOp &fn) {
+  int fused = 0;
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (auto &op : fn.body->ops) {
+      if (op->kind != OpKind::LinalgGeneric)
+        continue;
+      GenericView c{*op};
+      for (int i = 0; i < c.numInputs() && !changed; ++i) {
+        if (!canFuse(fn, *op, i))
+          continue;
+        const Op *producer = op->operands[i]->definingOp;
+        fuse(*op, i);
+        auto &ops = fn.body->ops;
+        for (size_t k = 0; k < ops.size(); ++k)
+          if (ops[k].get() == producer) {
+            ops.erase(ops.begin() + k);
+            break;
+          }
+        ++fused;
+        changed = true;
+      }
+      if (changed)
+        break;
+    }
+  }
+  removeDeadOps(*fn.body);
+  return fused;
+}
+
+} // namespace frank

@@ -1,0 +1,105 @@
+// Call and dispatch-region inlining.
+#include "transforms/Inline.h"
+#include "ir/Clone.h"
+#include "ir/Ops.h"
+
+#include <set>
+
+namespace frank {
+namespace {
+
+void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string> &stack) {
+  for (size_t i = 0; i < block.ops.size(); ++i) {
+    Op &op = *block.ops[i];
+    for (auto &region : op.regions)
+      inlineCallsIn(*region, module, stack);
+    if (op.kind != OpKind::Call)
+      continue;
+    const std::string &name = callee(op);
+    const FuncOp *target = module.lookup(name);
+    if (!target)
+      fail(op.loc, fmt::format("call to undefined function '@{}'", name));
+    if (target->isDeclaration())
+      fail(target->loc, fmt::format("unresolved external function '@{}'", name));
+    for (const std::string &active : stack)
+      if (active == name)
+        fail(op.loc, fmt::format("recursive call to '@{}' is not supported", name));
+    if (target->argTypes.size() != op.operands.size())
+      fail(op.loc, fmt::format("call to '@{}' passes {} arguments but it takes {}", name,
+                               op.operands.size(), target->argTypes.size()));
+    for (size_t a = 0; a < op.operands.size(); ++a)
+      if (op.operands[a]->type != target->argTypes[a])
+        fail(op.loc, fmt::format("call to '@{}': argument #{} has type '{}' but the function "
+                                 "takes '{}'", name, a, op.operands[a]->type.str(),
+                                 target->argTypes[a].str()));
+    if (target->resultTypes.size() != op.results.size())
+      fail(op.loc, fmt::format("call to '@{}' expects {} results but the function returns {}",
+                               name, op.results.size(), target->resultTypes.size()));
+    for (size_t r = 0; r < op.results.size(); ++r)
+      if (op.results[r]->type != target->resultTypes[r])
+        fail(op.loc, fmt::format("call to '@{}': result #{} has type '{}' but the function "
+                                 "returns '{}'", name, r, op.results[r]->type.str(),
+                                 target->resultTypes[r].str()));
+    // Clone the callee's body with its arguments bound to the call's operands.
+    ValueMap map;
+    for (size_t a = 0; a < op.operands.size(); ++a)
+      map[target->body->arguments[a].get()] = op.operands[a];
+    std::vector<std::unique_ptr<Op>> inlined;
+    for (auto &calleeOp : target->body->ops)
+      inlined.push_back(cloneOp(*calleeOp, map));
+    std::unique_ptr<Op> ret = std::move(inlined.back());
+    inlined.pop_back();
+    // Inline nested calls inside the copy, with this callee on the stack.
+    Block scratch;
+    for (auto &o : inlined) {
+      o->parentBlock = &scratch;
+      scratch.ops.push_back(std::move(o));
+    }
+    stack.push_back(name);
+    inlineCallsIn(scratch, module, stack);
+    stack.pop_back();
+    for (size_t r = 0; r < op.results.size(); ++r)
+      replaceAllUses(block, op.result(static_cast<int>(r)), ret->operands[r]);
+    size_t count = scratch.ops.size();
+    for (auto &o : scratch.ops)
+      o->parentBlock = &block;
+    block.ops.erase(block.ops.begin() + i);
+    block.ops.insert(block.ops.begin() + i, std::make_move_iterator(scratch.ops.begin()),
+                     std::make_move_iterator(scratch.ops.end()));
+    i += count;
+    --i;
+  }
+}
+
+} // namespace
+
+void inlineCalls(FuncOp &fn, const ModuleOp &module) {
+  if (!fn.body)
+    return;
+  std::vector<std::string> stack{fn.name};
+  inlineCallsIn(*fn.body, module, stack);
+}
+
+void inlineDispatchRegions(FuncOp &fn) {
+  Block &block = *fn.body;
+  for (size_t i = 0; i < block.ops.size(); ++i) {
+    if (block.ops[i]->kind != OpKind::DispatchRegion)
+      continue;
+    std::unique_ptr<Op> region = std::move(block.ops[i]);
+    Block &body = *region->regions[0];
+    std::unique_ptr<Op> ret = std::move(body.ops.back());
+    body.ops.pop_back();
+    for (size_t r = 0; r < region->results.size(); ++r)
+      replaceAllUses(block, region->result(static_cast<int>(r)), ret->operands[r]);
+    size_t count = body.ops.size();
+    for (auto &o : body.ops)
+      o->parentBlock = &block;
+    block.ops.erase(block.ops.begin() + i);
+    block.ops.insert(block.ops.begin() + i, std::make_move_iterator(body.ops.begin()),
+                     std::make_move_iterator(body.ops.end()));
+    i += count;
+    --i;
+  }
+}
+
+} // namespace frank

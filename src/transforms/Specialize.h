@@ -1,0 +1,37 @@
+// \file Shape specialization: binds every argument's concrete shape (and the values of index,
+// integer and i1 arguments) so that every tensor type becomes static.
+//
+// Algorithm, in one forward walk over the function body:
+//  1. Argument types become the given static types; integer arguments with values become
+//     `arith.constant`s.
+//  2. `tensor.dim` of a static tensor folds to a constant; integer arithmetic and casts whose
+//     operands are constants fold (division by zero is an error at the op).
+//  3. `tensor.empty` takes its dynamic sizes from constants (a size that does not fold, or is
+//     negative, is an error); fill and generic results take their `outs` type.
+//  4. Each `linalg.generic` checks that all operand dims mapped to one loop dim agree, naming
+//     both operands and sizes: the error a wrong weight shape produces.
+//  5. Dead scalar ops are removed; the result types become static.
+#pragma once
+
+#include "Signature.h"
+
+#include <string>
+#include <vector>
+
+namespace frank {
+
+/// Returns the specialized copy of `fn`. `explain`, if given, receives one line per argument
+/// saying what was baked in.
+std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> &args,
+                                     std::vector<std::string> *explain = nullptr);
+
+/// For each loop dim of a generic, the (operand, operand dim) pairs that index it alone.
+std::vector<std::vector<std::pair<int, int>>> loopDimSources(const Op &generic);
+
+/// A description like "operand #2 (%weight) dim 0" for messages.
+std::string describeOperandDim(const Op &op, int operand, int dim);
+
+/// Removes scalar, `tensor.dim` and `tensor.empty` ops whose results are unused.
+void removeDeadOps(Block &block);
+
+} // namespace frank

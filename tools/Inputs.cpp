@@ -1,0 +1,239 @@
+// Parsing --input values and printing results.
+#include "Inputs.h"
+#include "frank/Npy.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+
+namespace frank::cli {
+
+namespace {
+
+[[noreturn]] void bad(size_t position, const std::string &text, const std::string &why) {
+  throw Error(fmt::format("error: --input #{} '{}': {}", position, text, why));
+}
+
+double parseNumber(const std::string &token, size_t position, const std::string &text) {
+  if (token == "true")
+    return 1;
+  if (token == "false")
+    return 0;
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(token.c_str(), &end);
+  if (token.empty() || *end != '\0' || errno == ERANGE)
+    bad(position, text, fmt::format("'{}' is not a number", token));
+  return v;
+}
+
+template <class T> void fillFrom(Tensor &t, const std::vector<double> &values) {
+  T *data = t.as<T>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    data[i] = static_cast<T>(values.size() == 1 ? values[0] : values[i]);
+}
+
+uint16_t toHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, mant = x & 0x7fffff;
+  if (exp == 0xff)
+    return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
+  int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31)
+    return static_cast<uint16_t>(sign | 0x7c00);
+  if (e <= 0)
+    return static_cast<uint16_t>(sign); // flush tiny values to zero
+  uint32_t rounded = mant + 0x1000;   // round half up on the dropped bits
+  if (rounded & 0x800000) {
+    rounded = 0;
+    ++e;
+    if (e >= 31)
+      return static_cast<uint16_t>(sign | 0x7c00);
+  }
+  return static_cast<uint16_t>(sign | (e << 10) | (rounded >> 13));
+}
+
+void fillValues(Tensor &t, const std::vector<double> &values) {
+  switch (t.dtype()) {
+  case DType::F32: fillFrom<float>(t, values); break;
+  case DType::F64: fillFrom<double>(t, values); break;
+  case DType::I1: fillFrom<uint8_t>(t, values); break;
+  case DType::I8: fillFrom<int8_t>(t, values); break;
+  case DType::I16: fillFrom<int16_t>(t, values); break;
+  case DType::I32: fillFrom<int32_t>(t, values); break;
+  case DType::I64: fillFrom<int64_t>(t, values); break;
+  case DType::F16: case DType::BF16: {
+    auto *data = t.as<uint16_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float f = static_cast<float>(values.size() == 1 ? values[0] : values[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      data[i] = t.dtype() == DType::BF16 ? static_cast<uint16_t>(bits >> 16) : toHalf(f);
+    }
+    break;
+  }
+  }
+}
+
+// Floats uniform in [-1, 1); integers in [0, 16); i1 fair coin. Deterministic per seed and
+// position.
+void fillRandom(Tensor &t, uint64_t seed, size_t position) {
+  std::mt19937_64 rng(seed * 1000003 + position);
+  std::vector<double> values(static_cast<size_t>(t.numel()));
+  if (isFloat(t.dtype())) {
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    for (double &v : values)
+      v = dist(rng);
+  } else {
+    std::uniform_int_distribution<int> dist(0, t.dtype() == DType::I1 ? 1 : 15);
+    for (double &v : values)
+      v = dist(rng);
+  }
+  if (!values.empty())
+    fillValues(t, values);
+}
+
+} // namespace
+
+Arg parseInput(const std::string &text, const std::string &declaredType, uint64_t seed,
+               size_t position) {
+  if (!text.empty() && text[0] == '@')
+    return readNpy(text.substr(1));
+  size_t eq = text.find('=');
+  if (eq == std::string::npos)
+    bad(position, text, "needs a value: TYPE=VALUE, TYPE=@file.npy, TYPE=random or @file.npy");
+  TypeSpec spec = parseTypeSpec(text);
+  std::string value = spec.value;
+  if (!spec.isTensor) {
+    Scalar s;
+    s.type = spec.dtype;
+    s.isIndex = spec.isIndex;
+    if (isFloat(spec.dtype)) {
+      s.f = parseNumber(value, position, text);
+    } else {
+      if (value == "true" || value == "false") {
+        s.i = value == "true";
+      } else {
+        char *end = nullptr;
+        errno = 0;
+        s.i = std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || errno == ERANGE)
+          bad(position, text, fmt::format("'{}' is not an integer", value));
+      }
+    }
+    return s;
+  }
+  if (!value.empty() && value[0] == '@') {
+    Tensor t = readNpy(value.substr(1));
+    if (t.dtype() != spec.dtype || t.shape() != spec.shape)
+      bad(position, text, fmt::format("the file holds {} but the input says {}", t.typeString(),
+                                      text.substr(0, eq)));
+    return t;
+  }
+  Tensor t = Tensor::zeros(spec.dtype, spec.shape);
+  if (value == "random") {
+    fillRandom(t, seed, position);
+    return t;
+  }
+  std::vector<double> values;
+  std::string token;
+  for (char c : value + ",") {
+    if (c == ',' || c == ' ' || c == '[' || c == ']') {
+      if (!token.empty())
+        values.push_back(parseNumber(token, position, text));
+      token.clear();
+    } else {
+      token += c;
+    }
+  }
+  if (values.size() != 1 && static_cast<int64_t>(values.size()) != t.numel())
+    bad(position, text, fmt::format("gives {} values but {} has {} elements (give one value to "
+                                    "fill, or all of them)", values.size(), text.substr(0, eq),
+                                    t.numel()));
+  if (!values.empty() && t.numel() > 0)
+    fillValues(t, values);
+  (void)declaredType;
+  return t;
+}
+
+std::string inputType(const Arg &arg) {
+  if (const Tensor *t = std::get_if<Tensor>(&arg))
+    return t->typeString();
+  const Scalar &s = std::get<Scalar>(arg);
+  if (s.isIndex)
+    return fmt::format("index={}", s.i);
+  if (isFloat(s.type))
+    return dtypeName(s.type);
+  return fmt::format("{}={}", dtypeName(s.type), s.i);
+}
+
+static double elementAt(const Tensor &t, int64_t i) {
+  switch (t.dtype()) {
+  case DType::F32: return t.as<float>()[i];
+  case DType::F64: return t.as<double>()[i];
+  case DType::I1: return t.as<uint8_t>()[i];
+  case DType::I8: return t.as<int8_t>()[i];
+  case DType::I16: return t.as<int16_t>()[i];
+  case DType::I32: return t.as<int32_t>()[i];
+  case DType::I64: return static_cast<double>(t.as<int64_t>()[i]);
+  case DType::F16: case DType::BF16: {
+    uint16_t h = t.as<uint16_t>()[i];
+    uint32_t bits;
+    if (t.dtype() == DType::BF16) {
+      bits = static_cast<uint32_t>(h) << 16;
+    } else {
+      uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+      if (exp == 0)
+        return (sign ? -1 : 1) * std::ldexp(static_cast<double>(mant), -24);
+      bits = (sign << 31) | ((exp == 0x1f ? 0xff : exp + 112) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  }
+  return 0;
+}
+
+std::string formatTensor(const Tensor &t, int64_t maxElements) {
+  std::string out = t.typeString() + "=";
+  int64_t n = t.numel();
+  // Nested brackets per dim, as iree-run-module prints.
+  std::vector<int64_t> shape = t.shape();
+  int64_t shown = 0;
+  std::function<void(size_t, int64_t)> rec = [&](size_t dim, int64_t offset) {
+    if (dim == shape.size()) {
+      if (shown < maxElements) {
+        double v = elementAt(t, offset);
+        out += isFloat(t.dtype()) ? fmt::format("{:g}", v)
+                                  : fmt::format("{}", static_cast<int64_t>(v));
+      }
+      ++shown;
+      return;
+    }
+    int64_t stride = 1;
+    for (size_t d = dim + 1; d < shape.size(); ++d)
+      stride *= shape[d];
+    out += "[";
+    for (int64_t i = 0; i < shape[dim]; ++i) {
+      if (shown >= maxElements) {
+        out += "...";
+        break;
+      }
+      if (i)
+        out += " ";
+      rec(dim + 1, offset + i * stride);
+    }
+    out += "]";
+  };
+  if (n == 0 && !shape.empty())
+    return out + "[]";
+  rec(0, 0);
+  return out;
+}
+
+} // namespace frank::cli

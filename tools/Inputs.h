@@ -1,0 +1,24 @@
+// Command-line inputs in iree-run-module's forms, and output printing.
+#pragma once
+
+#include "frank/Frank.h"
+
+#include <string>
+#include <vector>
+
+namespace frank::cli {
+
+/// Parses one `--input` against the function's declared argument type:
+///   32x4096xf32=@x.npy, @x.npy, 32x4096xf32=random, 2x2xf32=1,2,3,4, 4xf32=0.5 (splat),
+///   f32=1e-6, index=2, i1=true.
+Arg parseInput(const std::string &text, const std::string &declaredType, uint64_t seed,
+               size_t position);
+
+/// The type part of an input ("32x4096xf32" of "32x4096xf32=@x.npy"), reading the .npy header
+/// for the `@x.npy` form; what `compile` and the kernel cache need.
+std::string inputType(const Arg &arg);
+
+/// Prints a tensor as `32x4096xf32=[...]`, at most `maxElements` values.
+std::string formatTensor(const Tensor &t, int64_t maxElements);
+
+} // namespace frank::cli

@@ -1,0 +1,241 @@
+// The frank-jit command line tool: compile a component and show any stage, run it on inputs,
+// benchmark it against generic mode.
+#include "Inputs.h"
+#include "frank/Frank.h"
+#include "frank/Npy.h"
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <llvm/Support/CommandLine.h>
+
+#include <cstring>
+#include <iostream>
+#include <map>
+
+namespace cl = llvm::cl;
+using namespace frank;
+
+namespace {
+
+cl::OptionCategory category("frank-jit options");
+cl::SubCommand compileCmd("compile", "Compile a function for given input types and print a stage");
+cl::SubCommand runCmd("run", "Run a function on inputs and print or save its results");
+cl::SubCommand benchCmd("bench", "Benchmark a function, specialized and generic "
+                                 "(takes Google Benchmark's --benchmark_* flags too)");
+
+cl::opt<std::string> file(cl::Positional, cl::desc("<component.mlir>"), cl::Required,
+                          cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
+cl::opt<std::string> function("function", cl::desc("The function to compile (default: the only public one)"),
+                              cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
+cl::list<std::string> inputs("input",
+                             cl::desc("An argument: 32x4096xf32 (compile), 32x4096xf32=@x.npy, @x.npy, "
+                                      "32x4096xf32=random, 2xf32=1,2, f32=1e-6, index=2, i1=true"),
+                             cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
+cl::opt<Mode> mode("mode", cl::desc("Compilation mode"), cl::init(Mode::Specialized),
+                   cl::values(clEnumValN(Mode::Specialized, "specialized", "bake every shape in (default)"),
+                              clEnumValN(Mode::Generic, "generic", "keep dims as runtime values")),
+                   cl::sub(compileCmd), cl::sub(runCmd), cl::cat(category));
+cl::opt<Stage> emit("emit", cl::desc("The stage to print"), cl::init(Stage::Assembly),
+                    cl::values(clEnumValN(Stage::Mlir, "mlir", "the parsed module"),
+                               clEnumValN(Stage::Specialized, "specialized", "tensor IR after specialization and fusion"),
+                               clEnumValN(Stage::Loops, "loops", "the loop IR"),
+                               clEnumValN(Stage::LLVM, "llvm", "LLVM IR as generated"),
+                               clEnumValN(Stage::OptimizedLLVM, "llvm-opt", "LLVM IR after O3"),
+                               clEnumValN(Stage::Assembly, "asm", "host assembly (default)")),
+                    cl::sub(compileCmd), cl::cat(category));
+cl::opt<bool> printAfterAll("print-ir-after-all", cl::desc("Print the IR after every pass"),
+                            cl::sub(compileCmd), cl::cat(category));
+cl::opt<bool> explain("explain", cl::desc("Say which dims and values were baked in"),
+                      cl::sub(compileCmd), cl::sub(runCmd), cl::cat(category));
+cl::list<std::string> outputs("output", cl::desc("Write result N to @file.npy (repeat per result)"),
+                              cl::sub(runCmd), cl::cat(category));
+cl::opt<uint64_t> seed("seed", cl::desc("Seed for =random inputs"), cl::init(0),
+                       cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
+cl::opt<int64_t> printMax("print-max-elements", cl::desc("Elements printed per result"),
+                          cl::init(1024), cl::sub(runCmd), cl::cat(category));
+
+Function lookup(Context &ctx, Module &module) {
+  if (!function.empty())
+    return module.function(function);
+  auto names = module.functionNames();
+  if (names.size() != 1)
+    throw Error(fmt::format("error: {} defines {} public functions; choose one with --function={}",
+                            file.getValue(), names.size(),
+                            names.empty() ? "NAME" : names.front()));
+  return module.function(names.front());
+}
+
+std::vector<Arg> parseInputs(const Function &fn) {
+  auto declared = fn.argumentTypes();
+  if (inputs.size() != declared.size())
+    throw Error(fmt::format("error: '@{}' takes {} arguments ({}) but {} --input{} given",
+                            fn.name(), declared.size(), fmt::join(declared, ", "), inputs.size(),
+                            inputs.size() == 1 ? " was" : "s were"));
+  std::vector<Arg> args;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    args.push_back(cli::parseInput(inputs[i], declared[i], seed, i));
+  return args;
+}
+
+int compileCommand() {
+  Context ctx;
+  Module module = ctx.load(file);
+  Function fn = lookup(ctx, module);
+  std::vector<std::string> types(inputs.begin(), inputs.end());
+  if (explain) {
+    Kernel k = fn.specialize(types, mode);
+    for (const std::string &line : k.explanation())
+      fmt::print(stderr, "{}\n", line);
+  }
+  std::cout << fn.emit(emit, types, mode, printAfterAll);
+  return 0;
+}
+
+int runCommand() {
+  Context ctx;
+  Module module = ctx.load(file);
+  Function fn = lookup(ctx, module);
+  std::vector<Arg> args = parseInputs(fn);
+  Kernel kernel = fn.specialize(args, mode);
+  if (explain)
+    for (const std::string &line : kernel.explanation())
+      fmt::print(stderr, "{}\n", line);
+  std::vector<Tensor> results = kernel(args);
+  if (!outputs.empty() && outputs.size() != results.size())
+    throw Error(fmt::format("error: '@{}' has {} results but {} --output{} given", fn.name(),
+                            results.size(), outputs.size(), outputs.size() == 1 ? " was" : "s were"));
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!outputs.empty()) {
+      std::string path = outputs[i];
+      if (path.empty() || path[0] != '@')
+        throw Error(fmt::format("error: --output '{}' must name a file as @file.npy", path));
+      writeNpy(path.substr(1), results[i]);
+      continue;
+    }
+    fmt::print("result[{}]: {}\n", i, cli::formatTensor(results[i], printMax));
+  }
+  return 0;
+}
+
+int64_t argumentBytes(const std::vector<Arg> &args, const std::vector<std::vector<int64_t>> &outs,
+                      const std::vector<Tensor> &results) {
+  int64_t bytes = 0;
+  for (const Arg &a : args)
+    if (const Tensor *t = std::get_if<Tensor>(&a))
+      bytes += static_cast<int64_t>(t->byteSize());
+  for (const Tensor &t : results)
+    bytes += static_cast<int64_t>(t.byteSize());
+  (void)outs;
+  return bytes;
+}
+
+// Forwards every report and keeps the median (or mean) real time per benchmark name.
+class RecordingReporter : public benchmark::BenchmarkReporter {
+public:
+  explicit RecordingReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner) : inner_(std::move(inner)) {}
+  bool ReportContext(const Context &context) override {
+    inner_->SetOutputStream(&GetOutputStream());
+    inner_->SetErrorStream(&GetErrorStream());
+    return inner_->ReportContext(context);
+  }
+  void ReportRuns(const std::vector<Run> &runs) override {
+    for (const Run &run : runs) {
+      std::string name = run.run_name.str();
+      bool isMedian = run.aggregate_name == "median";
+      if (run.run_type == Run::RT_Iteration && !seen_.count(name))
+        times_[name] = run.GetAdjustedRealTime();
+      if (isMedian) {
+        times_[name] = run.GetAdjustedRealTime();
+        seen_[name] = true;
+      }
+    }
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+  std::map<std::string, double> times_;
+
+private:
+  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+  std::map<std::string, bool> seen_;
+};
+
+int benchCommand(int benchArgc, char **benchArgv) {
+  Context ctx;
+  Module module = ctx.load(file);
+  Function fn = lookup(ctx, module);
+  std::vector<Arg> args = parseInputs(fn);
+  std::string format = "console";
+  for (int i = 1; i < benchArgc; ++i)
+    if (std::strncmp(benchArgv[i], "--benchmark_format=", 19) == 0)
+      format = benchArgv[i] + 19;
+  benchmark::Initialize(&benchArgc, benchArgv);
+  if (benchArgc > 1)
+    throw Error(fmt::format("error: unknown benchmark flag '{}'", benchArgv[1]));
+  for (Mode m : {Mode::Specialized, Mode::Generic}) {
+    Kernel kernel = fn.specialize(args, m);
+    std::vector<Tensor> results = kernel(args);
+    int64_t bytes = argumentBytes(args, {}, results);
+    std::string name = fmt::format("{}/{}", fn.name(), m == Mode::Generic ? "generic" : "specialized");
+    benchmark::RegisterBenchmark(name.c_str(), [kernel, args, results, bytes](benchmark::State &state) mutable {
+      for (auto _ : state) {
+        kernel.run(args, results);
+        benchmark::ClobberMemory();
+      }
+      state.SetBytesProcessed(state.iterations() * bytes);
+      state.counters["compile_ms"] = kernel.compileSeconds() * 1e3;
+    })->UseRealTime();
+  }
+  std::unique_ptr<benchmark::BenchmarkReporter> inner;
+  if (format == "json")
+    inner = std::make_unique<benchmark::JSONReporter>();
+  else
+    inner = std::make_unique<benchmark::ConsoleReporter>();
+  RecordingReporter reporter(std::move(inner));
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  std::string s = fn.name() + "/specialized", g = fn.name() + "/generic";
+  if (reporter.times_.count(s) && reporter.times_.count(g))
+    fmt::print(stderr, "{}: specialized is {:.2f}x faster than generic\n", fn.name(),
+               reporter.times_[g] / reporter.times_[s]);
+  benchmark::Shutdown();
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  // Google Benchmark's flags go to the benchmark library, not to the option parser.
+  std::vector<char *> ours{argv[0]}, theirs{argv[0]};
+  for (int i = 1; i < argc; ++i)
+    (std::strncmp(argv[i], "--benchmark_", 12) == 0 ? theirs : ours).push_back(argv[i]);
+  cl::HideUnrelatedOptions(category);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "frank-jit 0.1.0 (LLVM 19)\n"; });
+  if (!cl::ParseCommandLineOptions(static_cast<int>(ours.size()), ours.data(),
+                                   "frank-jit: shape-specializing JIT for MLIR components\n\n"
+                                   "  frank-jit compile FILE.mlir --function=F --input=32x4096xf32 ... "
+                                   "[--emit=mlir|specialized|loops|llvm|llvm-opt|asm]\n"
+                                   "  frank-jit run FILE.mlir --function=F --input=32x4096xf32=@x.npy ... "
+                                   "[--output=@y.npy]\n"
+                                   "  frank-jit bench FILE.mlir --function=F --input=... [--benchmark_*]\n",
+                                   &llvm::errs()))
+    return 1;
+  try {
+    if (compileCmd)
+      return compileCommand();
+    if (runCmd)
+      return runCommand();
+    if (benchCmd) {
+      int n = static_cast<int>(theirs.size());
+      return benchCommand(n, theirs.data());
+    }
+    llvm::errs() << "frank-jit: error: choose a command: compile, run or bench (see --help)\n";
+    return 1;
+  } catch (const Error &e) {
+    std::string message = e.what();
+    // Messages from source text already say "file:line:col: error:"; the rest get a prefix.
+    if (message.rfind("error:", 0) == 0 || message.rfind("internal", 0) == 0)
+      fmt::print(stderr, "frank-jit: {}\n", message);
+    else
+      fmt::print(stderr, "{}\n", message);
+    return 1;
+  }
+}
