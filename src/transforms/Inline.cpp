@@ -85,12 +85,13 @@ void inlineDispatchRegions(FuncOp &fn) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
     if (block.ops[i]->kind != OpKind::DispatchRegion)
       continue;
+    Op &regionOp = *block.ops[i];
+    Block &body = *regionOp.regions[0];
+    const Op &ret = *body.ops.back();
+    for (size_t r = 0; r < regionOp.results.size(); ++r)
+      replaceAllUses(block, regionOp.result(static_cast<int>(r)), ret.operands[r]);
     std::unique_ptr<Op> region = std::move(block.ops[i]);
-    Block &body = *region->regions[0];
-    std::unique_ptr<Op> ret = std::move(body.ops.back());
     body.ops.pop_back();
-    for (size_t r = 0; r < region->results.size(); ++r)
-      replaceAllUses(block, region->result(static_cast<int>(r)), ret->operands[r]);
     size_t count = body.ops.size();
     for (auto &o : body.ops)
       o->parentBlock = &block;

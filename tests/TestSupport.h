@@ -1,0 +1,64 @@
+// Shared test helpers: component paths, guarded output buffers.
+#pragma once
+
+#include "frank/Frank.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace frank::test {
+
+inline std::string componentPath(const std::string &relative) {
+  return std::string(FRANK_TESTS_DIR) + "/../components/" + relative;
+}
+
+/// An f32 output tensor with guard regions before and after it. Tiling and tail bugs that
+/// write out of bounds change a guard, which `guardsIntact` reports.
+class GuardedOutput {
+public:
+  static constexpr int64_t kGuard = 64; // elements on each side (256 bytes)
+  static constexpr uint32_t kPattern = 0x7fc0dead; // a NaN no kernel produces by accident
+
+  explicit GuardedOutput(std::vector<int64_t> shape) : shape_(std::move(shape)) {
+    int64_t n = 1;
+    for (int64_t d : shape_)
+      n *= d;
+    // Keep the tensor itself 64-byte aligned, as the runtime's own outputs are.
+    storage_ = Tensor::zeros(DType::F32, {n + 2 * kGuard});
+    for (int64_t i = 0; i < n + 2 * kGuard; ++i)
+      std::memcpy(storage_.as<float>() + i, &kPattern, 4);
+    tensor_ = Tensor::borrow(storage_.as<float>() + kGuard, DType::F32, shape_);
+    numel_ = n;
+  }
+
+  Tensor &tensor() { return tensor_; }
+  const float *data() const { return storage_.as<float>() + kGuard; }
+
+  /// Empty when intact; otherwise says which guard element changed.
+  std::string guardsIntact() const {
+    const float *all = storage_.as<float>();
+    for (int64_t i = 0; i < kGuard; ++i) {
+      if (!isPattern(all[i]))
+        return "guard element " + std::to_string(kGuard - i) + " before the output was written";
+      if (!isPattern(all[kGuard + numel_ + i]))
+        return "guard element " + std::to_string(i) + " after the output was written";
+    }
+    return {};
+  }
+
+private:
+  static bool isPattern(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    return bits == kPattern;
+  }
+  std::vector<int64_t> shape_;
+  Tensor storage_;
+  Tensor tensor_;
+  int64_t numel_ = 0;
+};
+
+} // namespace frank::test
