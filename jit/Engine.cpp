@@ -16,6 +16,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include <mutex>
+#include <unordered_map>
 
 namespace frank::jit {
 
@@ -40,6 +41,9 @@ struct Engine::Impl {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::string cpu, features;
   bool avx512 = false;
+  // Kernel names hash the whole cache key, so a name seen before is the same code: contexts
+  // that compile the same kernel share it.
+  std::unordered_map<std::string, EntryFn> compiled;
 
   Impl() {
     llvm::InitializeNativeTarget();
@@ -108,6 +112,8 @@ EntryFn Engine::compile(const loops::Program &program, const CodegenOptions &opt
                         const std::function<void(const std::string &, const std::string &)> &printAfter) {
   auto context = std::make_unique<llvm::LLVMContext>();
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (auto it = impl_->compiled.find(program.name); it != impl_->compiled.end())
+    return it->second;
   auto module = impl_->build(program, *context, options);
   if (printAfter)
     printAfter("codegen", printModule(*module));
@@ -118,7 +124,7 @@ EntryFn Engine::compile(const loops::Program &program, const CodegenOptions &opt
   if (auto error = impl_->lljit->addIRModule(std::move(tsm)))
     internalError("adding a kernel to the JIT: " + llvm::toString(std::move(error)));
   auto address = unwrap(impl_->lljit->lookup(program.name), "looking up a compiled kernel");
-  return address.toPtr<EntryFn>();
+  return impl_->compiled[program.name] = address.toPtr<EntryFn>();
 }
 
 std::string Engine::emit(const loops::Program &program, const CodegenOptions &options,

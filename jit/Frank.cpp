@@ -320,7 +320,7 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
     int64_t a = loops::evaluate(c.a, frame.dims.data(), frame.scalars.data());
     int64_t b = loops::evaluate(c.b, frame.dims.data(), frame.scalars.data());
     if (a != b)
-      throw Error(fmt::format(fmt::runtime(c.message), a, b));
+      throw Error(formatDiagnostic(c.loc, "error", fmt::format(fmt::runtime(c.message), a, b)));
   }
   return frame;
 }

@@ -106,7 +106,13 @@ Arg parseInput(const std::string &text, const std::string &declaredType, uint64_
   size_t eq = text.find('=');
   if (eq == std::string::npos)
     bad(position, text, "needs a value: TYPE=VALUE, TYPE=@file.npy, TYPE=random or @file.npy");
-  TypeSpec spec = parseTypeSpec(text);
+  TypeSpec spec;
+  try {
+    spec = parseTypeSpec(text);
+  } catch (const Error &e) {
+    std::string why = e.what();
+    bad(position, text, why.substr(why.find(": ", why.find("'")) + 2));
+  }
   std::string value = spec.value;
   if (!spec.isTensor) {
     Scalar s;
@@ -209,7 +215,7 @@ std::string formatTensor(const Tensor &t, int64_t maxElements) {
     if (dim == shape.size()) {
       if (shown < maxElements) {
         double v = elementAt(t, offset);
-        out += isFloat(t.dtype()) ? fmt::format("{:g}", v)
+        out += isFloat(t.dtype()) ? fmt::format("{:.7g}", v)
                                   : fmt::format("{}", static_cast<int64_t>(v));
       }
       ++shown;

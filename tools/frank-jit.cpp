@@ -1,6 +1,7 @@
 // The frank-jit command line tool: compile a component and show any stage, run it on inputs,
 // benchmark it against generic mode.
 #include "Inputs.h"
+#include "MedianReporter.h"
 #include "frank/Frank.h"
 #include "frank/Npy.h"
 
@@ -59,18 +60,23 @@ Function lookup(Context &ctx, Module &module) {
     return module.function(function);
   auto names = module.functionNames();
   if (names.size() != 1)
-    throw Error(fmt::format("error: {} defines {} public functions; choose one with --function={}",
-                            file.getValue(), names.size(),
-                            names.empty() ? "NAME" : names.front()));
+    throw Error(fmt::format("error: {} defines {} public functions ({}); choose one with "
+                            "--function=NAME", file.getValue(), names.size(),
+                            names.empty() ? "none" : "@" + fmt::format("{}", fmt::join(names, ", @"))));
   return module.function(names.front());
 }
 
-std::vector<Arg> parseInputs(const Function &fn) {
+void checkInputCount(const Function &fn) {
   auto declared = fn.argumentTypes();
   if (inputs.size() != declared.size())
     throw Error(fmt::format("error: '@{}' takes {} arguments ({}) but {} --input{} given",
                             fn.name(), declared.size(), fmt::join(declared, ", "), inputs.size(),
                             inputs.size() == 1 ? " was" : "s were"));
+}
+
+std::vector<Arg> parseInputs(const Function &fn) {
+  checkInputCount(fn);
+  auto declared = fn.argumentTypes();
   std::vector<Arg> args;
   for (size_t i = 0; i < inputs.size(); ++i)
     args.push_back(cli::parseInput(inputs[i], declared[i], seed, i));
@@ -81,6 +87,7 @@ int compileCommand() {
   Context ctx;
   Module module = ctx.load(file);
   Function fn = lookup(ctx, module);
+  checkInputCount(fn);
   std::vector<std::string> types(inputs.begin(), inputs.end());
   if (explain) {
     Kernel k = fn.specialize(types, mode);
@@ -102,8 +109,9 @@ int runCommand() {
       fmt::print(stderr, "{}\n", line);
   std::vector<Tensor> results = kernel(args);
   if (!outputs.empty() && outputs.size() != results.size())
-    throw Error(fmt::format("error: '@{}' has {} results but {} --output{} given", fn.name(),
-                            results.size(), outputs.size(), outputs.size() == 1 ? " was" : "s were"));
+    throw Error(fmt::format("error: '@{}' has {} result{} but {} --output{} given", fn.name(),
+                            results.size(), results.size() == 1 ? "" : "s", outputs.size(),
+                            outputs.size() == 1 ? " was" : "s were"));
   for (size_t i = 0; i < results.size(); ++i) {
     if (!outputs.empty()) {
       std::string path = outputs[i];
@@ -128,36 +136,6 @@ int64_t argumentBytes(const std::vector<Arg> &args, const std::vector<std::vecto
   (void)outs;
   return bytes;
 }
-
-// Forwards every report and keeps the median (or mean) real time per benchmark name.
-class RecordingReporter : public benchmark::BenchmarkReporter {
-public:
-  explicit RecordingReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner) : inner_(std::move(inner)) {}
-  bool ReportContext(const Context &context) override {
-    inner_->SetOutputStream(&GetOutputStream());
-    inner_->SetErrorStream(&GetErrorStream());
-    return inner_->ReportContext(context);
-  }
-  void ReportRuns(const std::vector<Run> &runs) override {
-    for (const Run &run : runs) {
-      std::string name = run.run_name.str();
-      bool isMedian = run.aggregate_name == "median";
-      if (run.run_type == Run::RT_Iteration && !seen_.count(name))
-        times_[name] = run.GetAdjustedRealTime();
-      if (isMedian) {
-        times_[name] = run.GetAdjustedRealTime();
-        seen_[name] = true;
-      }
-    }
-    inner_->ReportRuns(runs);
-  }
-  void Finalize() override { inner_->Finalize(); }
-  std::map<std::string, double> times_;
-
-private:
-  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
-  std::map<std::string, bool> seen_;
-};
 
 int benchCommand(int benchArgc, char **benchArgv) {
   Context ctx;
@@ -185,17 +163,13 @@ int benchCommand(int benchArgc, char **benchArgv) {
       state.counters["compile_ms"] = kernel.compileSeconds() * 1e3;
     })->UseRealTime();
   }
-  std::unique_ptr<benchmark::BenchmarkReporter> inner;
-  if (format == "json")
-    inner = std::make_unique<benchmark::JSONReporter>();
-  else
-    inner = std::make_unique<benchmark::ConsoleReporter>();
-  RecordingReporter reporter(std::move(inner));
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::string s = fn.name() + "/specialized", g = fn.name() + "/generic";
-  if (reporter.times_.count(s) && reporter.times_.count(g))
+  auto reporter = bench::MedianReporter::forFormat(format);
+  benchmark::RunSpecifiedBenchmarks(reporter.get());
+  double specialized = reporter->seconds(fn.name() + "/specialized");
+  double generic = reporter->seconds(fn.name() + "/generic");
+  if (specialized > 0 && generic > 0)
     fmt::print(stderr, "{}: specialized is {:.2f}x faster than generic\n", fn.name(),
-               reporter.times_[g] / reporter.times_[s]);
+               generic / specialized);
   benchmark::Shutdown();
   return 0;
 }

@@ -83,13 +83,12 @@ bool AffineMap::isPermutation() const {
 std::string AffineMap::str() const {
   std::string s = "affine_map<(";
   for (int i = 0; i < numDims; ++i)
-    s += (i ? ", d" : "d") + std::to_string(i);
+    s += fmt::format("{}d{}", i ? ", " : "", i);
   s += ") -> (";
   for (size_t i = 0; i < results.size(); ++i) {
     if (i)
       s += ", ";
-    s += results[i].isConstant ? std::to_string(results[i].value)
-                               : "d" + std::to_string(results[i].value);
+    s += results[i].isConstant ? fmt::format("{}", results[i].value) : fmt::format("d{}", results[i].value);
   }
   return s + ")>";
 }

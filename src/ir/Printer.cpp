@@ -86,7 +86,7 @@ private:
     names_[v] = name;
     return name;
   }
-  std::string ref(const Value *v) { return "%" + nameOf(v); }
+  std::string ref(const Value *v) { return fmt::format("%{}", nameOf(v)); }
 
   static std::string typeList(const std::vector<Type> &types, bool parens) {
     if (types.size() == 1 && !parens)
@@ -102,8 +102,8 @@ private:
   std::string operandsAndTypes(const std::vector<Value *> &values, size_t begin, size_t end) {
     std::string refs, types;
     for (size_t i = begin; i < end; ++i) {
-      refs += (i > begin ? ", " : "") + ref(values[i]);
-      types += (i > begin ? ", " : "") + values[i]->type.str();
+      refs += fmt::format("{}{}", i > begin ? ", " : "", ref(values[i]));
+      types += fmt::format("{}{}", i > begin ? ", " : "", values[i]->type.str());
     }
     return refs + " : " + types;
   }
@@ -136,7 +136,9 @@ private:
   }
 
   void printOpBody(const Op &op, int indent) {
-    const Type &resultType = op.results.empty() ? op.operands[0]->type : op.result()->type;
+    // Ops without results (terminators, result-less calls) never read this.
+    static const Type none;
+    const Type &resultType = op.results.empty() ? none : op.result()->type;
     OpKind kind = op.kind;
     if (kind == OpKind::ArithConstant) {
       const Literal &lit = constantValue(op);

@@ -5,7 +5,7 @@
 namespace frank {
 namespace {
 
-enum class Scope { FuncOp, GenericBody, DispatchBody };
+enum class Scope { Function, GenericBody, DispatchBody };
 
 void verifyBlock(const Block &block, Scope scope, const Op *generic);
 
@@ -31,8 +31,9 @@ void verifyGeneric(const Op &op) {
   const AttrList &maps = op.attr("indexing_maps").list();
   const AttrList &iters = op.attr("iterator_types").list();
   if (maps.size() != op.operands.size())
-    fail(op.loc, fmt::format("'linalg.generic' has {} operands but {} indexing maps",
-                             op.operands.size(), maps.size()));
+    fail(op.loc, fmt::format("'linalg.generic' has {} operand{} but {} indexing map{}",
+                             op.operands.size(), op.operands.size() == 1 ? "" : "s", maps.size(),
+                             maps.size() == 1 ? "" : "s"));
   int numLoops = static_cast<int>(iters.size());
   std::vector<bool> indexedPlainly(numLoops, false);
   for (size_t i = 0; i < maps.size(); ++i) {
@@ -72,9 +73,9 @@ void verifyGeneric(const Op &op) {
     if (!indexedPlainly[d])
       fail(op.loc, fmt::format("unsupported: loop dim d{} is not indexed by any operand", d));
   }
+  verifyBlock(g.body(), Scope::GenericBody, &op);
   verifyTerminator(g.body(), OpKind::LinalgYield, {Type::scalar(g.output()->type.elem)}, op.loc,
                    "the 'linalg.generic' body");
-  verifyBlock(g.body(), Scope::GenericBody, &op);
 }
 
 void verifyOp(const Op &op, Scope scope, const Op *generic) {
@@ -96,7 +97,7 @@ void verifyOp(const Op &op, Scope scope, const Op *generic) {
       fail(op.loc, "'flow.return' may only end a 'flow.dispatch.region'");
     return;
   case OpKind::Return:
-    if (scope != Scope::FuncOp)
+    if (scope != Scope::Function)
       fail(op.loc, "'util.return' may only end a function body");
     return;
   case OpKind::LinalgGeneric:
@@ -113,9 +114,9 @@ void verifyOp(const Op &op, Scope scope, const Op *generic) {
       std::vector<Type> types;
       for (auto &r : op.results)
         types.push_back(r->type);
+      verifyBlock(*op.regions[0], Scope::DispatchBody, nullptr);
       verifyTerminator(*op.regions[0], OpKind::FlowReturn, types, op.loc,
                        "the 'flow.dispatch.region' body");
-      verifyBlock(*op.regions[0], Scope::DispatchBody, nullptr);
     }
     return;
   default:
@@ -126,9 +127,11 @@ void verifyOp(const Op &op, Scope scope, const Op *generic) {
 void verifyBlock(const Block &block, Scope scope, const Op *generic) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
     const Op &op = *block.ops[i];
+    // Where an op may appear is checked first: a misplaced terminator is reported as
+    // misplaced, not as one that comes too early.
+    verifyOp(op, scope, generic);
     if (isTerminator(op.kind) && i + 1 != block.ops.size())
       fail(op.loc, fmt::format("'{}' must be the last op of its block", op.name()));
-    verifyOp(op, scope, generic);
   }
 }
 
@@ -137,9 +140,9 @@ void verifyBlock(const Block &block, Scope scope, const Op *generic) {
 void verifyFunction(const FuncOp &fn) {
   if (!fn.body)
     return;
+  verifyBlock(*fn.body, Scope::Function, nullptr);
   verifyTerminator(*fn.body, OpKind::Return, fn.resultTypes, fn.loc,
                    fmt::format("function '@{}'", fn.name).c_str());
-  verifyBlock(*fn.body, Scope::FuncOp, nullptr);
 }
 
 void verifyModule(const ModuleOp &module) {

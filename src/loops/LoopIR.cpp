@@ -170,7 +170,7 @@ std::string print(const Expr &e, const Program *program) {
     return fmt::format("scalars[{}]:{}", e->intValue, elemName(e->type));
   case ExprKind::Unary:
     if (e->op == OpKind::NegF)
-      return "-" + print(e->args[0], program);
+      return fmt::format("-{}", print(e->args[0], program));
     return fmt::format("{}({})", shortName(e->op), print(e->args[0], program));
   case ExprKind::Binary: {
     const char *infix = infixOf(e->op);

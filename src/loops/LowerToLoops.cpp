@@ -257,7 +257,7 @@ private:
     std::vector<std::string> names;
     std::vector<Expr> vars;
     for (size_t d = 0; d < dims.size(); ++d) {
-      names.push_back(freshName("i" + std::to_string(d)));
+      names.push_back(freshName(fmt::format("i{}", d)));
       vars.push_back(var(names.back(), ElemKind::Index));
     }
     std::vector<Stmt> stmts = inner(vars);
@@ -326,10 +326,10 @@ private:
         }
         if (other != extents[d])
           out_.constraints.push_back(
-              {extents[d], other,
-               fmt::format("{}: error: loop dim d{} of 'linalg.generic' has extent {{}} from {} "
-                           "but {{}} from {}", op.loc.str(), d,
-                           describeOperandDim(op, operand, dim), describeOperandDim(op, o, k))});
+              {extents[d], other, op.loc,
+               fmt::format("loop dim d{} of 'linalg.generic' has extent {{}} from {} but {{}} "
+                           "from {}", d, describeOperandDim(op, operand, dim),
+                           describeOperandDim(op, o, k))});
       }
     }
     // Accumulate in a register when every reduction loop is inside every parallel loop.
@@ -347,7 +347,7 @@ private:
     std::vector<std::string> names;
     std::vector<Expr> iv;
     for (int d = 0; d < numLoops; ++d) {
-      names.push_back(freshName("d" + std::to_string(d)));
+      names.push_back(freshName(fmt::format("d{}", d)));
       iv.push_back(var(names.back(), ElemKind::Index));
     }
     ElemKind outElem = op.result()->type.elem;

@@ -26,7 +26,8 @@ struct LoweredKernel {
   /// Extents that must agree at run time (generic mode; specialization checked the rest).
   struct Constraint {
     loops::Expr a, b;
-    std::string message;
+    Location loc;
+    std::string message; // with {} for the two extents, in order
   };
   std::vector<Constraint> constraints;
 };

@@ -115,6 +115,8 @@ private:
   void parseOperandsWithTypes(Op &op, std::string_view keyword);
   void parseTerminatorOperands(Op &op);
 
+  int64_t integerValue(const Token &t, int64_t max);
+
   Lexer lex_;
   Token cur_;
   std::map<std::string, Type> typeAliases_;
@@ -138,6 +140,16 @@ bool scalarKindFromName(std::string_view name, ElemKind &kind) {
       return true;
     }
   return false;
+}
+
+int64_t Parser::integerValue(const Token &t, int64_t max) {
+  bool hex = t.text.size() > 2 && (t.text[1] == 'x' || t.text[1] == 'X');
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(t.text.data() + (hex ? 2 : 0), t.text.data() + t.text.size(),
+                                   value, hex ? 16 : 10);
+  if (ec != std::errc() || value > static_cast<uint64_t>(max))
+    failAt(t, fmt::format("integer '{}' is out of range (at most {})", t.text, max));
+  return static_cast<int64_t>(value);
 }
 
 Type Parser::parseType() {
@@ -236,7 +248,7 @@ AffineMap Parser::parseAffineMap() {
       if (at(Tok::Integer)) {
         take();
         result.isConstant = true;
-        result.value = std::stoll(std::string(r.text));
+        result.value = integerValue(r, int64_t{1} << 40);
       } else if (at(Tok::Minus)) {
         failAt(r, "unsupported affine expression: negative constants");
       } else {
@@ -311,6 +323,7 @@ static double floatFromBits(const Token &tok, const Type &type, const Location &
 }
 
 Literal Parser::parseNumber(const Type &type) {
+  Token sign = cur_;
   bool negative = consumeIf(Tok::Minus);
   Token t = cur_;
   Literal lit;
@@ -353,7 +366,7 @@ Literal Parser::parseNumber(const Type &type) {
     int64_t lo = type.elem == ElemKind::I1 ? 0 : -(int64_t{1} << (bits - 1));
     int64_t hi = (int64_t{1} << bits) - 1; // accept unsigned spellings too
     if (lit.i < lo || lit.i > hi)
-      failAt(t, fmt::format("integer literal '{}{}' does not fit in {}", negative ? "-" : "",
+      failAt(negative ? sign : t, fmt::format("integer literal '{}{}' does not fit in {}", negative ? "-" : "",
                             t.text, type.str()));
   }
   return lit;
@@ -435,7 +448,8 @@ void Parser::define(const std::string &name, Value *value, const Token &at) {
     if (scope.count(name))
       failAt(at, fmt::format("redefinition of SSA value '%{}'", name));
   scopes_.back()[name] = value;
-  value->name = name;
+  if (value) // null reserves the name of a result pack
+    value->name = name;
 }
 
 Value *Parser::lookupValue(const Token &t) {
@@ -672,7 +686,7 @@ void Parser::parseOp(Block &block) {
       size_t count = 1;
       if (consumeIf(Tok::Colon)) {
         Token c = expect(Tok::Integer, "as the result count");
-        count = std::stoul(std::string(c.text));
+        count = static_cast<size_t>(integerValue(c, 1024));
         if (count == 0)
           failAt(c, "a result pack needs at least one result");
       } else {
@@ -844,8 +858,11 @@ static bool isCmpIPredicate(std::string_view p) {
 }
 
 void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes) {
+  // Reads ': T', leaving `typeTok` at T so that errors point at the type itself.
+  Token typeTok;
   auto colonType = [&] {
     expect(Tok::Colon, fmt::format("before the type of '{}'", op.name()));
+    typeTok = cur_;
     return parseType();
   };
   auto rejectFastmath = [&] {
@@ -864,7 +881,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
       Token b = take();
       Type type = Type::scalar(ElemKind::I1);
       if (consumeIf(Tok::Colon)) {
-        Token typeTok = cur_;
+        typeTok = cur_;
         type = parseType();
         if (type != Type::scalar(ElemKind::I1))
           failAt(typeTok, fmt::format("boolean literal for type '{}'", type.str()));
@@ -904,7 +921,6 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token b = cur_;
     Value *rhs = parseOperand();
     rejectFastmath();
-    Token typeTok = cur_;
     Type type = colonType();
     if (!type.isScalar())
       failAt(typeTok, fmt::format("'{}' works on scalars, found '{}'", op.name(), type.str()));
@@ -926,7 +942,6 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token a = cur_;
     Value *x = parseOperand();
     rejectFastmath();
-    Token typeTok = cur_;
     Type type = colonType();
     if (!type.isFloat())
       failAt(typeTok, fmt::format("'{}' needs a float type, found '{}'", op.name(), type.str()));
@@ -949,7 +964,6 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token b = cur_;
     Value *rhs = parseOperand();
     rejectFastmath();
-    Token typeTok = cur_;
     Type type = colonType();
     if (kind == OpKind::CmpF ? !type.isFloat() : !type.isInteger())
       failAt(typeTok, fmt::format("'{}' cannot compare type '{}'", op.name(), type.str()));
@@ -982,8 +996,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
   if (isCast(kind)) {
     Token a = cur_;
     Value *x = parseOperand();
-    Token fromTok = cur_;
     Type from = colonType();
+    Token fromTok = typeTok;
     expectKeyword("to", fmt::format("in '{}'", op.name()));
     Token toTok = cur_;
     Type to = parseType();
@@ -1004,9 +1018,19 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     case OpKind::TruncF: ok = from.isFloat() && to.isFloat() && elemBits(to.elem) < elemBits(from.elem); break;
     default: break;
     }
-    if (!ok)
-      failAt(from.isScalar() ? toTok : fromTok,
+    if (!ok) {
+      // Point at the source type when no target could make the cast legal.
+      bool sourceWrong = false;
+      switch (kind) {
+      case OpKind::SIToFP: case OpKind::UIToFP: case OpKind::TruncI: case OpKind::ExtSI:
+      case OpKind::ExtUI: sourceWrong = !isInt(from); break;
+      case OpKind::FPToSI: case OpKind::ExtF: case OpKind::TruncF: sourceWrong = !from.isFloat(); break;
+      case OpKind::IndexCast: sourceWrong = !from.isIndex() && !isInt(from); break;
+      default: break;
+      }
+      failAt(sourceWrong ? fromTok : toTok,
              fmt::format("'{}' cannot convert '{}' to '{}'", op.name(), from.str(), to.str()));
+    }
     op.operands = {x};
     resultTypes.push_back(to);
     return;
@@ -1038,7 +1062,6 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
       while (consumeIf(Tok::Comma));
     }
     expect(Tok::RParen, "to close the sizes of 'tensor.empty'");
-    Token typeTok = cur_;
     Type type = colonType();
     if (!type.isTensor())
       failAt(typeTok, "'tensor.empty' needs a tensor type");
@@ -1059,7 +1082,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
       failAt(nameTok, fmt::format("'linalg.fill' value type '{}' differs from the element type of '{}'",
                                   op.operands[0]->type.str(), op.operands[1]->type.str()));
     expect(Tok::Arrow, "before the result type of 'linalg.fill'");
-    Token typeTok = cur_;
+    typeTok = cur_;
     Type type = parseType();
     if (type != op.operands[1]->type)
       failAt(typeTok, fmt::format("result type '{}' differs from the 'outs' type '{}'", type.str(),
@@ -1089,7 +1112,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
       argTypes.push_back(Type::scalar(v->type.elem));
     parseRegion(op, true, &argTypes);
     expect(Tok::Arrow, "before the result type of 'linalg.generic'");
-    Token typeTok = cur_;
+    typeTok = cur_;
     Type type = parseType();
     if (type != op.operands.back()->type)
       failAt(typeTok, fmt::format("result type '{}' differs from the 'outs' type '{}'", type.str(),
@@ -1099,8 +1122,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
   }
   case OpKind::LinalgIndex: {
     Token d = expect(Tok::Integer, "as the dim of 'linalg.index'");
-    op.attrs["dim"] = Attribute{static_cast<int64_t>(std::stoll(std::string(d.text)))};
-    Token typeTok = cur_;
+    op.attrs["dim"] = Attribute{integerValue(d, 1024)};
     Type type = colonType();
     if (!type.isIndex())
       failAt(typeTok, "'linalg.index' has type 'index'");
@@ -1134,8 +1156,9 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     }
     expect(Tok::RParen, "to close the call's argument types");
     if (argTypes.size() != op.operands.size())
-      failAt(callee, fmt::format("call passes {} arguments but its type lists {}",
-                                 op.operands.size(), argTypes.size()));
+      failAt(callee, fmt::format("call passes {} argument{} but its type lists {}",
+                                 op.operands.size(), op.operands.size() == 1 ? "" : "s",
+                                 argTypes.size()));
     for (size_t i = 0; i < toks.size(); ++i)
       if (op.operands[i]->type != argTypes[i])
         failAt(toks[i], fmt::format("'%{}' has type '{}' but is used as '{}'",
@@ -1151,7 +1174,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     expect(Tok::LParen, "to open the result types");
     if (!at(Tok::RParen)) {
       do {
-        Token typeTok = cur_;
+        typeTok = cur_;
         Type type = parseType();
         int64_t given = 0;
         if (consumeIf(Tok::LBrace)) {

@@ -1,0 +1,675 @@
+// End-to-end tests of the frank-jit command line tool: each test runs the real binary, captures
+// stdout, stderr and the exit status, and checks exact content (values against plain-double
+// oracles, IR text per stage, and the exact error messages).
+#include "frank/Npy.h"
+#include "frank/Tensor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cerrno>
+#include <fcntl.h>
+#include <fstream>
+#include <regex>
+#include <spawn.h>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+extern char **environ;
+
+using namespace frank;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+namespace {
+
+const std::string kBinary = FRANK_JIT_BINARY;
+const std::string kComponents = std::string(FRANK_TESTS_DIR) + "/../components";
+const std::string kRmsNorm = kComponents + "/normalization/rms_norm.mlir";
+const std::string kSwiglu = kComponents + "/activation/swiglu.mlir";
+
+// ---- Running the tool ------------------------------------------------------------------------
+
+struct ToolResult {
+  int exitCode = -1;     // valid when !signaled
+  bool signaled = false; // the tool crashed (a crash is never an acceptable error report)
+  int signal = 0;
+  std::string out, err;
+};
+
+std::string readFile(const std::string &path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+void writeFile(const std::string &path, const std::string &bytes) {
+  std::ofstream file(path, std::ios::binary);
+  file << bytes;
+}
+
+bool fileExists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+/// A path under the gtest temp dir, unique per test (tests may run in parallel under ctest).
+std::string tempPath(const std::string &leaf) {
+  const auto *info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "frank_cli_" + info->test_suite_name() + "_" + info->name() + "_" +
+         leaf;
+}
+
+/// Runs frank-jit with `args` (no shell, so '?' and '@' need no quoting). stdout and stderr go to
+/// separate temp files so they are captured separately and without pipe deadlocks.
+ToolResult runTool(const std::vector<std::string> &args) {
+  static int counter = 0;
+  std::string stem = tempPath("run" + std::to_string(counter++));
+  std::string outPath = stem + ".stdout", errPath = stem + ".stderr";
+
+  std::vector<std::string> argvStrings{kBinary};
+  argvStrings.insert(argvStrings.end(), args.begin(), args.end());
+  std::vector<char *> argv;
+  for (std::string &s : argvStrings)
+    argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ToolResult result;
+  int rc = posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot spawn " << kBinary << ": " << std::strerror(rc);
+    return result;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) {
+    result.exitCode = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.signaled = true;
+    result.signal = WTERMSIG(status);
+  }
+  result.out = readFile(outPath);
+  result.err = readFile(errPath);
+  std::remove(outPath.c_str());
+  std::remove(errPath.c_str());
+  return result;
+}
+
+/// A readable dump for failure messages.
+std::string describe(const ToolResult &r) {
+  std::ostringstream os;
+  if (r.signaled)
+    os << "killed by signal " << r.signal;
+  else
+    os << "exit " << r.exitCode;
+  os << "\n--- stdout ---\n" << r.out << "\n--- stderr ---\n" << r.err;
+  return os.str();
+}
+
+#define EXPECT_SUCCESS(r)                                                                          \
+  ASSERT_TRUE(!(r).signaled && (r).exitCode == 0) << describe(r)
+
+// An error must be a clean exit 1 with nothing on stdout, never a crash.
+#define EXPECT_FAILURE(r)                                                                          \
+  do {                                                                                             \
+    ASSERT_FALSE((r).signaled) << describe(r);                                                     \
+    EXPECT_EQ((r).exitCode, 1) << describe(r);                                                     \
+    EXPECT_EQ((r).out, "") << describe(r);                                                         \
+  } while (0)
+
+// ---- Reading printed results -----------------------------------------------------------------
+
+struct Printed {
+  std::string type;           // "2x4xf32"
+  std::vector<double> values; // in row-major order
+};
+
+/// Parses the line "result[N]: TYPE=[[a b] [c d]]" of `run`'s stdout.
+Printed parseResult(const std::string &out, int index) {
+  Printed p;
+  std::string prefix = "result[" + std::to_string(index) + "]: ";
+  size_t start = out.find(prefix);
+  if (start == std::string::npos) {
+    ADD_FAILURE() << "no '" << prefix << "' in stdout:\n" << out;
+    return p;
+  }
+  start += prefix.size();
+  size_t end = out.find('\n', start);
+  std::string line = out.substr(start, end - start);
+  size_t eq = line.find('=');
+  p.type = line.substr(0, eq);
+  std::string body = line.substr(eq + 1);
+  for (char &c : body)
+    if (c == '[' || c == ']')
+      c = ' ';
+  std::istringstream in(body);
+  std::string token;
+  while (in >> token)
+    p.values.push_back(std::strtod(token.c_str(), nullptr));
+  return p;
+}
+
+/// rtol plus a tiny atol so exact zeros compare; `run` prints 6 significant digits ({:g}), a
+/// relative error of at most 5e-6, so rtol 1e-5 is the tightest meaningful tolerance.
+void expectClose(const std::vector<double> &actual, const std::vector<double> &expected,
+                 double rtol = 1e-5, double atol = 1e-7) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i)
+    EXPECT_LE(std::fabs(actual[i] - expected[i]), rtol * std::fabs(expected[i]) + atol)
+        << "element " << i << ": got " << actual[i] << ", expected " << expected[i];
+}
+
+// ---- Oracles: the documented maths in plain double loops --------------------------------------
+
+/// rms_norm.mlir: y[b, i] = x[b, i] / sqrt(sum_j x[b, j]^2 / E + eps) * w[i].
+std::vector<double> rmsNormOracle(const std::vector<double> &x, const std::vector<double> &w,
+                                  int64_t rows, int64_t hidden, double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t b = 0; b < rows; ++b) {
+    double ss = 0;
+    for (int64_t j = 0; j < hidden; ++j)
+      ss += x[b * hidden + j] * x[b * hidden + j];
+    double rms = std::sqrt(ss / static_cast<double>(hidden) + eps);
+    for (int64_t i = 0; i < hidden; ++i)
+      y[b * hidden + i] = x[b * hidden + i] / rms * w[i];
+  }
+  return y;
+}
+
+/// swiglu.mlir: y = gate * silu(up), silu(u) = u / (1 + exp(-u)).
+std::vector<double> swigluOracle(const std::vector<double> &gate, const std::vector<double> &up) {
+  std::vector<double> y(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i)
+    y[i] = gate[i] * (up[i] / (1.0 + std::exp(-up[i])));
+  return y;
+}
+
+std::string joinValues(const std::vector<double> &values) {
+  std::ostringstream os;
+  os.precision(17);
+  for (size_t i = 0; i < values.size(); ++i)
+    os << (i ? "," : "") << values[i];
+  return os.str();
+}
+
+Tensor f32Tensor(const std::vector<int64_t> &shape, const std::vector<double> &values) {
+  Tensor t = Tensor::zeros(DType::F32, shape);
+  for (size_t i = 0; i < values.size(); ++i)
+    t.as<float>()[i] = static_cast<float>(values[i]);
+  return t;
+}
+
+std::vector<double> tensorValues(const Tensor &t) {
+  EXPECT_EQ(t.dtype(), DType::F32);
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v.push_back(t.as<float>()[i]);
+  return v;
+}
+
+/// Deterministic values in [-1, 1), exactly representable as f32 so oracle and tool see the
+/// same inputs.
+std::vector<double> pattern(size_t n, uint32_t seed) {
+  std::vector<double> v(n);
+  uint32_t s = seed;
+  for (double &x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(static_cast<double>(s >> 8) / (1 << 23) - 1.0);
+  }
+  return v;
+}
+
+const std::vector<double> kX = {1, 2, 3, 4, 5, 6, 7, 8};
+const std::vector<double> kW = {0.5, -1, 2, 1.25};
+
+} // namespace
+
+// ---- run: values against the oracle ----------------------------------------------------------
+
+TEST(CliRun, RmsNormExplicitValuesMatchOracle) {
+  for (std::string mode : {"specialized", "generic"}) {
+    SCOPED_TRACE("mode " + mode);
+    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--mode=" + mode,
+                            "--input=2x4xf32=" + joinValues(kX), "--input=4xf32=" + joinValues(kW),
+                            "--input=f32=1e-6"});
+    EXPECT_SUCCESS(r);
+    EXPECT_EQ(r.err, "");
+    // Exactly one result line, nested brackets per dim.
+    EXPECT_TRUE(std::regex_match(r.out, std::regex(R"(result\[0\]: 2x4xf32=\[\[[^\]]*\] \[[^\]]*\]\]\n)")))
+        << r.out;
+    Printed p = parseResult(r.out, 0);
+    EXPECT_EQ(p.type, "2x4xf32");
+    expectClose(p.values, rmsNormOracle(kX, kW, 2, 4, 1e-6));
+  }
+}
+
+TEST(CliRun, RmsNormFusedAgreesWithLinalg) {
+  // The two public functions implement the same maths.
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_fused",
+                          "--input=2x4xf32=" + joinValues(kX), "--input=4xf32=" + joinValues(kW),
+                          "--input=f32=1e-6"});
+  EXPECT_SUCCESS(r);
+  expectClose(parseResult(r.out, 0).values, rmsNormOracle(kX, kW, 2, 4, 1e-6));
+}
+
+TEST(CliRun, SwigluExplicitValuesMatchOracle) {
+  std::vector<double> gate = {1, 2, 3, 4, 5, 6}, up = {-1, 0, 1, 2, -3, 0.5};
+  for (std::string mode : {"specialized", "generic"}) {
+    SCOPED_TRACE("mode " + mode);
+    // swiglu.mlir has a single public function, so --function is optional.
+    ToolResult r = runTool({"run", kSwiglu, "--mode=" + mode, "--input=1x2x3xf32=" + joinValues(gate),
+                            "--input=1x2x3xf32=" + joinValues(up)});
+    EXPECT_SUCCESS(r);
+    Printed p = parseResult(r.out, 0);
+    EXPECT_EQ(p.type, "1x2x3xf32");
+    EXPECT_THAT(r.out, StartsWith("result[0]: 1x2x3xf32=[[["));
+    expectClose(p.values, swigluOracle(gate, up));
+  }
+}
+
+TEST(CliRun, SwigluRandomIsDeterministicPerSeed) {
+  auto runSeed = [](const std::string &seed) {
+    return runTool({"run", kSwiglu, "--input=4x4x8xf32=random", "--input=4x4x8xf32=random",
+                    "--seed=" + seed});
+  };
+  ToolResult a = runSeed("7"), b = runSeed("7"), c = runSeed("8");
+  EXPECT_SUCCESS(a);
+  EXPECT_SUCCESS(b);
+  EXPECT_SUCCESS(c);
+  EXPECT_EQ(a.out, b.out) << "the same seed must give the same inputs";
+  EXPECT_NE(a.out, c.out) << "a different seed must give different inputs";
+
+  Printed p = parseResult(a.out, 0);
+  EXPECT_EQ(p.type, "4x4x8xf32");
+  ASSERT_EQ(p.values.size(), 128u);
+  // Random floats are in [-1, 1): |gate * silu(up)| < silu(1) = 0.7311. And gate and up must be
+  // drawn independently: were they equal, y = u^2 * sigmoid(u) would never be negative.
+  bool anyNegative = false;
+  for (double v : p.values) {
+    EXPECT_LT(std::fabs(v), 0.7311);
+    anyNegative |= v < 0;
+  }
+  EXPECT_TRUE(anyNegative) << "gate and up look like the same random stream";
+}
+
+// ---- .npy input and output -------------------------------------------------------------------
+
+TEST(CliNpy, InputsAndOutputThroughNpyFiles) {
+  std::string x = tempPath("x.npy"), w = tempPath("w.npy"), y = tempPath("y.npy");
+  writeNpy(x, f32Tensor({2, 4}, kX));
+  writeNpy(w, f32Tensor({4}, kW));
+  std::vector<double> expected = rmsNormOracle(kX, kW, 2, 4, 1e-6);
+
+  // Typed (2x4xf32=@x.npy, checked against the file) and untyped (@x.npy) spellings.
+  for (std::string xInput : {"--input=2x4xf32=@" + x, "--input=@" + x}) {
+    SCOPED_TRACE(xInput);
+    std::remove(y.c_str());
+    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", xInput,
+                            "--input=@" + w, "--input=f32=1e-6", "--output=@" + y});
+    EXPECT_SUCCESS(r);
+    EXPECT_EQ(r.out, "") << "results saved with --output are not printed";
+    EXPECT_EQ(r.err, "");
+    Tensor result = readNpy(y);
+    EXPECT_EQ(result.typeString(), "2x4xf32");
+    // Full float precision here, so a tighter check than the printed values allow.
+    expectClose(tensorValues(result), expected, 1e-6, 0);
+  }
+
+  // Without --output the same inputs print the same result.
+  ToolResult printed = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=@" + x,
+                                "--input=@" + w, "--input=f32=1e-6"});
+  EXPECT_SUCCESS(printed);
+  expectClose(parseResult(printed.out, 0).values, expected);
+}
+
+TEST(CliNpy, LargeOddShapeMatchesOracleInBothModes) {
+  // 4099 is not a multiple of any vector width: exercises the vector loop and its remainder.
+  const int64_t rows = 3, hidden = 4099;
+  std::vector<double> xs = pattern(rows * hidden, 1), ws = pattern(hidden, 2);
+  std::string x = tempPath("x.npy"), w = tempPath("w.npy"), y = tempPath("y.npy");
+  writeNpy(x, f32Tensor({rows, hidden}, xs));
+  writeNpy(w, f32Tensor({hidden}, ws));
+  std::vector<double> expected = rmsNormOracle(xs, ws, rows, hidden, 1e-5);
+  for (std::string mode : {"specialized", "generic"}) {
+    SCOPED_TRACE("mode " + mode);
+    std::remove(y.c_str());
+    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--mode=" + mode,
+                            "--input=@" + x, "--input=@" + w, "--input=f32=1e-5",
+                            "--output=@" + y});
+    EXPECT_SUCCESS(r);
+    Tensor result = readNpy(y);
+    EXPECT_EQ(result.typeString(), "3x4099xf32");
+    // f32 sums of 4099 squares: the observed error is ~4e-7 relative, rtol 1e-5 leaves margin.
+    expectClose(tensorValues(result), expected, 1e-5, 1e-7);
+  }
+}
+
+// ---- compile: every stage ----------------------------------------------------------------------
+
+namespace {
+std::vector<std::string> compileArgs(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"compile", kRmsNorm, "--function=rms_norm_linalg",
+                                   "--input=32x4096xf32", "--input=4096xf32", "--input=f32"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+} // namespace
+
+TEST(CliCompile, EmitMlirPrintsTheParsedModule) {
+  ToolResult r = runTool(compileArgs({"--emit=mlir"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.out, StartsWith("module @rms_norm_components {"));
+  EXPECT_THAT(r.out, HasSubstr("util.func public @rms_norm_linalg(%input: tensor<?x?xf32>"));
+  EXPECT_THAT(r.out, HasSubstr("util.func public @rms_norm_fused("));
+}
+
+TEST(CliCompile, EmitSpecializedBakesInEveryShape) {
+  ToolResult r = runTool(compileArgs({"--emit=specialized"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.out, HasSubstr("util.func public @rms_norm_linalg(%input: tensor<32x4096xf32>, "
+                               "%weight: tensor<4096xf32>, %eps: f32) -> tensor<32x4096xf32>"));
+  EXPECT_THAT(r.out, Not(HasSubstr("?"))) << "no dynamic dim may survive specialization";
+  // E converted to f32 is a constant now.
+  EXPECT_THAT(r.out, HasSubstr("arith.constant 4096 : i32"));
+}
+
+TEST(CliCompile, EmitLoopsHasVectorizedConstantLoops) {
+  ToolResult r = runTool(compileArgs({"--emit=loops"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.out, StartsWith("kernel @"));
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(for \w+ in 0\.\.4096 vectorized \{)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(for \w+ in 0\.\.32 )"))) << r.out;
+  EXPECT_THAT(r.out, Not(HasSubstr("dims["))) << "specialized loops need no runtime dims";
+}
+
+TEST(CliCompile, GenericLoopsKeepRuntimeDims) {
+  ToolResult r = runTool(compileArgs({"--emit=loops", "--mode=generic"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(for \w+ in 0\.\.dims\[\d\])"))) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("runtime dims: 3"));
+  EXPECT_THAT(r.out, Not(HasSubstr("4096"))) << "generic kernels must not bake in a dim";
+}
+
+TEST(CliCompile, EmitLlvmDefinesTheEntryFunction) {
+  ToolResult r = runTool(compileArgs({"--emit=llvm"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.out, HasSubstr("define void @"));
+  EXPECT_THAT(r.out, HasSubstr("target triple"));
+}
+
+TEST(CliCompile, EmitOptimizedLlvmIsVectorized) {
+  ToolResult r = runTool(compileArgs({"--emit=llvm-opt"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_TRUE(r.out.find("<8 x float>") != std::string::npos ||
+              r.out.find("<16 x float>") != std::string::npos)
+      << "no 8- or 16-wide float vectors in the O3 IR";
+}
+
+TEST(CliCompile, EmitAsmUsesVectorInstructions) {
+  ToolResult r = runTool(compileArgs({"--emit=asm"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(vmovups|vfmadd|%ymm|%zmm)")))
+      << "no AVX vector code in the assembly";
+  // asm is the default stage.
+  ToolResult byDefault = runTool(compileArgs({}));
+  EXPECT_SUCCESS(byDefault);
+  EXPECT_EQ(byDefault.out, r.out);
+}
+
+TEST(CliCompile, PrintIrAfterAllShowsEveryPassInOrder) {
+  ToolResult r = runTool(compileArgs({"--emit=loops", "--print-ir-after-all"}));
+  EXPECT_SUCCESS(r);
+  size_t last = 0;
+  for (std::string pass : {"inline", "specialize", "fuse-elementwise", "lower-to-loops"}) {
+    size_t at = r.out.find("// -----// IR Dump After " + pass + " //----- //\n");
+    ASSERT_NE(at, std::string::npos) << "no dump after " << pass;
+    EXPECT_GE(at, last) << pass << " is out of order";
+    last = at;
+  }
+  // The requested stage still follows the dumps.
+  EXPECT_THAT(r.out.substr(last), HasSubstr("\nkernel @"));
+}
+
+TEST(CliCompile, ExplainSaysWhatWasBakedIn) {
+  ToolResult r = runTool(compileArgs({"--emit=loops", "--explain"}));
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.err, HasSubstr("argument #0 (%input): tensor<?x?xf32> -> tensor<32x4096xf32>, "
+                               "baked in: dim 0 = 32, dim 1 = 4096\n"));
+  EXPECT_THAT(r.err, HasSubstr("argument #1 (%weight): tensor<?xf32> -> tensor<4096xf32>, "
+                               "baked in: dim 0 = 4096\n"));
+  EXPECT_THAT(r.err, HasSubstr("argument #2 (%eps): f32 stays a runtime value\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("baked in"))) << "the explanation goes to stderr only";
+}
+
+// ---- bench -------------------------------------------------------------------------------------
+
+TEST(CliBench, JsonReportAndSpeedupSummary) {
+  ToolResult r = runTool({"bench", kRmsNorm, "--function=rms_norm_linalg",
+                          "--input=32x4096xf32=random", "--input=4096xf32=random",
+                          "--input=f32=1e-6", "--benchmark_min_time=0.01",
+                          "--benchmark_format=json"});
+  EXPECT_SUCCESS(r);
+  // stdout is the JSON document alone.
+  EXPECT_THAT(r.out, StartsWith("{"));
+  EXPECT_EQ(r.out.find_last_not_of(" \n"), r.out.rfind('}'));
+  // Google Benchmark appends "/real_time" to names registered with UseRealTime().
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"("name": "rms_norm_linalg/specialized(/real_time)?")")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out,
+                                std::regex(R"("name": "rms_norm_linalg/generic(/real_time)?")")))
+      << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\"bytes_per_second\""));
+  EXPECT_THAT(r.out, HasSubstr("\"compile_ms\""));
+  // The summary line the tool prints after both benchmarks ran.
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex(R"(rms_norm_linalg: specialized is \d+\.\d\dx faster than generic\n)")))
+      << "stderr:\n" << r.err;
+}
+
+// ---- errors: exit 1, nothing on stdout, the exact message on stderr ----------------------------
+
+TEST(CliErrors, UnknownFlag) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--bogus",
+                          "--input=2x4xf32=1", "--input=4xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_THAT(r.err, StartsWith("frank-jit: Unknown command line argument '--bogus'.  Try: '" +
+                                kBinary + " --help'\n"));
+}
+
+TEST(CliErrors, NoSubcommand) {
+  ToolResult none = runTool({});
+  EXPECT_FAILURE(none);
+  EXPECT_EQ(none.err, "frank-jit: error: choose a command: compile, run or bench (see --help)\n");
+
+  // A file where the subcommand belongs.
+  ToolResult fileOnly = runTool({kRmsNorm});
+  EXPECT_FAILURE(fileOnly);
+  EXPECT_THAT(fileOnly.err, StartsWith("frank-jit: Unknown subcommand '" + kRmsNorm + "'."));
+}
+
+TEST(CliErrors, MissingFile) {
+  std::string missing = tempPath("missing.mlir");
+  ToolResult r = runTool({"run", missing, "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, missing + ": error: cannot open file: No such file or directory\n");
+}
+
+TEST(CliErrors, MalformedMlirPointsAtTheOp) {
+  std::string path = tempPath("bad.mlir");
+  writeFile(path, "module @m {\n"
+                  "  util.func public @f(%x: f32) -> f32 {\n"
+                  "    %y = arith.bogus %x : f32\n"
+                  "    util.return %y : f32\n"
+                  "  }\n"
+                  "}\n");
+  for (std::string command : {"run", "compile"}) {
+    SCOPED_TRACE(command);
+    ToolResult r = runTool({command, path, "--input=f32=1"});
+    EXPECT_FAILURE(r);
+    // file:line:col, then the source line and a caret under the op name.
+    EXPECT_EQ(r.err, path + ":3:10: error: unsupported op 'arith.bogus'\n"
+                            "    %y = arith.bogus %x : f32\n"
+                            "         ^\n");
+  }
+}
+
+TEST(CliErrors, WrongNumberOfInputs) {
+  ToolResult two = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1",
+                            "--input=4xf32=1"});
+  EXPECT_FAILURE(two);
+  EXPECT_EQ(two.err, "frank-jit: error: '@rms_norm_linalg' takes 3 arguments (tensor<?x?xf32>, "
+                     "tensor<?xf32>, f32) but 2 --inputs were given\n");
+
+  ToolResult one = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1"});
+  EXPECT_FAILURE(one);
+  EXPECT_EQ(one.err, "frank-jit: error: '@rms_norm_linalg' takes 3 arguments (tensor<?x?xf32>, "
+                     "tensor<?xf32>, f32) but 1 --input was given\n");
+}
+
+TEST(CliErrors, WeightSizeDisagreesWithHiddenSize) {
+  // The message points at the op that ties the dims together; find it in the component rather
+  // than hard-coding a line number.
+  std::istringstream source(readFile(kRmsNorm));
+  std::string line, location;
+  for (int number = 1; std::getline(source, line); ++number) {
+    size_t col = line.find("%out = linalg.generic");
+    if (col != std::string::npos) {
+      location = kRmsNorm + ":" + std::to_string(number) + ":" + std::to_string(col + 1);
+      break;
+    }
+  }
+  ASSERT_FALSE(location.empty());
+  std::string message = location + ": error: loop dim d1 of 'linalg.generic' has extent 4096 from "
+                                   "operand #0 (%input) dim 1 but 4095 from operand #2 (%weight) "
+                                   "dim 0\n";
+
+  // Specialized: found while compiling, reported with the source line.
+  ToolResult run = runTool({"run", kRmsNorm, "--function=rms_norm_linalg",
+                            "--input=32x4096xf32=1", "--input=4095xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(run);
+  EXPECT_THAT(run.err, StartsWith(message));
+  EXPECT_THAT(run.err, HasSubstr("    %out = linalg.generic"));
+
+  ToolResult compile = runTool({"compile", kRmsNorm, "--function=rms_norm_linalg",
+                                "--input=32x4096xf32", "--input=4095xf32", "--input=f32"});
+  EXPECT_FAILURE(compile);
+  EXPECT_THAT(compile.err, StartsWith(message));
+
+  // Generic: dims are runtime values, so the same check happens when the kernel is called.
+  ToolResult generic = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--mode=generic",
+                                "--input=32x4096xf32=1", "--input=4095xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(generic);
+  EXPECT_THAT(generic.err, StartsWith(message));
+}
+
+TEST(CliErrors, WrongRank) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=4096xf32=1",
+                          "--input=4096xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: in call to '@rms_norm_linalg': argument #0 (%input) has rank "
+                   "2 ('tensor<?x?xf32>') but was given rank 1 ('4096xf32')\n");
+}
+
+TEST(CliErrors, WrongDtype) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xi32=1",
+                          "--input=4xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: in call to '@rms_norm_linalg': argument #0 (%input) has "
+                   "element type f32 but was given i32 ('2x4xi32')\n");
+}
+
+TEST(CliErrors, BadTypeString) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=32x?xf32=random",
+                          "--input=4xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: --input #0 '32x?xf32=random': dims must be non-negative "
+                   "integers separated by 'x', as in 32x4096xf32\n");
+}
+
+TEST(CliErrors, BadValueCount) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x2xf32=1,2,3",
+                          "--input=2xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: --input #0 '2x2xf32=1,2,3': gives 3 values but 2x2xf32 has 4 "
+                   "elements (give one value to fill, or all of them)\n");
+}
+
+TEST(CliErrors, NpyShapeDisagreesWithInputType) {
+  std::string x = tempPath("x.npy");
+  writeNpy(x, f32Tensor({2, 4}, kX));
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=4x2xf32=@" + x,
+                          "--input=4xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: --input #0 '4x2xf32=@" + x +
+                       "': the file holds 2x4xf32 but the input says 4x2xf32\n");
+}
+
+TEST(CliErrors, CorruptNpy) {
+  std::string x = tempPath("corrupt.npy");
+  writeFile(x, "this is not a .npy file at all");
+  for (std::string input : {"--input=2x4xf32=@" + x, "--input=@" + x}) {
+    SCOPED_TRACE(input);
+    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", input,
+                            "--input=4xf32=1", "--input=f32=1"});
+    EXPECT_FAILURE(r);
+    EXPECT_EQ(r.err, x + ": error: not a .npy file: bad magic string (expected \\x93NUMPY)\n");
+  }
+}
+
+TEST(CliErrors, OutputCountMismatch) {
+  std::string a = tempPath("a.npy"), b = tempPath("b.npy");
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1",
+                          "--input=4xf32=1", "--input=f32=1", "--output=@" + a, "--output=@" + b});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: '@rms_norm_linalg' has 1 result but 2 --outputs were given\n");
+  EXPECT_FALSE(fileExists(a)) << "nothing may be written when the outputs do not match";
+  EXPECT_FALSE(fileExists(b));
+}
+
+TEST(CliErrors, OutputWithoutAt) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1",
+                          "--input=4xf32=1", "--input=f32=1", "--output=y.npy"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: --output 'y.npy' must name a file as @file.npy\n");
+}
+
+TEST(CliErrors, AmbiguousFunction) {
+  // rms_norm.mlir defines rms_norm_linalg and rms_norm_fused.
+  ToolResult r = runTool({"run", kRmsNorm, "--input=2x4xf32=1", "--input=4xf32=1",
+                          "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: " + kRmsNorm +
+                       " defines 2 public functions (@rms_norm_linalg, @rms_norm_fused); choose one "
+            "with --function=NAME\n");
+}
+
+TEST(CliErrors, UnknownFunctionListsTheDefinedOnes) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=nope", "--input=2x4xf32=1",
+                          "--input=4xf32=1", "--input=f32=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: error: no function '@nope' in module @rms_norm_components; it "
+                   "defines: @rms_norm_linalg, @rms_norm_fused\n");
+}
+
+TEST(CliErrors, UnknownEmitStage) {
+  ToolResult r = runTool(compileArgs({"--emit=bogus"}));
+  EXPECT_FAILURE(r);
+  EXPECT_EQ(r.err, "frank-jit: for the --emit option: Cannot find option named 'bogus'!\n");
+}
