@@ -1,0 +1,363 @@
+// linalg.generic lowering: every indexing-map and iterator form of the subset, checked against
+// plain loops in both modes. Shapes are odd so that vector tails run.
+#include "TestSupport.h"
+#include "oracles/Oracles.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace frank::test {
+namespace {
+
+Context &context() {
+  static Context ctx;
+  return ctx;
+}
+
+std::vector<float> iota(int64_t n, float scale = 1) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = scale * static_cast<float>((i * 37) % 101 - 50) / 50.f;
+  return v;
+}
+
+// Runs `fn` of `text` in both modes and returns result 0 of each.
+std::vector<std::vector<float>> runBoth(const std::string &text, const std::vector<Arg> &args) {
+  Function fn = context().loadString(text, "lowering.mlir").function("f");
+  std::vector<std::vector<float>> results;
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    Tensor y = fn(args, mode)[0];
+    results.emplace_back(y.as<float>(), y.as<float>() + y.numel());
+  }
+  return results;
+}
+
+void expectAllNear(const std::vector<std::vector<float>> &results, const std::vector<double> &expected) {
+  for (size_t m = 0; m < results.size(); ++m) {
+    SCOPED_TRACE(m == 0 ? "specialized" : "generic");
+    ASSERT_EQ(results[m].size(), expected.size());
+    auto cmp = oracle::compare(results[m].data(), expected, 1e-5, 1e-6);
+    EXPECT_TRUE(cmp.ok) << cmp.describe();
+  }
+}
+
+Tensor borrow(std::vector<float> &v, std::vector<int64_t> shape) {
+  return Tensor::borrow(v.data(), DType::F32, std::move(shape));
+}
+
+TEST(Lowering, OuterReductionSumsColumns) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>) -> tensor<?xf32> {
+      %c1 = arith.constant 1 : index
+      %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %zero = arith.constant 0.0 : f32
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %init = linalg.fill ins(%zero : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(r, c) -> (r, c)>, affine_map<(r, c) -> (c)>],
+                           iterator_types = ["reduction", "parallel"]}
+          ins(%x : tensor<?x?xf32>) outs(%init : tensor<?xf32>) {
+      ^bb0(%a: f32, %acc: f32):
+        %s = arith.addf %acc, %a : f32
+        linalg.yield %s : f32
+      } -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    })";
+  const int64_t rows = 13, cols = 37;
+  auto x = iota(rows * cols);
+  std::vector<double> expected(cols, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      expected[c] += x[r * cols + c];
+  expectAllNear(runBoth(text, {borrow(x, {rows, cols})}), expected);
+}
+
+TEST(Lowering, MiddleReductionWithMaximumAndHexInfinity) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c2 = arith.constant 2 : index
+      %a = tensor.dim %x, %c0 : tensor<?x?x?xf32>
+      %b = tensor.dim %x, %c2 : tensor<?x?x?xf32>
+      %ninf = arith.constant 0xFF800000 : f32
+      %e = tensor.empty(%a, %b) : tensor<?x?xf32>
+      %init = linalg.fill ins(%ninf : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, k, j) -> (i, k, j)>, affine_map<(i, k, j) -> (i, j)>],
+                           iterator_types = ["parallel", "reduction", "parallel"]}
+          ins(%x : tensor<?x?x?xf32>) outs(%init : tensor<?x?xf32>) {
+      ^bb0(%v: f32, %m: f32):
+        %n = arith.maximumf %m, %v : f32
+        linalg.yield %n : f32
+      } -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  const int64_t a = 3, k = 7, b = 19;
+  auto x = iota(a * k * b);
+  std::vector<double> expected(a * b, -INFINITY);
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = 0; j < b; ++j)
+        expected[i * b + j] = std::max(expected[i * b + j], static_cast<double>(x[(i * k + kk) * b + j]));
+  expectAllNear(runBoth(text, {borrow(x, {a, k, b})}), expected);
+}
+
+TEST(Lowering, TransposedStoreAndPermutedInput) {
+  // out[j, i] = x[i, j] + y[j, i]: the output map and one input map are permutations.
+  const char *text = R"(
+    #xy = affine_map<(i, j) -> (i, j)>
+    #yx = affine_map<(i, j) -> (j, i)>
+    func.func @f(%x: tensor<?x?xf32>, %y: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %e = tensor.empty(%n, %m) : tensor<?x?xf32>
+      %r = linalg.generic {indexing_maps = [#xy, #yx, #yx], iterator_types = ["parallel", "parallel"]}
+          ins(%x, %y : tensor<?x?xf32>, tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %s = arith.addf %a, %b : f32
+        linalg.yield %s : f32
+      } -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  const int64_t m = 5, n = 11;
+  auto x = iota(m * n), y = iota(n * m, 3);
+  std::vector<double> expected(n * m);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      expected[j * m + i] = static_cast<double>(x[i * n + j]) + y[j * m + i];
+  expectAllNear(runBoth(text, {borrow(x, {m, n}), borrow(y, {n, m})}), expected);
+}
+
+TEST(Lowering, BroadcastConstantResultAndScalarOperand) {
+  // out[i, j] = pair[i, 1] * w[j] + s: a constant map result picks element 1 of each pair, w is
+  // broadcast along i, and s is a scalar operand with an empty map.
+  const char *text = R"(
+    func.func @f(%pair: tensor<?x2xf32>, %w: tensor<?xf32>, %s: f32) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %m = tensor.dim %pair, %c0 : tensor<?x2xf32>
+      %n = tensor.dim %w, %c0 : tensor<?xf32>
+      %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, 1)>, affine_map<(i, j) -> (j)>,
+                                            affine_map<(i, j) -> ()>, affine_map<(i, j) -> (i, j)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%pair, %w, %s : tensor<?x2xf32>, tensor<?xf32>, f32) outs(%e : tensor<?x?xf32>) {
+      ^bb0(%p: f32, %wj: f32, %sc: f32, %o: f32):
+        %t = arith.mulf %p, %wj : f32
+        %u = arith.addf %t, %sc : f32
+        linalg.yield %u : f32
+      } -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  const int64_t m = 6, n = 9;
+  auto pair = iota(m * 2), w = iota(n, 2);
+  std::vector<double> expected(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      expected[i * n + j] = static_cast<double>(pair[i * 2 + 1]) * w[j] + 0.25;
+  expectAllNear(runBoth(text, {borrow(pair, {m, 2}), borrow(w, {n}), Scalar::f32(0.25f)}), expected);
+}
+
+TEST(Lowering, NoInputsUsesLinalgIndexAndCapturedScalar) {
+  // out[i, j] = float(i * 100 + j) * scale, with `scale` captured from the function scope.
+  const char *text = R"(
+    func.func @f(%like: tensor<?x?xf32>, %scale: f32) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %like, %c0 : tensor<?x?xf32>
+      %n = tensor.dim %like, %c1 : tensor<?x?xf32>
+      %hundred = arith.constant 100 : index
+      %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}
+          outs(%e : tensor<?x?xf32>) {
+      ^bb0(%o: f32):
+        %i = linalg.index 0 : index
+        %j = linalg.index 1 : index
+        %t = arith.muli %i, %hundred : index
+        %k = arith.addi %t, %j : index
+        %k32 = arith.index_cast %k : index to i32
+        %f = arith.sitofp %k32 : i32 to f32
+        %v = arith.mulf %f, %scale : f32
+        linalg.yield %v : f32
+      } -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  const int64_t m = 4, n = 23;
+  std::vector<float> like(m * n);
+  std::vector<double> expected(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      expected[i * n + j] = (i * 100.0 + j) * 0.5;
+  expectAllNear(runBoth(text, {borrow(like, {m, n}), Scalar::f32(0.5f)}), expected);
+}
+
+TEST(Lowering, SameTensorTwiceAndAccumulatingIntoNonZeroInit) {
+  // r[i] = init[i] + sum_j x[i, j] * x[j, i]: one tensor read through two maps, and a
+  // reduction that adds to what `outs` holds.
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>, %init: tensor<?xf32>) -> tensor<?xf32> {
+      %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (j, i)>,
+                                            affine_map<(i, j) -> (i)>],
+                           iterator_types = ["parallel", "reduction"]}
+          ins(%x, %x : tensor<?x?xf32>, tensor<?x?xf32>) outs(%init : tensor<?xf32>) {
+      ^bb0(%a: f32, %b: f32, %acc: f32):
+        %p = arith.mulf %a, %b : f32
+        %s = arith.addf %acc, %p : f32
+        linalg.yield %s : f32
+      } -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    })";
+  const int64_t n = 17;
+  auto x = iota(n * n);
+  auto init = iota(n, 4);
+  std::vector<double> expected(n);
+  for (int64_t i = 0; i < n; ++i) {
+    expected[i] = init[i];
+    for (int64_t j = 0; j < n; ++j)
+      expected[i] += static_cast<double>(x[i * n + j]) * x[j * n + i];
+  }
+  auto initCopy = init;
+  expectAllNear(runBoth(text, {borrow(x, {n, n}), borrow(initCopy, {n})}), expected);
+  EXPECT_EQ(initCopy, init) << "an argument used as `outs` must not be written";
+}
+
+TEST(Lowering, ReturningAnArgumentAndOneValueTwiceCopies) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xf32>
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %d = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+          ins(%x : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+      ^bb0(%a: f32, %o: f32):
+        %t = arith.addf %a, %a : f32
+        linalg.yield %t : f32
+      } -> tensor<?xf32>
+      return %d, %x, %d : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>
+    })";
+  auto x = iota(10);
+  Function fn = context().loadString(text, "lowering.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    auto r = fn({borrow(x, {10})}, mode);
+    ASSERT_EQ(r.size(), 3u);
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(r[0].as<float>()[i], 2 * x[i]);
+      EXPECT_EQ(r[1].as<float>()[i], x[i]);
+      EXPECT_EQ(r[2].as<float>()[i], 2 * x[i]);
+    }
+    EXPECT_NE(r[1].data(), static_cast<void *>(x.data())) << "results never alias arguments";
+  }
+}
+
+TEST(Lowering, IntegerElementsCompareAndSelect) {
+  // out[i] = x[i] > 3 ? x[i] * 2 : -x[i], on i32.
+  const char *text = R"(
+    func.func @f(%x: tensor<?xi32>) -> tensor<?xi32> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xi32>
+      %e = tensor.empty(%n) : tensor<?xi32>
+      %three = arith.constant 3 : i32
+      %two = arith.constant 2 : i32
+      %zero = arith.constant 0 : i32
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+          ins(%x : tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%a: i32, %o: i32):
+        %big = arith.cmpi sgt, %a, %three : i32
+        %dbl = arith.muli %a, %two : i32
+        %neg = arith.subi %zero, %a : i32
+        %v = arith.select %big, %dbl, %neg : i32
+        linalg.yield %v : i32
+      } -> tensor<?xi32>
+      return %r : tensor<?xi32>
+    })";
+  std::vector<int32_t> x{-5, 0, 3, 4, 100, 7, 2, -1, 9};
+  Function fn = context().loadString(text, "lowering.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    Tensor y = fn({Tensor::borrow(x.data(), DType::I32, {9})}, mode)[0];
+    for (size_t i = 0; i < x.size(); ++i)
+      EXPECT_EQ(y.as<int32_t>()[i], x[i] > 3 ? x[i] * 2 : -x[i]) << "at " << i;
+  }
+}
+
+TEST(Lowering, ElementwiseChainFusesIntoOneLoopNest) {
+  // exp(x) then * y: specialization fuses the producer, generic mode keeps two nests.
+  const char *text = R"(
+    #id = affine_map<(i, j) -> (i, j)>
+    func.func @f(%x: tensor<?x?xf32>, %y: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %e0 = tensor.empty(%m, %n) : tensor<?x?xf32>
+      %ex = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%x : tensor<?x?xf32>) outs(%e0 : tensor<?x?xf32>) {
+      ^bb0(%a: f32, %o: f32):
+        %t = math.exp %a : f32
+        linalg.yield %t : f32
+      } -> tensor<?x?xf32>
+      %e1 = tensor.empty(%m, %n) : tensor<?x?xf32>
+      %r = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%ex, %y : tensor<?x?xf32>, tensor<?x?xf32>) outs(%e1 : tensor<?x?xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %t = arith.mulf %a, %b : f32
+        linalg.yield %t : f32
+      } -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  Function fn = context().loadString(text, "lowering.mlir").function("f");
+  std::vector<std::string> types{"3x45xf32", "3x45xf32"};
+  std::string fused = fn.emit(Stage::Specialized, types);
+  auto count = [](const std::string &s, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count(fused, "linalg.generic"), 1u) << fused;
+  EXPECT_EQ(count(fn.emit(Stage::Loops, types), "temp "), 0u) << "the fused value needs no buffer";
+  EXPECT_EQ(count(fn.emit(Stage::Loops, types, Mode::Generic), "temp "), 1u);
+  auto x = iota(3 * 45), y = iota(3 * 45, 2);
+  std::vector<double> expected(3 * 45);
+  for (size_t i = 0; i < expected.size(); ++i)
+    expected[i] = std::exp(static_cast<double>(x[i])) * y[i];
+  expectAllNear(runBoth(text, {borrow(x, {3, 45}), borrow(y, {3, 45})}), expected);
+}
+
+// Where reassociation is allowed: the specialized kernel sums in vector lanes. Over a million
+// terms it stays within 1e-5 relative of the double-precision sum (the f32 elementwise
+// tolerance), as the source-order sum of generic mode does too for these uniform inputs.
+TEST(Lowering, ReassociatedLongReductionStaysWithinTolerance) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>) -> tensor<?xf32> {
+      %c0 = arith.constant 0 : index
+      %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %zero = arith.constant 0.0 : f32
+      %e = tensor.empty(%m) : tensor<?xf32>
+      %init = linalg.fill ins(%zero : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+                           iterator_types = ["parallel", "reduction"]}
+          ins(%x : tensor<?x?xf32>) outs(%init : tensor<?xf32>) {
+      ^bb0(%a: f32, %acc: f32):
+        %s = arith.addf %acc, %a : f32
+        linalg.yield %s : f32
+      } -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    })";
+  Function fn = context().loadString(text, "lowering.mlir").function("f");
+  EXPECT_THAT(fn.emit(Stage::Loops, {"2x1000003xf32"}), testing::HasSubstr("+[reassoc]"));
+  EXPECT_THAT(fn.emit(Stage::Loops, {"2x1000003xf32"}, Mode::Generic),
+              testing::Not(testing::HasSubstr("[reassoc]")));
+  const int64_t n = 1000003;
+  auto x = oracle::randomFloats(2 * n, 42, 0, 1);
+  std::vector<double> expected(2, 0);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      expected[i] += x[i * n + j];
+  auto results = runBoth(text, {borrow(x, {2, n})});
+  auto cmp = oracle::compare(results[0].data(), expected, 1e-5, 0);
+  EXPECT_TRUE(cmp.ok) << "specialized: " << cmp.describe();
+}
+
+} // namespace
+} // namespace frank::test

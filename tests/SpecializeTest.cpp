@@ -1,0 +1,124 @@
+// Specialization: what gets baked in, what folds away, and the errors a bad binding gives.
+#include "TestSupport.h"
+#include "ir/Printer.h"
+#include "parse/Parser.h"
+#include "transforms/Specialize.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace frank::test {
+namespace {
+
+using testing::HasSubstr;
+using testing::Not;
+using testing::ThrowsMessage;
+
+// `%n` (an index argument) sizes the result; `%half` is shape arithmetic on it.
+const char *kRepeat = R"(
+func.func @f(%x: tensor<?xf32>, %n: index) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %len = tensor.dim %x, %c0 : tensor<?xf32>
+  %half = arith.divui %n, %c2 : index
+  %rows = arith.addi %half, %half : index
+  %e = tensor.empty(%rows, %len) : tensor<?x?xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (j)>, affine_map<(i, j) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<?xf32>) outs(%e : tensor<?x?xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  } -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}
+)";
+
+std::unique_ptr<ModuleOp> parse(const char *text) { return parseString(text, "s.mlir"); }
+
+ArgSpec tensorSpec(std::vector<int64_t> shape) { return {Type::tensor(ElemKind::F32, shape), {}}; }
+
+TEST(Specialize, IndexArgumentsAndShapeArithmeticFoldToConstants) {
+  auto m = parse(kRepeat);
+  std::vector<std::string> explain;
+  auto fn = specialize(*m->functions[0], {tensorSpec({5}), {Type::scalar(ElemKind::Index), 7}}, &explain);
+  std::string text = printFunction(*fn);
+  EXPECT_THAT(text, HasSubstr("tensor.empty() : tensor<6x5xf32>"));
+  EXPECT_THAT(text, HasSubstr("-> tensor<6x5xf32>"));
+  EXPECT_THAT(text, Not(HasSubstr("?")));
+  EXPECT_THAT(text, Not(HasSubstr("tensor.dim")));
+  EXPECT_THAT(text, Not(HasSubstr("arith.divui")));
+  EXPECT_THAT(explain, testing::ElementsAre(
+                           "argument #0 (%x): tensor<?xf32> -> tensor<5xf32>, baked in: dim 0 = 5",
+                           "argument #1 (%n): index = 7 baked in"));
+}
+
+TEST(Specialize, ApiBakesIndexValuesIntoTheKernelKey) {
+  Context ctx;
+  Function fn = ctx.loadString(kRepeat, "s.mlir").function("f");
+  std::vector<float> x{1, 2, 3};
+  Tensor t = Tensor::borrow(x.data(), DType::F32, {3});
+  auto a = fn({t, Scalar::index(4)});
+  auto b = fn({t, Scalar::index(5)}); // 5 / 2 * 2 = 4 rows again, but another value: another kernel
+  EXPECT_EQ(a[0].shape(), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(b[0].shape(), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(ctx.cacheStats().misses, 2u);
+  EXPECT_EQ(a[0].as<float>()[3 * 3 + 2], 3.f);
+  // Generic mode keeps %n a runtime value and evaluates the shape arithmetic per call.
+  auto g = fn({t, Scalar::index(9)}, Mode::Generic);
+  EXPECT_EQ(g[0].shape(), (std::vector<int64_t>{8, 3}));
+  EXPECT_EQ(g[0].as<float>()[7 * 3 + 1], 2.f);
+}
+
+TEST(Specialize, NegativeSizeIsReportedAtTheOp) {
+  const char *text = R"(
+func.func @f(%n: index) -> tensor<?xf32> {
+  %c1 = arith.constant 1 : index
+  %m = arith.subi %n, %c1 : index
+  %e = tensor.empty(%m) : tensor<?xf32>
+  return %e : tensor<?xf32>
+}
+)";
+  auto m = parse(text);
+  EXPECT_THAT([&] { specialize(*m->functions[0], {{Type::scalar(ElemKind::Index), 0}}); },
+              ThrowsMessage<Error>(HasSubstr("s.mlir:5:3: error: 'tensor.empty' dim 0 has negative size -1 (%m)")));
+}
+
+TEST(Specialize, DivisionByZeroInShapeArithmetic) {
+  const char *text = R"(
+func.func @f(%n: index) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %m = arith.divsi %n, %c0 : index
+  %e = tensor.empty(%m) : tensor<?xf32>
+  return %e : tensor<?xf32>
+}
+)";
+  auto m = parse(text);
+  EXPECT_THAT([&] { specialize(*m->functions[0], {{Type::scalar(ElemKind::Index), 4}}); },
+              ThrowsMessage<Error>(HasSubstr("s.mlir:4:3: error: division by zero in 'arith.divsi'")));
+}
+
+TEST(Specialize, StaticSignatureDimsAreChecked) {
+  const char *text = R"(
+func.func @f(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
+  return %x : tensor<?x4xf32>
+}
+)";
+  auto m = parse(text);
+  EXPECT_THAT([&] { specialize(*m->functions[0], {tensorSpec({2, 5})}); },
+              ThrowsMessage<Error>(HasSubstr(
+                  "argument #0 (%x) dim 1 is 4 in the signature ('tensor<?x4xf32>') but was given 5")));
+  auto fn = specialize(*m->functions[0], {tensorSpec({2, 4})});
+  EXPECT_THAT(printFunction(*fn), HasSubstr("return %x : tensor<2x4xf32>"));
+}
+
+TEST(Specialize, ExtentMismatchNamesBothOperandsAndSizes) {
+  Context ctx;
+  Module m = ctx.load(componentPath("normalization/rms_norm.mlir"));
+  EXPECT_THAT([&] { m.function("rms_norm_linalg").specialize(std::vector<std::string>{"32x4096xf32", "4095xf32", "f32"}); },
+              ThrowsMessage<Error>(HasSubstr("loop dim d1 of 'linalg.generic' has extent 4096 from "
+                                             "operand #0 (%input) dim 1 but 4095 from operand #2 "
+                                             "(%weight) dim 0")));
+}
+
+} // namespace
+} // namespace frank::test
