@@ -15,13 +15,13 @@
 namespace frank::bench {
 
 struct Case {
-  std::string name;              // "rms_norm(rows=32,cols=4096)", the filter and the repro
-  std::string component;         // path below components/
+  std::string name;      // "rms_norm(rows=32,cols=4096)", the filter and the repro
+  std::string component; // path below components/
   std::string function;
   std::vector<std::shared_ptr<std::vector<float>>> data; // the input buffers, shared by copies
   std::vector<Arg> args;
-  int64_t bytes = 0;             // bytes read and written per call
-  int64_t flops = 0;             // nominal FLOPs per call (see each case)
+  int64_t bytes = 0; // bytes read and written per call
+  int64_t flops = 0; // nominal FLOPs per call (see each case)
   std::function<std::vector<double>()> oracle;
 };
 
@@ -40,7 +40,8 @@ inline Case rmsNormCase(int64_t rows, int64_t cols) {
   c.name = fmt::format("rms_norm(rows={},cols={})", rows, cols);
   c.component = "normalization/rms_norm.mlir";
   c.function = "rms_norm_linalg";
-  c.data = {share(oracle::randomFloats(rows * cols, 1)), share(oracle::randomFloats(cols, 2, 0.5f, 1.5f))};
+  c.data = {share(oracle::randomFloats(rows * cols, 1)),
+            share(oracle::randomFloats(cols, 2, 0.5f, 1.5f))};
   c.args = {Tensor::borrow(c.data[0]->data(), DType::F32, {rows, cols}),
             Tensor::borrow(c.data[1]->data(), DType::F32, {cols}), Scalar::f32(1e-6f)};
   c.bytes = (2 * rows * cols + cols) * 4;
@@ -82,7 +83,8 @@ inline std::vector<std::string> registerCase(Context &ctx, const Case &c) {
     Kernel kernel = fn.specialize(c.args, mode);
     std::vector<Tensor> outputs = kernel(c.args);
     std::string name = c.name + (mode == Mode::Specialized ? "/specialized" : "/generic");
-    benchmark::RegisterBenchmark(name.c_str(), [kernel, outputs, c](benchmark::State &state) mutable {
+    benchmark::RegisterBenchmark(name.c_str(), [kernel, outputs,
+                                                c](benchmark::State &state) mutable {
       for (auto _ : state) {
         kernel.run(c.args, outputs);
         benchmark::ClobberMemory();

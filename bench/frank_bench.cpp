@@ -25,10 +25,12 @@ void coldCompile(benchmark::State &state) {
     state.PauseTiming();
     std::string unique = text;
     const std::string symbol = "module @rms_norm_components";
-    unique.replace(unique.find(symbol), symbol.size(), fmt::format("module @rms_norm_cold_{}", n++));
+    unique.replace(unique.find(symbol), symbol.size(),
+                   fmt::format("module @rms_norm_cold_{}", n++));
     Function fn = ctx.loadString(unique, "rms_norm.mlir").function("rms_norm_linalg");
     state.ResumeTiming();
-    benchmark::DoNotOptimize(fn.specialize(std::vector<std::string>{"32x4096xf32", "4096xf32", "f32"}));
+    benchmark::DoNotOptimize(
+        fn.specialize(std::vector<std::string>{"32x4096xf32", "4096xf32", "f32"}));
   }
 }
 
@@ -67,17 +69,22 @@ int main(int argc, char **argv) {
   for (const Case &c : cases)
     registerCase(ctx, c);
   benchmark::RegisterBenchmark("compile/rms_norm(rows=32,cols=4096)/cold", coldCompile)
-      ->Unit(benchmark::kMillisecond)->Iterations(20)->UseRealTime();
-  benchmark::RegisterBenchmark("call/rms_norm(rows=1,cols=8)/cached_api_call", cachedCall)->UseRealTime();
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(20)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("call/rms_norm(rows=1,cols=8)/cached_api_call", cachedCall)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("call/rms_norm(rows=1,cols=8)/kernel_run", kernelRun)->UseRealTime();
 
   auto reporter = MedianReporter::forFormat(format);
   benchmark::RunSpecifiedBenchmarks(reporter.get());
   for (const Case &c : cases) {
-    double s = reporter->seconds(c.name + "/specialized"), g = reporter->seconds(c.name + "/generic"),
-           o = reporter->seconds(c.name + "/oracle");
+    double s = reporter->seconds(c.name + "/specialized"),
+           g = reporter->seconds(c.name + "/generic"), o = reporter->seconds(c.name + "/oracle");
     if (s > 0 && g > 0 && o > 0)
-      fmt::print(stderr, "{}: specialized {:.1f} us, generic {:.1f} us ({:.2f}x), oracle loop {:.1f} us ({:.2f}x)\n",
+      fmt::print(stderr,
+                 "{}: specialized {:.1f} us, generic {:.1f} us ({:.2f}x), oracle loop {:.1f} us "
+                 "({:.2f}x)\n",
                  c.name, s * 1e6, g * 1e6, g / s, o * 1e6, o / s);
   }
   benchmark::Shutdown();

@@ -40,12 +40,13 @@ int main(int argc, char **argv) {
     registerCase(ctx, c);
     auto reporter = MedianReporter::forFormat("console");
     benchmark::RunSpecifiedBenchmarks(reporter.get());
-    double s = reporter->seconds(c.name + "/specialized"), g = reporter->seconds(c.name + "/generic"),
-           o = reporter->seconds(c.name + "/oracle");
-    fmt::print("\n{} medians: specialized {:.1f} us ({:.1f} GB/s), generic loops {:.1f} us, plain C++ "
-               "oracle loop {:.1f} us\nspeed-up of the specialized kernel: {:.2f}x over generic "
-               "loops, {:.2f}x over the oracle loop\n",
-               c.name, s * 1e6, c.bytes / s / 1e9, g * 1e6, o * 1e6, g / s, o / s);
+    double s = reporter->seconds(c.name + "/specialized"),
+           g = reporter->seconds(c.name + "/generic"), o = reporter->seconds(c.name + "/oracle");
+    fmt::print(
+        "\n{} medians: specialized {:.1f} us ({:.1f} GB/s), generic loops {:.1f} us, plain C++ "
+        "oracle loop {:.1f} us\nspeed-up of the specialized kernel: {:.2f}x over generic "
+        "loops, {:.2f}x over the oracle loop\n",
+        c.name, s * 1e6, c.bytes / s / 1e9, g * 1e6, o * 1e6, g / s, o / s);
     benchmark::Shutdown();
     return 0;
   } catch (const Error &e) {

@@ -108,8 +108,9 @@ Engine &Engine::instance() {
 const std::string &Engine::cpuName() const { return impl_->cpu; }
 const std::string &Engine::cpuFeatures() const { return impl_->features; }
 
-EntryFn Engine::compile(const loops::Program &program, const CodegenOptions &options,
-                        const std::function<void(const std::string &, const std::string &)> &printAfter) {
+EntryFn
+Engine::compile(const loops::Program &program, const CodegenOptions &options,
+                const std::function<void(const std::string &, const std::string &)> &printAfter) {
   auto context = std::make_unique<llvm::LLVMContext>();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (auto it = impl_->compiled.find(program.name); it != impl_->compiled.end())

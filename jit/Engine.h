@@ -25,8 +25,9 @@ public:
 
   /// Generates, optimizes and JIT-compiles `program`. Thread-safe. `printAfter` sees the LLVM IR
   /// after codegen and after O3.
-  EntryFn compile(const loops::Program &program, const CodegenOptions &options,
-                  const std::function<void(const std::string &, const std::string &)> &printAfter = {});
+  EntryFn
+  compile(const loops::Program &program, const CodegenOptions &options,
+          const std::function<void(const std::string &, const std::string &)> &printAfter = {});
 
   /// The text of one compilation stage, without adding anything to the JIT.
   std::string emit(const loops::Program &program, const CodegenOptions &options, Output output);

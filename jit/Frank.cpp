@@ -45,7 +45,8 @@ static DType dtypeOf(ElemKind k) {
   case ElemKind::I8: return DType::I8;
   case ElemKind::I16: return DType::I16;
   case ElemKind::I32: return DType::I32;
-  case ElemKind::I64: case ElemKind::Index: return DType::I64;
+  case ElemKind::I64:
+  case ElemKind::Index: return DType::I64;
   }
   return DType::F32;
 }
@@ -67,10 +68,12 @@ TypeSpec parseTypeSpec(const std::string &text) {
     size_t start = 0;
     while (true) {
       size_t next = dims.find('x', start);
-      std::string d = dims.substr(start, next == std::string::npos ? std::string::npos : next - start);
+      std::string d =
+          dims.substr(start, next == std::string::npos ? std::string::npos : next - start);
       if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos)
         throw Error(fmt::format("error: bad type '{}': dims must be non-negative integers "
-                                "separated by 'x', as in 32x4096xf32", text));
+                                "separated by 'x', as in 32x4096xf32",
+                                text));
       if (d.size() > 15)
         throw Error(fmt::format("error: bad type '{}': dim '{}' is too large", text, d));
       spec.shape.push_back(std::stoll(d));
@@ -89,7 +92,8 @@ TypeSpec parseTypeSpec(const std::string &text) {
   auto dtype = parseDType(elem);
   if (!dtype)
     throw Error(fmt::format("error: bad type '{}': unknown element type '{}' (expected f32, f16, "
-                            "bf16, f64, i1, i8, i16, i32, i64 or index)", text, elem));
+                            "bf16, f64, i1, i8, i16, i32, i64 or index)",
+                            text, elem));
   spec.dtype = *dtype;
   return spec;
 }
@@ -278,8 +282,8 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
     const ArgSpec &spec = k.specs[i];
     const Tensor *t = std::get_if<Tensor>(&args[i]);
     if (spec.type.isTensor() != (t != nullptr))
-      throw Error(fmt::format("error: kernel for '@{}': argument #{} must be {}", k.functionName,
-                              i, spec.type.isTensor() ? "a tensor" : "a scalar"));
+      throw Error(fmt::format("error: kernel for '@{}': argument #{} must be {}", k.functionName, i,
+                              spec.type.isTensor() ? "a tensor" : "a scalar"));
     if (!t)
       continue;
     std::string want = k.mode == Mode::Generic
@@ -289,7 +293,8 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
               (k.mode == Mode::Generic || t->shape() == spec.type.shape);
     if (!ok)
       throw Error(fmt::format("error: kernel for '@{}' was compiled for argument #{} as {} but "
-                              "was given {}", k.functionName, i, want, t->typeString()));
+                              "was given {}",
+                              k.functionName, i, want, t->typeString()));
     if (!t->data() && t->numel() > 0)
       throw Error(fmt::format("error: argument #{} of '@{}' has no data", i, k.functionName));
   }
@@ -332,8 +337,8 @@ std::vector<std::vector<int64_t>> evaluateShapes(const detail::KernelImpl &k, co
     for (const auto &d : dims) {
       int64_t v = loops::evaluate(d, f.dims.data(), f.scalars.data());
       if (v < 0)
-        throw Error(fmt::format("error: '@{}' computes a negative output dim ({})",
-                                k.functionName, v));
+        throw Error(
+            fmt::format("error: '@{}' computes a negative output dim ({})", k.functionName, v));
       shape.push_back(v);
     }
     shapes.push_back(shape);
@@ -348,7 +353,8 @@ void execute(const detail::KernelImpl &k, const std::vector<Arg> &args, const Ca
     buffers.push_back(const_cast<void *>(std::get<Tensor>(args[arg]).data()));
   for (Tensor &t : outputs)
     buffers.push_back(t.data());
-  int64_t bytes = loops::evaluate(k.meta.program.workspaceBytes, frame.dims.data(), frame.scalars.data());
+  int64_t bytes =
+      loops::evaluate(k.meta.program.workspaceBytes, frame.dims.data(), frame.scalars.data());
   void *ws = bytes > 0 ? workspace(static_cast<size_t>(bytes)) : nullptr;
   k.entry(buffers.data(), frame.dims.data(), frame.scalars.data(), ws);
 }
@@ -376,9 +382,9 @@ void Kernel::run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) con
   for (size_t i = 0; i < shapes.size(); ++i) {
     DType want = dtypeOf(impl_->meta.outputTypes[i]);
     if (outputs[i].shape() != shapes[i] || outputs[i].dtype() != want)
-      throw Error(fmt::format("error: output #{} of '@{}' must be {} but was given {}", i,
-                              impl_->functionName, Tensor::borrow(nullptr, want, shapes[i]).typeString(),
-                              outputs[i].typeString()));
+      throw Error(fmt::format(
+          "error: output #{} of '@{}' must be {} but was given {}", i, impl_->functionName,
+          Tensor::borrow(nullptr, want, shapes[i]).typeString(), outputs[i].typeString()));
   }
   execute(*impl_, args, frame, outputs);
 }
@@ -493,10 +499,13 @@ std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes
                                                       : jit::Output::Assembly;
     if (printAfterAll) {
       log += fmt::format("// -----// IR Dump After codegen //----- //\n{}\n",
-                         jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode), jit::Output::LLVM));
+                         jit::Engine::instance().emit(result.kernel.program,
+                                                      codegenOptionsFor(mode), jit::Output::LLVM));
       if (stage != Stage::LLVM)
-        log += fmt::format("// -----// IR Dump After optimize-O3 //----- //\n{}\n",
-                           jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode), jit::Output::OptimizedLLVM));
+        log +=
+            fmt::format("// -----// IR Dump After optimize-O3 //----- //\n{}\n",
+                        jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode),
+                                                     jit::Output::OptimizedLLVM));
     }
     text = jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode), out);
     break;
@@ -548,15 +557,14 @@ static Module makeModule(std::unique_ptr<ModuleOp> ir, const std::string &text,
   auto impl = std::make_shared<detail::ModuleImpl>();
   impl->ir = std::move(ir);
   // The printed IR, not the file bytes: comments and layout do not change kernels.
-  impl->contentHash = fmt::format("{:016x}", llvm::xxh3_64bits(llvm::StringRef(printModule(*impl->ir))));
+  impl->contentHash =
+      fmt::format("{:016x}", llvm::xxh3_64bits(llvm::StringRef(printModule(*impl->ir))));
   (void)text;
   impl->context = ctx;
   return detail::Access::makeModule(impl);
 }
 
-Module Context::load(const std::string &path) {
-  return makeModule(parseFile(path), path, impl_);
-}
+Module Context::load(const std::string &path) { return makeModule(parseFile(path), path, impl_); }
 
 Module Context::loadString(const std::string &text, const std::string &name) {
   return makeModule(parseString(text, name), text, impl_);

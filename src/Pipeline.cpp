@@ -21,9 +21,10 @@ const FuncOp &lookupFunction(const ModuleOp &module, const std::string &name) {
     for (auto &f : module.functions)
       if (!f->isDeclaration() && f->isPublic)
         offered.push_back("@" + f->name);
-    throw Error(fmt::format("error: no function '@{}' in module{}; it defines: {}", name,
-                            module.name.empty() ? "" : " @" + module.name,
-                            offered.empty() ? "nothing" : fmt::format("{}", fmt::join(offered, ", "))));
+    throw Error(
+        fmt::format("error: no function '@{}' in module{}; it defines: {}", name,
+                    module.name.empty() ? "" : " @" + module.name,
+                    offered.empty() ? "nothing" : fmt::format("{}", fmt::join(offered, ", "))));
   }
   return *fn;
 }
@@ -39,7 +40,8 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
   auto after = [&](const char *pass, const FuncOp &fn, auto start) {
     if (timing)
       fmt::print(stderr, "frank: {:<18} {:8.3f} ms\n", pass,
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
     if (options.printAfter)
       options.printAfter(pass, printFunction(fn));
   };

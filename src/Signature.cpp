@@ -43,12 +43,12 @@ void checkArguments(const FuncOp &fn, const std::vector<ArgSpec> &args) {
                               where, arg, want.rank(), want.str(), got.rank(), args[i].str()));
     for (int64_t d = 0; d < want.rank(); ++d) {
       if (got.shape[d] < 0)
-        throw Error(fmt::format("error: {}: {} dim {} has negative size {}", where, arg, d,
-                                got.shape[d]));
+        throw Error(
+            fmt::format("error: {}: {} dim {} has negative size {}", where, arg, d, got.shape[d]));
       if (want.shape[d] != kDynamic && want.shape[d] != got.shape[d])
         throw Error(fmt::format("error: {}: {} dim {} is {} in the signature ('{}') but was "
-                                "given {}", where, arg, d, want.shape[d], want.str(),
-                                got.shape[d]));
+                                "given {}",
+                                where, arg, d, want.shape[d], want.str(), got.shape[d]));
     }
   }
 }

@@ -33,7 +33,8 @@ module @toy {
 TEST(Api, LoadStringAndCall) {
   Context ctx;
   Function fn = ctx.loadString(kScaleAdd, "toy.mlir").function("scale_add");
-  EXPECT_EQ(fn.argumentTypes(), (std::vector<std::string>{"tensor<?xf32>", "tensor<?xf32>", "f32"}));
+  EXPECT_EQ(fn.argumentTypes(),
+            (std::vector<std::string>{"tensor<?xf32>", "tensor<?xf32>", "f32"}));
   EXPECT_EQ(fn.resultTypes(), (std::vector<std::string>{"tensor<?xf32>"}));
   Tensor x = Tensor::zeros(DType::F32, {5}), y = Tensor::zeros(DType::F32, {5});
   for (int i = 0; i < 5; ++i) {
@@ -52,9 +53,10 @@ TEST(Api, QualifiedFunctionNameAndModuleListing) {
   Module m = ctx.load(componentPath("normalization/rms_norm.mlir"));
   EXPECT_EQ(m.functionNames(), (std::vector<std::string>{"rms_norm_linalg", "rms_norm_fused"}));
   EXPECT_EQ(m.function("rms_norm_components.rms_norm_linalg").name(), "rms_norm_linalg");
-  EXPECT_THAT([&] { m.function("layer_norm"); },
-              ThrowsMessage<Error>(HasSubstr("no function '@layer_norm' in module @rms_norm_components; "
-                                             "it defines: @rms_norm_linalg, @rms_norm_fused")));
+  EXPECT_THAT(
+      [&] { m.function("layer_norm"); },
+      ThrowsMessage<Error>(HasSubstr("no function '@layer_norm' in module @rms_norm_components; "
+                                     "it defines: @rms_norm_linalg, @rms_norm_fused")));
 }
 
 TEST(Api, ExplicitSpecializeGivesReusableKernel) {
@@ -69,8 +71,8 @@ TEST(Api, ExplicitSpecializeGivesReusableKernel) {
     std::vector<Arg> args{Tensor::borrow(x.data(), DType::F32, {3, 16}),
                           Tensor::borrow(w.data(), DType::F32, {16}), Scalar::f32(1e-3f)};
     EXPECT_EQ(k.outputShapes(args), (std::vector<std::vector<int64_t>>{{3, 16}}));
-    auto cmp = oracle::compare(k(args)[0].as<float>(), oracle::rmsNorm(x.data(), w.data(), 1e-3f, 3, 16),
-                               1e-5, 1e-6);
+    auto cmp = oracle::compare(k(args)[0].as<float>(),
+                               oracle::rmsNorm(x.data(), w.data(), 1e-3f, 3, 16), 1e-5, 1e-6);
     EXPECT_TRUE(cmp.ok) << cmp.describe();
   }
   EXPECT_EQ(ctx.cacheStats().misses, 1u);
@@ -84,7 +86,8 @@ TEST(Api, RunIntoCallerOutputsChecksThem) {
   Kernel k = fn.specialize(args);
   std::vector<Tensor> wrongShape{Tensor::zeros(DType::F32, {5})};
   EXPECT_THAT([&] { k.run(args, wrongShape); },
-              ThrowsMessage<Error>(HasSubstr("output #0 of '@scale_add' must be 4xf32 but was given 5xf32")));
+              ThrowsMessage<Error>(
+                  HasSubstr("output #0 of '@scale_add' must be 4xf32 but was given 5xf32")));
   std::vector<Tensor> none;
   EXPECT_THAT([&] { k.run(args, none); },
               ThrowsMessage<Error>(HasSubstr("has 1 results but 0 output tensors were given")));
@@ -94,26 +97,45 @@ TEST(Api, ArgumentErrorsNameTheArgument) {
   Context ctx;
   Function fn = ctx.load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
   Tensor x = Tensor::zeros(DType::F32, {32, 4096});
-  EXPECT_THAT([&] { fn({x, Tensor::zeros(DType::F32, {4095}), Scalar::f32(1e-6f)}); },
-              ThrowsMessage<Error>(testing::AllOf(
-                  HasSubstr("rms_norm.mlir:"), HasSubstr("error: loop dim d1 of 'linalg.generic' has "
-                                                         "extent 4096 from operand #0 (%input) dim 1 but "
-                                                         "4095 from operand #2 (%weight) dim 0"))));
-  EXPECT_THAT([&] { fn({Tensor::zeros(DType::F32, {4096}), Tensor::zeros(DType::F32, {4096}), Scalar::f32(1e-6f)}); },
-              ThrowsMessage<Error>(HasSubstr("argument #0 (%input) has rank 2 ('tensor<?x?xf32>') but was given rank 1")));
-  EXPECT_THAT([&] { fn({Tensor::zeros(DType::I32, {2, 2}), Tensor::zeros(DType::F32, {2}), Scalar::f32(1e-6f)}); },
-              ThrowsMessage<Error>(HasSubstr("argument #0 (%input) has element type f32 but was given i32")));
-  EXPECT_THAT([&] { fn({x, Tensor::zeros(DType::F32, {4096})}); },
-              ThrowsMessage<Error>(HasSubstr("expected 3 arguments, got 2")));
-  EXPECT_THAT([&] { fn({x, Tensor::zeros(DType::F32, {4096}), Tensor::zeros(DType::F32, {1})}); },
-              ThrowsMessage<Error>(HasSubstr("argument #2 (%eps) has type 'f32' but was given '1xf32'")));
+  EXPECT_THAT(
+      [&] {
+        fn({x, Tensor::zeros(DType::F32, {4095}), Scalar::f32(1e-6f)});
+      },
+      ThrowsMessage<Error>(testing::AllOf(
+          HasSubstr("rms_norm.mlir:"), HasSubstr("error: loop dim d1 of 'linalg.generic' has "
+                                                 "extent 4096 from operand #0 (%input) dim 1 but "
+                                                 "4095 from operand #2 (%weight) dim 0"))));
+  EXPECT_THAT(
+      [&] {
+        fn({Tensor::zeros(DType::F32, {4096}), Tensor::zeros(DType::F32, {4096}),
+            Scalar::f32(1e-6f)});
+      },
+      ThrowsMessage<Error>(
+          HasSubstr("argument #0 (%input) has rank 2 ('tensor<?x?xf32>') but was given rank 1")));
+  EXPECT_THAT(
+      [&] {
+        fn({Tensor::zeros(DType::I32, {2, 2}), Tensor::zeros(DType::F32, {2}), Scalar::f32(1e-6f)});
+      },
+      ThrowsMessage<Error>(
+          HasSubstr("argument #0 (%input) has element type f32 but was given i32")));
+  EXPECT_THAT(
+      [&] {
+        fn({x, Tensor::zeros(DType::F32, {4096})});
+      },
+      ThrowsMessage<Error>(HasSubstr("expected 3 arguments, got 2")));
+  EXPECT_THAT(
+      [&] {
+        fn({x, Tensor::zeros(DType::F32, {4096}), Tensor::zeros(DType::F32, {1})});
+      },
+      ThrowsMessage<Error>(HasSubstr("argument #2 (%eps) has type 'f32' but was given '1xf32'")));
 }
 
 TEST(Api, ParseErrorsCarryLocationAndCaret) {
   Context ctx;
   EXPECT_THAT([&] { ctx.loadString("func.func @f() {\n  %x = linalg.conv_2d\n}\n", "bad.mlir"); },
-              ThrowsMessage<Error>(testing::StartsWith(
-                  "bad.mlir:2:8: error: unsupported op 'linalg.conv_2d'\n  %x = linalg.conv_2d\n       ^")));
+              ThrowsMessage<Error>(
+                  testing::StartsWith("bad.mlir:2:8: error: unsupported op 'linalg.conv_2d'\n  %x "
+                                      "= linalg.conv_2d\n       ^")));
 }
 
 TEST(Api, EmitShowsEveryStage) {
@@ -141,8 +163,10 @@ TEST(Api, TensorBasics) {
   EXPECT_EQ(s.shape, (std::vector<int64_t>{32, 4096}));
   EXPECT_EQ(s.value, "@x.npy");
   EXPECT_TRUE(parseTypeSpec("index=4").isIndex);
-  EXPECT_THAT([] { parseTypeSpec("32x?xf32"); }, ThrowsMessage<Error>(HasSubstr("dims must be non-negative integers")));
-  EXPECT_THAT([] { parseTypeSpec("4xq8"); }, ThrowsMessage<Error>(HasSubstr("unknown element type 'q8'")));
+  EXPECT_THAT([] { parseTypeSpec("32x?xf32"); },
+              ThrowsMessage<Error>(HasSubstr("dims must be non-negative integers")));
+  EXPECT_THAT([] { parseTypeSpec("4xq8"); },
+              ThrowsMessage<Error>(HasSubstr("unknown element type 'q8'")));
 }
 
 } // namespace

@@ -49,8 +49,9 @@ TEST(KernelCache, OtherShapesGetOtherKernels) {
   EXPECT_EQ(b.signature(), "5x64xf32, 64xf32, f32");
   // A specialized kernel refuses other shapes rather than reading out of bounds.
   auto other = rmsArgs(x, w, 5, 64);
-  EXPECT_THAT([&] { a(other); }, testing::ThrowsMessage<Error>(testing::HasSubstr(
-                                     "was compiled for argument #0 as 4x64xf32 but was given 5x64xf32")));
+  EXPECT_THAT([&] { a(other); },
+              testing::ThrowsMessage<Error>(testing::HasSubstr(
+                  "was compiled for argument #0 as 4x64xf32 but was given 5x64xf32")));
 }
 
 TEST(KernelCache, GenericKernelServesEveryShapeOfItsRank) {
@@ -61,8 +62,8 @@ TEST(KernelCache, GenericKernelServesEveryShapeOfItsRank) {
     for (int64_t cols : {5, 64}) {
       auto args = rmsArgs(x, w, rows, cols);
       Tensor y = fn(args, Mode::Generic)[0];
-      auto cmp = oracle::compare(y.as<float>(), oracle::rmsNorm(x.data(), w.data(), 1e-6f, rows, cols),
-                                 1e-5, 1e-6);
+      auto cmp = oracle::compare(
+          y.as<float>(), oracle::rmsNorm(x.data(), w.data(), 1e-6f, rows, cols), 1e-5, 1e-6);
       EXPECT_TRUE(cmp.ok) << cmp.describe();
     }
   EXPECT_EQ(ctx.cacheStats().misses, 1u);

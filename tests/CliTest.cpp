@@ -7,11 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cerrno>
 #include <fcntl.h>
 #include <fstream>
 #include <regex>
@@ -84,8 +84,10 @@ ToolResult runTool(const std::vector<std::string> &args) {
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
   pid_t pid = 0;
   ToolResult result;
   int rc = posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ);
@@ -121,8 +123,7 @@ std::string describe(const ToolResult &r) {
   return os.str();
 }
 
-#define EXPECT_SUCCESS(r)                                                                          \
-  ASSERT_TRUE(!(r).signaled && (r).exitCode == 0) << describe(r)
+#define EXPECT_SUCCESS(r) ASSERT_TRUE(!(r).signaled && (r).exitCode == 0) << describe(r)
 
 // An error must be a clean exit 1 with nothing on stdout, never a crash.
 #define EXPECT_FAILURE(r)                                                                          \
@@ -250,7 +251,8 @@ TEST(CliRun, RmsNormExplicitValuesMatchOracle) {
     EXPECT_SUCCESS(r);
     EXPECT_EQ(r.err, "");
     // Exactly one result line, nested brackets per dim.
-    EXPECT_TRUE(std::regex_match(r.out, std::regex(R"(result\[0\]: 2x4xf32=\[\[[^\]]*\] \[[^\]]*\]\]\n)")))
+    EXPECT_TRUE(
+        std::regex_match(r.out, std::regex(R"(result\[0\]: 2x4xf32=\[\[[^\]]*\] \[[^\]]*\]\]\n)")))
         << r.out;
     Printed p = parseResult(r.out, 0);
     EXPECT_EQ(p.type, "2x4xf32");
@@ -260,9 +262,9 @@ TEST(CliRun, RmsNormExplicitValuesMatchOracle) {
 
 TEST(CliRun, RmsNormFusedAgreesWithLinalg) {
   // The two public functions implement the same maths.
-  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_fused",
-                          "--input=2x4xf32=" + joinValues(kX), "--input=4xf32=" + joinValues(kW),
-                          "--input=f32=1e-6"});
+  ToolResult r =
+      runTool({"run", kRmsNorm, "--function=rms_norm_fused", "--input=2x4xf32=" + joinValues(kX),
+               "--input=4xf32=" + joinValues(kW), "--input=f32=1e-6"});
   EXPECT_SUCCESS(r);
   expectClose(parseResult(r.out, 0).values, rmsNormOracle(kX, kW, 2, 4, 1e-6));
 }
@@ -272,8 +274,9 @@ TEST(CliRun, SwigluExplicitValuesMatchOracle) {
   for (std::string mode : {"specialized", "generic"}) {
     SCOPED_TRACE("mode " + mode);
     // swiglu.mlir has a single public function, so --function is optional.
-    ToolResult r = runTool({"run", kSwiglu, "--mode=" + mode, "--input=1x2x3xf32=" + joinValues(gate),
-                            "--input=1x2x3xf32=" + joinValues(up)});
+    ToolResult r =
+        runTool({"run", kSwiglu, "--mode=" + mode, "--input=1x2x3xf32=" + joinValues(gate),
+                 "--input=1x2x3xf32=" + joinValues(up)});
     EXPECT_SUCCESS(r);
     Printed p = parseResult(r.out, 0);
     EXPECT_EQ(p.type, "1x2x3xf32");
@@ -284,8 +287,8 @@ TEST(CliRun, SwigluExplicitValuesMatchOracle) {
 
 TEST(CliRun, SwigluRandomIsDeterministicPerSeed) {
   auto runSeed = [](const std::string &seed) {
-    return runTool({"run", kSwiglu, "--input=4x4x8xf32=random", "--input=4x4x8xf32=random",
-                    "--seed=" + seed});
+    return runTool(
+        {"run", kSwiglu, "--input=4x4x8xf32=random", "--input=4x4x8xf32=random", "--seed=" + seed});
   };
   ToolResult a = runSeed("7"), b = runSeed("7"), c = runSeed("8");
   EXPECT_SUCCESS(a);
@@ -319,8 +322,8 @@ TEST(CliNpy, InputsAndOutputThroughNpyFiles) {
   for (std::string xInput : {"--input=2x4xf32=@" + x, "--input=@" + x}) {
     SCOPED_TRACE(xInput);
     std::remove(y.c_str());
-    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", xInput,
-                            "--input=@" + w, "--input=f32=1e-6", "--output=@" + y});
+    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", xInput, "--input=@" + w,
+                            "--input=f32=1e-6", "--output=@" + y});
     EXPECT_SUCCESS(r);
     EXPECT_EQ(r.out, "") << "results saved with --output are not printed";
     EXPECT_EQ(r.err, "");
@@ -348,9 +351,9 @@ TEST(CliNpy, LargeOddShapeMatchesOracleInBothModes) {
   for (std::string mode : {"specialized", "generic"}) {
     SCOPED_TRACE("mode " + mode);
     std::remove(y.c_str());
-    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--mode=" + mode,
-                            "--input=@" + x, "--input=@" + w, "--input=f32=1e-5",
-                            "--output=@" + y});
+    ToolResult r =
+        runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--mode=" + mode, "--input=@" + x,
+                 "--input=@" + w, "--input=f32=1e-5", "--output=@" + y});
     EXPECT_SUCCESS(r);
     Tensor result = readNpy(y);
     EXPECT_EQ(result.typeString(), "3x4099xf32");
@@ -363,8 +366,9 @@ TEST(CliNpy, LargeOddShapeMatchesOracleInBothModes) {
 
 namespace {
 std::vector<std::string> compileArgs(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"compile", kRmsNorm, "--function=rms_norm_linalg",
-                                   "--input=32x4096xf32", "--input=4096xf32", "--input=f32"};
+  std::vector<std::string> args = {
+      "compile",          kRmsNorm,     "--function=rms_norm_linalg", "--input=32x4096xf32",
+      "--input=4096xf32", "--input=f32"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -460,27 +464,28 @@ TEST(CliCompile, ExplainSaysWhatWasBakedIn) {
 // ---- bench -------------------------------------------------------------------------------------
 
 TEST(CliBench, JsonReportAndSpeedupSummary) {
-  ToolResult r = runTool({"bench", kRmsNorm, "--function=rms_norm_linalg",
-                          "--input=32x4096xf32=random", "--input=4096xf32=random",
-                          "--input=f32=1e-6", "--benchmark_min_time=0.01",
-                          "--benchmark_format=json"});
+  ToolResult r =
+      runTool({"bench", kRmsNorm, "--function=rms_norm_linalg", "--input=32x4096xf32=random",
+               "--input=4096xf32=random", "--input=f32=1e-6", "--benchmark_min_time=0.01",
+               "--benchmark_format=json"});
   EXPECT_SUCCESS(r);
   // stdout is the JSON document alone.
   EXPECT_THAT(r.out, StartsWith("{"));
   EXPECT_EQ(r.out.find_last_not_of(" \n"), r.out.rfind('}'));
   // Google Benchmark appends "/real_time" to names registered with UseRealTime().
-  EXPECT_TRUE(std::regex_search(
-      r.out, std::regex(R"("name": "rms_norm_linalg/specialized(/real_time)?")")))
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex(R"("name": "rms_norm_linalg/specialized(/real_time)?")")))
       << r.out;
-  EXPECT_TRUE(std::regex_search(r.out,
-                                std::regex(R"("name": "rms_norm_linalg/generic(/real_time)?")")))
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex(R"("name": "rms_norm_linalg/generic(/real_time)?")")))
       << r.out;
   EXPECT_THAT(r.out, HasSubstr("\"bytes_per_second\""));
   EXPECT_THAT(r.out, HasSubstr("\"compile_ms\""));
   // The summary line the tool prints after both benchmarks ran.
   EXPECT_TRUE(std::regex_search(
       r.err, std::regex(R"(rms_norm_linalg: specialized is \d+\.\d\dx faster than generic\n)")))
-      << "stderr:\n" << r.err;
+      << "stderr:\n"
+      << r.err;
 }
 
 // ---- errors: exit 1, nothing on stdout, the exact message on stderr ----------------------------
@@ -531,8 +536,8 @@ TEST(CliErrors, MalformedMlirPointsAtTheOp) {
 }
 
 TEST(CliErrors, WrongNumberOfInputs) {
-  ToolResult two = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1",
-                            "--input=4xf32=1"});
+  ToolResult two = runTool(
+      {"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1", "--input=4xf32=1"});
   EXPECT_FAILURE(two);
   EXPECT_EQ(two.err, "frank-jit: error: '@rms_norm_linalg' takes 3 arguments (tensor<?x?xf32>, "
                      "tensor<?xf32>, f32) but 2 --inputs were given\n");
@@ -561,8 +566,8 @@ TEST(CliErrors, WeightSizeDisagreesWithHiddenSize) {
                                    "dim 0\n";
 
   // Specialized: found while compiling, reported with the source line.
-  ToolResult run = runTool({"run", kRmsNorm, "--function=rms_norm_linalg",
-                            "--input=32x4096xf32=1", "--input=4095xf32=1", "--input=f32=1"});
+  ToolResult run = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=32x4096xf32=1",
+                            "--input=4095xf32=1", "--input=f32=1"});
   EXPECT_FAILURE(run);
   EXPECT_THAT(run.err, StartsWith(message));
   EXPECT_THAT(run.err, HasSubstr("    %out = linalg.generic"));
@@ -626,8 +631,8 @@ TEST(CliErrors, CorruptNpy) {
   writeFile(x, "this is not a .npy file at all");
   for (std::string input : {"--input=2x4xf32=@" + x, "--input=@" + x}) {
     SCOPED_TRACE(input);
-    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", input,
-                            "--input=4xf32=1", "--input=f32=1"});
+    ToolResult r = runTool(
+        {"run", kRmsNorm, "--function=rms_norm_linalg", input, "--input=4xf32=1", "--input=f32=1"});
     EXPECT_FAILURE(r);
     EXPECT_EQ(r.err, x + ": error: not a .npy file: bad magic string (expected \\x93NUMPY)\n");
   }
@@ -638,7 +643,8 @@ TEST(CliErrors, OutputCountMismatch) {
   ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1",
                           "--input=4xf32=1", "--input=f32=1", "--output=@" + a, "--output=@" + b});
   EXPECT_FAILURE(r);
-  EXPECT_EQ(r.err, "frank-jit: error: '@rms_norm_linalg' has 1 result but 2 --outputs were given\n");
+  EXPECT_EQ(r.err,
+            "frank-jit: error: '@rms_norm_linalg' has 1 result but 2 --outputs were given\n");
   EXPECT_FALSE(fileExists(a)) << "nothing may be written when the outputs do not match";
   EXPECT_FALSE(fileExists(b));
 }
@@ -652,12 +658,13 @@ TEST(CliErrors, OutputWithoutAt) {
 
 TEST(CliErrors, AmbiguousFunction) {
   // rms_norm.mlir defines rms_norm_linalg and rms_norm_fused.
-  ToolResult r = runTool({"run", kRmsNorm, "--input=2x4xf32=1", "--input=4xf32=1",
-                          "--input=f32=1"});
+  ToolResult r =
+      runTool({"run", kRmsNorm, "--input=2x4xf32=1", "--input=4xf32=1", "--input=f32=1"});
   EXPECT_FAILURE(r);
-  EXPECT_EQ(r.err, "frank-jit: error: " + kRmsNorm +
-                       " defines 2 public functions (@rms_norm_linalg, @rms_norm_fused); choose one "
-            "with --function=NAME\n");
+  EXPECT_EQ(r.err,
+            "frank-jit: error: " + kRmsNorm +
+                " defines 2 public functions (@rms_norm_linalg, @rms_norm_fused); choose one "
+                "with --function=NAME\n");
 }
 
 TEST(CliErrors, UnknownFunctionListsTheDefinedOnes) {

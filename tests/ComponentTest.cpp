@@ -53,19 +53,19 @@ TEST_P(RmsNormTest, MatchesOracle) {
 }
 
 const RmsShape kRmsShapes[] = {
-    {1, 1},    {1, 2},     {1, 7},    {3, 13},   {2, 17},   {5, 31},   {8, 15},
-    {64, 16},  {7, 64},    {4, 100},  {13, 127}, {31, 129}, {1, 255},  {17, 257},
-    {11, 333}, {2, 1000},  {3, 1023}, {1, 4096}, {32, 4096}, {2, 4099},
+    {1, 1},    {1, 2},    {1, 7},    {3, 13},   {2, 17},    {5, 31},   {8, 15},
+    {64, 16},  {7, 64},   {4, 100},  {13, 127}, {31, 129},  {1, 255},  {17, 257},
+    {11, 333}, {2, 1000}, {3, 1023}, {1, 4096}, {32, 4096}, {2, 4099},
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, RmsNormTest,
-    testing::Combine(testing::ValuesIn(kRmsShapes),
-                     testing::Values(Mode::Specialized, Mode::Generic)),
-    [](const auto &info) {
-      const RmsShape &s = std::get<0>(info.param);
-      return fmt::format("rms_norm_rows_{}_cols_{}_{}", s.rows, s.cols, modeName(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
+                         testing::Combine(testing::ValuesIn(kRmsShapes),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           const RmsShape &s = std::get<0>(info.param);
+                           return fmt::format("rms_norm_rows_{}_cols_{}_{}", s.rows, s.cols,
+                                              modeName(std::get<1>(info.param)));
+                         });
 
 // ---- swiglu --------------------------------------------------------------------------------
 
@@ -99,26 +99,28 @@ TEST_P(SwigluTest, MatchesOracle) {
 }
 
 const SwigluShape kSwigluShapes[] = {
-    {1, 1, 1},  {1, 1, 7},   {1, 2, 3},    {2, 3, 5},    {1, 1, 15},  {2, 1, 16},  {7, 7, 7},
-    {3, 5, 17}, {3, 17, 19}, {1, 7, 31},   {1, 11, 33},  {2, 2, 64},  {1, 13, 100}, {4, 4, 127},
-    {5, 1, 255}, {1, 1, 1000}, {2, 3, 1023}, {1, 3, 4097}, {1, 1, 14336}, {1, 32, 14336},
+    {1, 1, 1},    {1, 1, 7},    {1, 2, 3},    {2, 3, 5},     {1, 1, 15},
+    {2, 1, 16},   {7, 7, 7},    {3, 5, 17},   {3, 17, 19},   {1, 7, 31},
+    {1, 11, 33},  {2, 2, 64},   {1, 13, 100}, {4, 4, 127},   {5, 1, 255},
+    {1, 1, 1000}, {2, 3, 1023}, {1, 3, 4097}, {1, 1, 14336}, {1, 32, 14336},
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SwigluTest,
-    testing::Combine(testing::ValuesIn(kSwigluShapes),
-                     testing::Values(Mode::Specialized, Mode::Generic)),
-    [](const auto &info) {
-      const SwigluShape &s = std::get<0>(info.param);
-      return fmt::format("swiglu_{}x{}x{}_{}", s.d0, s.d1, s.d2, modeName(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, SwigluTest,
+                         testing::Combine(testing::ValuesIn(kSwigluShapes),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           const SwigluShape &s = std::get<0>(info.param);
+                           return fmt::format("swiglu_{}x{}x{}_{}", s.d0, s.d1, s.d2,
+                                              modeName(std::get<1>(info.param)));
+                         });
 
 // Special values: exp overflows and underflows inside silu, NaN and infinities propagate.
 TEST(SwigluEdgeValues, ExtremesAndNonFinite) {
   Function fn = context().load(componentPath("activation/swiglu.mlir")).function("swiglu");
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> up{-200.f, -88.f, -87.f, 0.f, 87.f, 88.f, 89.f, 200.f, 1e-30f, -1e-30f, inf, nan};
+  std::vector<float> up{-200.f, -88.f, -87.f,  0.f,     87.f, 88.f,
+                        89.f,   200.f, 1e-30f, -1e-30f, inf,  nan};
   std::vector<float> gate(up.size(), 1.5f);
   const int64_t n = static_cast<int64_t>(up.size());
   for (Mode mode : {Mode::Specialized, Mode::Generic}) {
@@ -138,7 +140,8 @@ TEST(SwigluEdgeValues, ExtremesAndNonFinite) {
 // Generic mode is a second implementation: on the same inputs it agrees with specialized mode
 // to the elementwise tolerance.
 TEST(DifferentialTest, GenericAgreesWithSpecialized) {
-  Function fn = context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  Function fn =
+      context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
   auto x = oracle::randomFloats(9 * 300, 5);
   auto w = oracle::randomFloats(300, 6);
   std::vector<Arg> args{Tensor::borrow(x.data(), DType::F32, {9, 300}),

@@ -34,7 +34,8 @@ std::vector<std::vector<float>> runBoth(const std::string &text, const std::vect
   return results;
 }
 
-void expectAllNear(const std::vector<std::vector<float>> &results, const std::vector<double> &expected) {
+void expectAllNear(const std::vector<std::vector<float>> &results,
+                   const std::vector<double> &expected) {
   for (size_t m = 0; m < results.size(); ++m) {
     SCOPED_TRACE(m == 0 ? "specialized" : "generic");
     ASSERT_EQ(results[m].size(), expected.size());
@@ -98,7 +99,8 @@ TEST(Lowering, MiddleReductionWithMaximumAndHexInfinity) {
   for (int64_t i = 0; i < a; ++i)
     for (int64_t kk = 0; kk < k; ++kk)
       for (int64_t j = 0; j < b; ++j)
-        expected[i * b + j] = std::max(expected[i * b + j], static_cast<double>(x[(i * k + kk) * b + j]));
+        expected[i * b + j] =
+            std::max(expected[i * b + j], static_cast<double>(x[(i * k + kk) * b + j]));
   expectAllNear(runBoth(text, {borrow(x, {a, k, b})}), expected);
 }
 
@@ -156,7 +158,8 @@ TEST(Lowering, BroadcastConstantResultAndScalarOperand) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j)
       expected[i * n + j] = static_cast<double>(pair[i * 2 + 1]) * w[j] + 0.25;
-  expectAllNear(runBoth(text, {borrow(pair, {m, 2}), borrow(w, {n}), Scalar::f32(0.25f)}), expected);
+  expectAllNear(runBoth(text, {borrow(pair, {m, 2}), borrow(w, {n}), Scalar::f32(0.25f)}),
+                expected);
 }
 
 TEST(Lowering, NoInputsUsesLinalgIndexAndCapturedScalar) {

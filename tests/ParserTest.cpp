@@ -1,8 +1,8 @@
 // Tests for the MLIR front end: the exact location and wording of parser and verifier
 // diagnostics, and print / re-parse round trips of the components and of inline snippets.
+#include "parse/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "parse/Parser.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -128,7 +128,8 @@ void expectDiagnostic(const DiagCase &c) {
   std::vector<std::string> lines = splitLines(out.text);
   ASSERT_FALSE(lines.empty());
   EXPECT_THAT(lines[0], StartsWith(std::string("t.mlir:") + c.where + ": error: "))
-      << "full diagnostic:\n" << out.text;
+      << "full diagnostic:\n"
+      << out.text;
   EXPECT_THAT(lines[0], HasSubstr(c.message)) << "full diagnostic:\n" << out.text;
 
   std::vector<std::string> source = splitLines(c.text);
@@ -146,28 +147,28 @@ void expectDiagnostic(const DiagCase &c) {
 // A one-dim elementwise generic, used by many cases below with one line changed. Its lines:
 //   1 #id = ...   2 util.func   3 %r = linalg.generic {...}   4 ins(...) outs(...) {
 //   5 ^bb0(...):  6 body        7 } -> T                       8 util.return   9 }
-#define GENERIC_HEAD                                                                          \
-  "#id = affine_map<(d0) -> (d0)>\n"                                                          \
+#define GENERIC_HEAD                                                                               \
+  "#id = affine_map<(d0) -> (d0)>\n"                                                               \
   "util.func @f(%a: tensor<?xf32>) -> tensor<?xf32> {\n"
-#define GENERIC_ATTRS                                                                         \
+#define GENERIC_ATTRS                                                                              \
   "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"]}\n"
 #define GENERIC_OPERANDS "      ins(%a : tensor<?xf32>) outs(%a : tensor<?xf32>) {\n"
 #define GENERIC_BLOCK "  ^bb0(%x: f32, %o: f32):\n"
 #define GENERIC_YIELD "    linalg.yield %x : f32\n"
-#define GENERIC_TAIL                                                                          \
-  "  } -> tensor<?xf32>\n"                                                                    \
-  "  util.return %r : tensor<?xf32>\n"                                                        \
+#define GENERIC_TAIL                                                                               \
+  "  } -> tensor<?xf32>\n"                                                                         \
+  "  util.return %r : tensor<?xf32>\n"                                                             \
   "}\n"
 
 // A two-dim generic over tensor<?x?xf32>, for the verifier's map rules.
-#define GENERIC2_HEAD                                                                         \
-  "#id2 = affine_map<(d0, d1) -> (d0, d1)>\n"                                                 \
+#define GENERIC2_HEAD                                                                              \
+  "#id2 = affine_map<(d0, d1) -> (d0, d1)>\n"                                                      \
   "util.func @f(%a: tensor<?x?xf32>, %v: tensor<?xf32>) -> tensor<?x?xf32> {\n"
-#define GENERIC2_TAIL                                                                         \
-  "  ^bb0(%x: f32, %o: f32):\n"                                                               \
-  "    linalg.yield %x : f32\n"                                                               \
-  "  } -> tensor<?x?xf32>\n"                                                                  \
-  "  util.return %r : tensor<?x?xf32>\n"                                                      \
+#define GENERIC2_TAIL                                                                              \
+  "  ^bb0(%x: f32, %o: f32):\n"                                                                    \
+  "    linalg.yield %x : f32\n"                                                                    \
+  "  } -> tensor<?x?xf32>\n"                                                                       \
+  "  util.return %r : tensor<?x?xf32>\n"                                                           \
   "}\n"
 
 const DiagCase kDiagCases[] = {
@@ -272,9 +273,8 @@ const DiagCase kDiagCases[] = {
     {"map_dim_declared_twice", "#m = affine_map<(d0, d0) -> (d0)>\n", "1:22",
      "affine map dim 'd0' is declared twice"},
     {"undefined_map_alias",
-     GENERIC_HEAD
-     "  %r = linalg.generic {indexing_maps = [#nomap, #id], iterator_types = [\"parallel\"]}\n"
-     GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     GENERIC_HEAD "  %r = linalg.generic {indexing_maps = [#nomap, #id], iterator_types = "
+                  "[\"parallel\"]}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:41", "undefined attribute alias '#nomap'"},
 
     // ---- SSA values and scopes.
@@ -298,10 +298,8 @@ const DiagCase kDiagCases[] = {
      "3:3", "redefinition of SSA value '%c'"},
     // A region may use outer names but not shadow them (MLIR-SUBSET 1.3).
     {"block_argument_shadows_outer_value",
-     GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS
-     "  ^bb0(%a: f32, %o: f32):\n"
-     "    linalg.yield %a : f32\n"
-     GENERIC_TAIL,
+     GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS "  ^bb0(%a: f32, %o: f32):\n"
+                                                 "    linalg.yield %a : f32\n" GENERIC_TAIL,
      "5:8", "redefinition of SSA value '%a'"},
     // Packs: `%r:2` must be used as %r#0 / %r#1.
     {"pack_used_without_index",
@@ -345,8 +343,8 @@ const DiagCase kDiagCases[] = {
      "2:15", "'%x' has type 'f32' but is annotated as 'f64'"},
     {"ins_annotation_mismatch",
      GENERIC_HEAD GENERIC_ATTRS
-     "      ins(%a : tensor<?x?xf32>) outs(%a : tensor<?xf32>) {\n"
-     GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     "      ins(%a : tensor<?x?xf32>) outs(%a : tensor<?xf32>) {\n" GENERIC_BLOCK GENERIC_YIELD
+         GENERIC_TAIL,
      "4:11", "'%a' has type 'tensor<?xf32>' but is annotated as 'tensor<?x?xf32>'"},
     {"binary_operand_type_mismatch",
      "util.func @f(%x: f32, %y: f64) {\n"
@@ -391,40 +389,36 @@ const DiagCase kDiagCases[] = {
 
     // ---- linalg.generic syntax.
     {"generic_block_argument_count",
-     GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS
-     "  ^bb0(%x: f32):\n"
-     GENERIC_YIELD GENERIC_TAIL,
+     GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS "  ^bb0(%x: f32):\n" GENERIC_YIELD GENERIC_TAIL,
      "4:56", "'linalg.generic' region needs 2 block arguments (one per operand), found 1"},
     {"generic_block_argument_type",
      GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS
-     "  ^bb0(%x: f64, %o: f32):\n"
-     GENERIC_YIELD GENERIC_TAIL,
+     "  ^bb0(%x: f64, %o: f32):\n" GENERIC_YIELD GENERIC_TAIL,
      "5:8", "block argument #0 has type 'f64' but operand #0 has element type 'f32'"},
     {"generic_missing_indexing_maps",
      GENERIC_HEAD
-     "  %r = linalg.generic {iterator_types = [\"parallel\"]}\n"
-     GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     "  %r = linalg.generic {iterator_types = [\"parallel\"]}\n" GENERIC_OPERANDS GENERIC_BLOCK
+         GENERIC_YIELD GENERIC_TAIL,
      "3:23", "'linalg.generic' needs 'indexing_maps'"},
     {"generic_unknown_iterator_type",
-     GENERIC_HEAD
-     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"window\"]}\n"
-     GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     GENERIC_HEAD "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = "
+                  "[\"window\"]}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:70", "unsupported iterator type 'window'"},
     {"generic_unknown_attribute",
      GENERIC_HEAD
-     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"], doc = \"x\"}\n"
-     GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"], doc = "
+     "\"x\"}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:83", "unsupported attribute 'doc' on 'linalg.generic'"},
     {"generic_missing_outs",
      GENERIC_HEAD GENERIC_ATTRS
-     "      ins(%a : tensor<?xf32>) {\n"
-     GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     "      ins(%a : tensor<?xf32>) {\n" GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "4:31", "expected 'outs' in 'linalg.generic', found '{'"},
 
     // ---- Ops, attributes and literals.
     {"unsupported_op",
      "util.func @f(%a: tensor<?x?xf32>) {\n"
-     "  %r = linalg.conv_2d ins(%a : tensor<?x?xf32>) outs(%a : tensor<?x?xf32>) -> tensor<?x?xf32>\n"
+     "  %r = linalg.conv_2d ins(%a : tensor<?x?xf32>) outs(%a : tensor<?x?xf32>) -> "
+     "tensor<?x?xf32>\n"
      "  util.return\n"
      "}\n",
      "2:8", "unsupported op 'linalg.conv_2d'"},
@@ -487,14 +481,12 @@ const DiagCase kDiagCases[] = {
     // A literal too large for int64 must be a located error, not a stray std::out_of_range.
     {"linalg_index_literal_too_large",
      GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS GENERIC_BLOCK
-     "    %i = linalg.index 99999999999999999999 : index\n"
-     GENERIC_YIELD GENERIC_TAIL,
+     "    %i = linalg.index 99999999999999999999 : index\n" GENERIC_YIELD GENERIC_TAIL,
      "6:23", "out of range"},
 
     // ---- Functions.
-    {"external_declaration_public",
-     "util.func public @m.g(f32) -> f32\n",
-     "1:18", "external declaration '@m.g' must be private"},
+    {"external_declaration_public", "util.func public @m.g(f32) -> f32\n", "1:18",
+     "external declaration '@m.g' must be private"},
     {"body_with_unnamed_arguments",
      "util.func @f(f32) -> f32 {\n"
      "  util.return\n"
@@ -537,8 +529,7 @@ const DiagCase kDiagCases[] = {
      "1:11", "function '@f' must end with 'util.return'"},
     {"verify_generic_body_without_yield",
      GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS GENERIC_BLOCK
-     "    %y = arith.negf %x : f32\n"
-     GENERIC_TAIL,
+     "    %y = arith.negf %x : f32\n" GENERIC_TAIL,
      "6:5", "the 'linalg.generic' body must end with 'linalg.yield'"},
     {"verify_yield_ends_function",
      "util.func @f(%x: f32) -> f32 {\n"
@@ -569,26 +560,23 @@ const DiagCase kDiagCases[] = {
 
     // ---- Verifier: generic maps, reported at the generic.
     {"verify_map_count",
-     GENERIC_HEAD
-     "  %r = linalg.generic {indexing_maps = [#id], iterator_types = [\"parallel\"]}\n"
-     GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     GENERIC_HEAD "  %r = linalg.generic {indexing_maps = [#id], iterator_types = "
+                  "[\"parallel\"]}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:3", "'linalg.generic' has 2 operands but 1 indexing map"},
     {"verify_map_rank",
      GENERIC_HEAD
      "  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0, d0)>, #id], "
-     "iterator_types = [\"parallel\"]}\n"
-     GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     "iterator_types = [\"parallel\"]}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:3", "indexing map #0 has 2 results but operand #0 ('tensor<?xf32>') has rank 1"},
     {"verify_map_dims_vs_iterators",
      GENERIC_HEAD
-     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\", \"parallel\"]}\n"
-     GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\", "
+     "\"parallel\"]}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:3", "indexing map #0 has 1 dims but there are 2 iterator types"},
     {"verify_output_map_has_reduction_dim",
-     GENERIC2_HEAD
-     "  %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = [\"parallel\", \"reduction\"]}\n"
-     "      ins(%a : tensor<?x?xf32>) outs(%a : tensor<?x?xf32>) {\n"
-     GENERIC2_TAIL,
+     GENERIC2_HEAD "  %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = "
+                   "[\"parallel\", \"reduction\"]}\n"
+                   "      ins(%a : tensor<?x?xf32>) outs(%a : tensor<?x?xf32>) {\n" GENERIC2_TAIL,
      "3:3", "reduction dim d1 appears in the output indexing map"},
     {"verify_output_map_missing_parallel_dim",
      "#id2 = affine_map<(d0, d1) -> (d0, d1)>\n"
@@ -604,8 +592,7 @@ const DiagCase kDiagCases[] = {
      "3:3", "parallel dim d1 is missing from the output indexing map"},
     {"verify_linalg_index_out_of_range",
      GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS GENERIC_BLOCK
-     "    %i = linalg.index 5 : index\n"
-     GENERIC_YIELD GENERIC_TAIL,
+     "    %i = linalg.index 5 : index\n" GENERIC_YIELD GENERIC_TAIL,
      "6:5", "'linalg.index 5' is out of range: the generic has 1 loop dims"},
     {"verify_linalg_index_outside_generic",
      "util.func @f() {\n"
@@ -615,8 +602,7 @@ const DiagCase kDiagCases[] = {
      "2:3", "'linalg.index' may only appear in a 'linalg.generic' body"},
     {"verify_tensor_op_in_generic_body",
      GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS GENERIC_BLOCK
-     "    %e = tensor.empty() : tensor<4xf32>\n"
-     GENERIC_YIELD GENERIC_TAIL,
+     "    %e = tensor.empty() : tensor<4xf32>\n" GENERIC_YIELD GENERIC_TAIL,
      "6:5", "'tensor.empty' may not appear in a 'linalg.generic' body"},
 };
 
@@ -750,11 +736,14 @@ util.func public @f( // after '('
 // a trailing comment without a newline at the end)");
   EXPECT_EQ(rt.first, rt.second);
   EXPECT_THAT(rt.first, HasSubstr("util.func private @m.g(tensor<?xf32>, f32) -> tensor<?xf32>"));
-  EXPECT_THAT(rt.first, HasSubstr("util.func public @f(%a: tensor<?xf32>, %s: f32) -> tensor<?xf32> {"));
+  EXPECT_THAT(rt.first,
+              HasSubstr("util.func public @f(%a: tensor<?xf32>, %s: f32) -> tensor<?xf32> {"));
   EXPECT_THAT(rt.first, HasSubstr("%n = tensor.dim %a, %c0 : tensor<?xf32>"));
-  EXPECT_THAT(rt.first, HasSubstr("indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>]"));
+  EXPECT_THAT(rt.first,
+              HasSubstr("indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>]"));
   EXPECT_THAT(rt.first, HasSubstr("%y = arith.addf %x, %s : f32"));
-  EXPECT_THAT(rt.first, HasSubstr("%z = util.call @m.g(%r, %s) : (tensor<?xf32>, f32) -> tensor<?xf32>"));
+  EXPECT_THAT(rt.first,
+              HasSubstr("%z = util.call @m.g(%r, %s) : (tensor<?xf32>, f32) -> tensor<?xf32>"));
   EXPECT_THAT(rt.first, Not(HasSubstr("//")));
 }
 
@@ -831,10 +820,9 @@ util.func @f(%a: tensor<?x?xf32>, %p: tensor<?x2xf32>, %z: tensor<f32>, %s: f32,
 }
 )");
   EXPECT_EQ(rt.first, rt.second);
-  EXPECT_THAT(rt.first,
-              HasSubstr("indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
-                        "affine_map<(d0, d1) -> (d0, 1)>, affine_map<(d0, d1) -> ()>, "
-                        "affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0)>]"));
+  EXPECT_THAT(rt.first, HasSubstr("indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
+                                  "affine_map<(d0, d1) -> (d0, 1)>, affine_map<(d0, d1) -> ()>, "
+                                  "affine_map<(d0, d1) -> ()>, affine_map<(d0, d1) -> (d0)>]"));
   EXPECT_THAT(rt.first, HasSubstr("%z: tensor<f32>"));
   EXPECT_THAT(rt.first, HasSubstr("ins(%a, %p, %z, %s : tensor<?x?xf32>, tensor<?x2xf32>, "
                                   "tensor<f32>, f32)"));
@@ -916,9 +904,15 @@ TEST(RoundTrip, ExternalDeclarations) {
 )");
   EXPECT_EQ(rt.first, rt.second);
   EXPECT_THAT(rt.first, HasSubstr("  util.func private @m.f(tensor<?xf32>) -> tensor<?xf32>\n"));
-  EXPECT_THAT(rt.first, HasSubstr("util.func private @m.two(tensor<?xf32>, f32) -> (tensor<?xf32>, f32)\n"));
-  EXPECT_THAT(rt.first, HasSubstr("util.func public @g(%x: tensor<?xf32>, %s: f32) -> (tensor<?xf32>, f32) {"));
-  EXPECT_THAT(rt.first, HasSubstr("%a, %b = util.call @m.two(%y, %s) : (tensor<?xf32>, f32) -> (tensor<?xf32>, f32)"));
+  EXPECT_THAT(rt.first,
+              HasSubstr("util.func private @m.two(tensor<?xf32>, f32) -> (tensor<?xf32>, f32)\n"));
+  EXPECT_THAT(
+      rt.first,
+      HasSubstr("util.func public @g(%x: tensor<?xf32>, %s: f32) -> (tensor<?xf32>, f32) {"));
+  EXPECT_THAT(
+      rt.first,
+      HasSubstr(
+          "%a, %b = util.call @m.two(%y, %s) : (tensor<?xf32>, f32) -> (tensor<?xf32>, f32)"));
   EXPECT_THAT(rt.first, HasSubstr("util.return %a, %b : tensor<?xf32>, f32"));
 }
 

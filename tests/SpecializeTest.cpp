@@ -1,8 +1,8 @@
 // Specialization: what gets baked in, what folds away, and the errors a bad binding gives.
+#include "transforms/Specialize.h"
 #include "TestSupport.h"
 #include "ir/Printer.h"
 #include "parse/Parser.h"
-#include "transforms/Specialize.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -40,7 +40,8 @@ ArgSpec tensorSpec(std::vector<int64_t> shape) { return {Type::tensor(ElemKind::
 TEST(Specialize, IndexArgumentsAndShapeArithmeticFoldToConstants) {
   auto m = parse(kRepeat);
   std::vector<std::string> explain;
-  auto fn = specialize(*m->functions[0], {tensorSpec({5}), {Type::scalar(ElemKind::Index), 7}}, &explain);
+  auto fn =
+      specialize(*m->functions[0], {tensorSpec({5}), {Type::scalar(ElemKind::Index), 7}}, &explain);
   std::string text = printFunction(*fn);
   EXPECT_THAT(text, HasSubstr("tensor.empty() : tensor<6x5xf32>"));
   EXPECT_THAT(text, HasSubstr("-> tensor<6x5xf32>"));
@@ -79,8 +80,12 @@ func.func @f(%n: index) -> tensor<?xf32> {
 }
 )";
   auto m = parse(text);
-  EXPECT_THAT([&] { specialize(*m->functions[0], {{Type::scalar(ElemKind::Index), 0}}); },
-              ThrowsMessage<Error>(HasSubstr("s.mlir:5:3: error: 'tensor.empty' dim 0 has negative size -1 (%m)")));
+  EXPECT_THAT(
+      [&] {
+        specialize(*m->functions[0], {{Type::scalar(ElemKind::Index), 0}});
+      },
+      ThrowsMessage<Error>(
+          HasSubstr("s.mlir:5:3: error: 'tensor.empty' dim 0 has negative size -1 (%m)")));
 }
 
 TEST(Specialize, DivisionByZeroInShapeArithmetic) {
@@ -93,8 +98,11 @@ func.func @f(%n: index) -> tensor<?xf32> {
 }
 )";
   auto m = parse(text);
-  EXPECT_THAT([&] { specialize(*m->functions[0], {{Type::scalar(ElemKind::Index), 4}}); },
-              ThrowsMessage<Error>(HasSubstr("s.mlir:4:3: error: division by zero in 'arith.divsi'")));
+  EXPECT_THAT(
+      [&] {
+        specialize(*m->functions[0], {{Type::scalar(ElemKind::Index), 4}});
+      },
+      ThrowsMessage<Error>(HasSubstr("s.mlir:4:3: error: division by zero in 'arith.divsi'")));
 }
 
 TEST(Specialize, StaticSignatureDimsAreChecked) {
@@ -104,9 +112,12 @@ func.func @f(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
 }
 )";
   auto m = parse(text);
-  EXPECT_THAT([&] { specialize(*m->functions[0], {tensorSpec({2, 5})}); },
-              ThrowsMessage<Error>(HasSubstr(
-                  "argument #0 (%x) dim 1 is 4 in the signature ('tensor<?x4xf32>') but was given 5")));
+  EXPECT_THAT(
+      [&] {
+        specialize(*m->functions[0], {tensorSpec({2, 5})});
+      },
+      ThrowsMessage<Error>(HasSubstr(
+          "argument #0 (%x) dim 1 is 4 in the signature ('tensor<?x4xf32>') but was given 5")));
   auto fn = specialize(*m->functions[0], {tensorSpec({2, 4})});
   EXPECT_THAT(printFunction(*fn), HasSubstr("return %x : tensor<2x4xf32>"));
 }
@@ -114,10 +125,14 @@ func.func @f(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
 TEST(Specialize, ExtentMismatchNamesBothOperandsAndSizes) {
   Context ctx;
   Module m = ctx.load(componentPath("normalization/rms_norm.mlir"));
-  EXPECT_THAT([&] { m.function("rms_norm_linalg").specialize(std::vector<std::string>{"32x4096xf32", "4095xf32", "f32"}); },
-              ThrowsMessage<Error>(HasSubstr("loop dim d1 of 'linalg.generic' has extent 4096 from "
-                                             "operand #0 (%input) dim 1 but 4095 from operand #2 "
-                                             "(%weight) dim 0")));
+  EXPECT_THAT(
+      [&] {
+        m.function("rms_norm_linalg")
+            .specialize(std::vector<std::string>{"32x4096xf32", "4095xf32", "f32"});
+      },
+      ThrowsMessage<Error>(HasSubstr("loop dim d1 of 'linalg.generic' has extent 4096 from "
+                                     "operand #0 (%input) dim 1 but 4095 from operand #2 "
+                                     "(%weight) dim 0")));
 }
 
 } // namespace

@@ -19,7 +19,7 @@ inline std::string componentPath(const std::string &relative) {
 /// write out of bounds change a guard, which `guardsIntact` reports.
 class GuardedOutput {
 public:
-  static constexpr int64_t kGuard = 64; // elements on each side (256 bytes)
+  static constexpr int64_t kGuard = 64;            // elements on each side (256 bytes)
   static constexpr uint32_t kPattern = 0x7fc0dead; // a NaN no kernel produces by accident
 
   explicit GuardedOutput(std::vector<int64_t> shape) : shape_(std::move(shape)) {

@@ -47,7 +47,7 @@ uint16_t toHalf(float f) {
     return static_cast<uint16_t>(sign | 0x7c00);
   if (e <= 0)
     return static_cast<uint16_t>(sign); // flush tiny values to zero
-  uint32_t rounded = mant + 0x1000;   // round half up on the dropped bits
+  uint32_t rounded = mant + 0x1000;     // round half up on the dropped bits
   if (rounded & 0x800000) {
     rounded = 0;
     ++e;
@@ -66,7 +66,8 @@ void fillValues(Tensor &t, const std::vector<double> &values) {
   case DType::I16: fillFrom<int16_t>(t, values); break;
   case DType::I32: fillFrom<int32_t>(t, values); break;
   case DType::I64: fillFrom<int64_t>(t, values); break;
-  case DType::F16: case DType::BF16: {
+  case DType::F16:
+  case DType::BF16: {
     auto *data = t.as<uint16_t>();
     for (int64_t i = 0; i < t.numel(); ++i) {
       float f = static_cast<float>(values.size() == 1 ? values[0] : values[i]);
@@ -136,8 +137,9 @@ Arg parseInput(const std::string &text, const std::string &declaredType, uint64_
   if (!value.empty() && value[0] == '@') {
     Tensor t = readNpy(value.substr(1));
     if (t.dtype() != spec.dtype || t.shape() != spec.shape)
-      bad(position, text, fmt::format("the file holds {} but the input says {}", t.typeString(),
-                                      text.substr(0, eq)));
+      bad(position, text,
+          fmt::format("the file holds {} but the input says {}", t.typeString(),
+                      text.substr(0, eq)));
     return t;
   }
   Tensor t = Tensor::zeros(spec.dtype, spec.shape);
@@ -157,9 +159,10 @@ Arg parseInput(const std::string &text, const std::string &declaredType, uint64_
     }
   }
   if (values.size() != 1 && static_cast<int64_t>(values.size()) != t.numel())
-    bad(position, text, fmt::format("gives {} values but {} has {} elements (give one value to "
-                                    "fill, or all of them)", values.size(), text.substr(0, eq),
-                                    t.numel()));
+    bad(position, text,
+        fmt::format("gives {} values but {} has {} elements (give one value to "
+                    "fill, or all of them)",
+                    values.size(), text.substr(0, eq), t.numel()));
   if (!values.empty() && t.numel() > 0)
     fillValues(t, values);
   (void)declaredType;
@@ -186,7 +189,8 @@ static double elementAt(const Tensor &t, int64_t i) {
   case DType::I16: return t.as<int16_t>()[i];
   case DType::I32: return t.as<int32_t>()[i];
   case DType::I64: return static_cast<double>(t.as<int64_t>()[i]);
-  case DType::F16: case DType::BF16: {
+  case DType::F16:
+  case DType::BF16: {
     uint16_t h = t.as<uint16_t>()[i];
     uint32_t bits;
     if (t.dtype() == DType::BF16) {

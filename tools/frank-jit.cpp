@@ -25,20 +25,26 @@ cl::SubCommand benchCmd("bench", "Benchmark a function, specialized and generic 
                                  "(takes Google Benchmark's --benchmark_* flags too)");
 
 cl::opt<std::string> file(cl::Positional, cl::desc("<component.mlir>"), cl::Required,
-                          cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
-cl::opt<std::string> function("function", cl::desc("The function to compile (default: the only public one)"),
-                              cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
-cl::list<std::string> inputs("input",
-                             cl::desc("An argument: 32x4096xf32 (compile), 32x4096xf32=@x.npy, @x.npy, "
-                                      "32x4096xf32=random, 2xf32=1,2, f32=1e-6, index=2, i1=true"),
-                             cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
-cl::opt<Mode> mode("mode", cl::desc("Compilation mode"), cl::init(Mode::Specialized),
-                   cl::values(clEnumValN(Mode::Specialized, "specialized", "bake every shape in (default)"),
-                              clEnumValN(Mode::Generic, "generic", "keep dims as runtime values")),
-                   cl::sub(compileCmd), cl::sub(runCmd), cl::cat(category));
+                          cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+                          cl::cat(category));
+cl::opt<std::string> function("function",
+                              cl::desc("The function to compile (default: the only public one)"),
+                              cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+                              cl::cat(category));
+cl::list<std::string>
+    inputs("input",
+           cl::desc("An argument: 32x4096xf32 (compile), 32x4096xf32=@x.npy, @x.npy, "
+                    "32x4096xf32=random, 2xf32=1,2, f32=1e-6, index=2, i1=true"),
+           cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
+cl::opt<Mode>
+    mode("mode", cl::desc("Compilation mode"), cl::init(Mode::Specialized),
+         cl::values(clEnumValN(Mode::Specialized, "specialized", "bake every shape in (default)"),
+                    clEnumValN(Mode::Generic, "generic", "keep dims as runtime values")),
+         cl::sub(compileCmd), cl::sub(runCmd), cl::cat(category));
 cl::opt<Stage> emit("emit", cl::desc("The stage to print"), cl::init(Stage::Assembly),
                     cl::values(clEnumValN(Stage::Mlir, "mlir", "the parsed module"),
-                               clEnumValN(Stage::Specialized, "specialized", "tensor IR after specialization and fusion"),
+                               clEnumValN(Stage::Specialized, "specialized",
+                                          "tensor IR after specialization and fusion"),
                                clEnumValN(Stage::Loops, "loops", "the loop IR"),
                                clEnumValN(Stage::LLVM, "llvm", "LLVM IR as generated"),
                                clEnumValN(Stage::OptimizedLLVM, "llvm-opt", "LLVM IR after O3"),
@@ -50,8 +56,8 @@ cl::opt<bool> explain("explain", cl::desc("Say which dims and values were baked 
                       cl::sub(compileCmd), cl::sub(runCmd), cl::cat(category));
 cl::list<std::string> outputs("output", cl::desc("Write result N to @file.npy (repeat per result)"),
                               cl::sub(runCmd), cl::cat(category));
-cl::opt<uint64_t> seed("seed", cl::desc("Seed for =random inputs"), cl::init(0),
-                       cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
+cl::opt<uint64_t> seed("seed", cl::desc("Seed for =random inputs"), cl::init(0), cl::sub(runCmd),
+                       cl::sub(benchCmd), cl::cat(category));
 cl::opt<int64_t> printMax("print-max-elements", cl::desc("Elements printed per result"),
                           cl::init(1024), cl::sub(runCmd), cl::cat(category));
 
@@ -60,9 +66,11 @@ Function lookup(Context &ctx, Module &module) {
     return module.function(function);
   auto names = module.functionNames();
   if (names.size() != 1)
-    throw Error(fmt::format("error: {} defines {} public functions ({}); choose one with "
-                            "--function=NAME", file.getValue(), names.size(),
-                            names.empty() ? "none" : "@" + fmt::format("{}", fmt::join(names, ", @"))));
+    throw Error(
+        fmt::format("error: {} defines {} public functions ({}); choose one with "
+                    "--function=NAME",
+                    file.getValue(), names.size(),
+                    names.empty() ? "none" : "@" + fmt::format("{}", fmt::join(names, ", @"))));
   return module.function(names.front());
 }
 
@@ -153,8 +161,10 @@ int benchCommand(int benchArgc, char **benchArgv) {
     Kernel kernel = fn.specialize(args, m);
     std::vector<Tensor> results = kernel(args);
     int64_t bytes = argumentBytes(args, {}, results);
-    std::string name = fmt::format("{}/{}", fn.name(), m == Mode::Generic ? "generic" : "specialized");
-    benchmark::RegisterBenchmark(name.c_str(), [kernel, args, results, bytes](benchmark::State &state) mutable {
+    std::string name =
+        fmt::format("{}/{}", fn.name(), m == Mode::Generic ? "generic" : "specialized");
+    benchmark::RegisterBenchmark(name.c_str(), [kernel, args, results,
+                                                bytes](benchmark::State &state) mutable {
       for (auto _ : state) {
         kernel.run(args, results);
         benchmark::ClobberMemory();
@@ -183,14 +193,15 @@ int main(int argc, char **argv) {
     (std::strncmp(argv[i], "--benchmark_", 12) == 0 ? theirs : ours).push_back(argv[i]);
   cl::HideUnrelatedOptions(category);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "frank-jit 0.1.0 (LLVM 19)\n"; });
-  if (!cl::ParseCommandLineOptions(static_cast<int>(ours.size()), ours.data(),
-                                   "frank-jit: shape-specializing JIT for MLIR components\n\n"
-                                   "  frank-jit compile FILE.mlir --function=F --input=32x4096xf32 ... "
-                                   "[--emit=mlir|specialized|loops|llvm|llvm-opt|asm]\n"
-                                   "  frank-jit run FILE.mlir --function=F --input=32x4096xf32=@x.npy ... "
-                                   "[--output=@y.npy]\n"
-                                   "  frank-jit bench FILE.mlir --function=F --input=... [--benchmark_*]\n",
-                                   &llvm::errs()))
+  if (!cl::ParseCommandLineOptions(
+          static_cast<int>(ours.size()), ours.data(),
+          "frank-jit: shape-specializing JIT for MLIR components\n\n"
+          "  frank-jit compile FILE.mlir --function=F --input=32x4096xf32 ... "
+          "[--emit=mlir|specialized|loops|llvm|llvm-opt|asm]\n"
+          "  frank-jit run FILE.mlir --function=F --input=32x4096xf32=@x.npy ... "
+          "[--output=@y.npy]\n"
+          "  frank-jit bench FILE.mlir --function=F --input=... [--benchmark_*]\n",
+          &llvm::errs()))
     return 1;
   try {
     if (compileCmd)

@@ -28,8 +28,8 @@ enum class Stage : uint8_t { Mlir, Specialized, Loops, LLVM, OptimizedLLVM, Asse
 
 struct CacheStats {
   uint64_t hits = 0;
-  uint64_t misses = 0;   // each miss compiled one kernel
-  uint64_t kernels = 0;  // kernels held
+  uint64_t misses = 0;  // each miss compiled one kernel
+  uint64_t kernels = 0; // kernels held
   double compileSeconds = 0;
 };
 

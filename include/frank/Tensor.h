@@ -62,8 +62,8 @@ private:
 struct Scalar {
   DType type = DType::F32;
   bool isIndex = false;
-  double f = 0;   // float types
-  int64_t i = 0;  // integer types, i1 and index
+  double f = 0;  // float types
+  int64_t i = 0; // integer types, i1 and index
 
   static Scalar f32(float v) { return {DType::F32, false, v, 0}; }
   static Scalar i64(int64_t v) { return {DType::I64, false, 0, v}; }

@@ -15,48 +15,30 @@ constexpr size_t kStorageAlignment = 64;
 
 size_t dtypeSize(DType type) {
   switch (type) {
-  case DType::F32:
-    return 4;
-  case DType::F16:
-    return 2;
-  case DType::BF16:
-    return 2;
-  case DType::F64:
-    return 8;
-  case DType::I1:
-    return 1;
-  case DType::I8:
-    return 1;
-  case DType::I16:
-    return 2;
-  case DType::I32:
-    return 4;
-  case DType::I64:
-    return 8;
+  case DType::F32: return 4;
+  case DType::F16: return 2;
+  case DType::BF16: return 2;
+  case DType::F64: return 8;
+  case DType::I1: return 1;
+  case DType::I8: return 1;
+  case DType::I16: return 2;
+  case DType::I32: return 4;
+  case DType::I64: return 8;
   }
   return 0;
 }
 
 const char *dtypeName(DType type) {
   switch (type) {
-  case DType::F32:
-    return "f32";
-  case DType::F16:
-    return "f16";
-  case DType::BF16:
-    return "bf16";
-  case DType::F64:
-    return "f64";
-  case DType::I1:
-    return "i1";
-  case DType::I8:
-    return "i8";
-  case DType::I16:
-    return "i16";
-  case DType::I32:
-    return "i32";
-  case DType::I64:
-    return "i64";
+  case DType::F32: return "f32";
+  case DType::F16: return "f16";
+  case DType::BF16: return "bf16";
+  case DType::F64: return "f64";
+  case DType::I1: return "i1";
+  case DType::I8: return "i8";
+  case DType::I16: return "i16";
+  case DType::I32: return "i32";
+  case DType::I64: return "i64";
   }
   return "?";
 }

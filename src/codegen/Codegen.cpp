@@ -45,7 +45,8 @@ private:
     case ElemKind::I8: return b_.getInt8Ty();
     case ElemKind::I16: return b_.getInt16Ty();
     case ElemKind::I32: return b_.getInt32Ty();
-    case ElemKind::I64: case ElemKind::Index: return b_.getInt64Ty();
+    case ElemKind::I64:
+    case ElemKind::Index: return b_.getInt64Ty();
     }
     return nullptr;
   }
@@ -60,8 +61,8 @@ private:
     params.push_back(b_.getPtrTy()); // dims
     params.push_back(b_.getPtrTy()); // scalars
     auto *type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
-    auto *fn = llvm::Function::Create(type, llvm::Function::InternalLinkage, p_.name + ".body",
-                                      *module_);
+    auto *fn =
+        llvm::Function::Create(type, llvm::Function::InternalLinkage, p_.name + ".body", *module_);
     fn->addFnAttr(llvm::Attribute::AlwaysInline);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
     for (unsigned i = 0; i < fn->arg_size(); ++i) {
@@ -109,13 +110,14 @@ private:
     size_t slot = 0;
     for (const Buffer &buf : p_.buffers) {
       if (buf.role == BufferRole::Temp) {
-        args.push_back(b_.CreateGEP(b_.getInt8Ty(), workspace, emitIndexFromParams(buf.workspaceOffset, fn)));
+        args.push_back(
+            b_.CreateGEP(b_.getInt8Ty(), workspace, emitIndexFromParams(buf.workspaceOffset, fn)));
         continue;
       }
       size_t position = buf.role == BufferRole::Input ? buf.slot : numInputs() + buf.slot;
       (void)slot;
-      args.push_back(b_.CreateLoad(b_.getPtrTy(),
-                                   b_.CreateConstGEP1_64(b_.getPtrTy(), buffers, position)));
+      args.push_back(
+          b_.CreateLoad(b_.getPtrTy(), b_.CreateConstGEP1_64(b_.getPtrTy(), buffers, position)));
     }
     args.push_back(fn->getArg(1));
     args.push_back(fn->getArg(2));
@@ -206,11 +208,17 @@ private:
   // Accurate to about 2 ulp; overflow gives +inf, underflow 0, NaN propagates.
   llvm::Value *inlineExpF32(llvm::Value *x) {
     auto c = [&](double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); };
-    auto fmul = [&](llvm::Value *a, llvm::Value *b) { return floatBinary(llvm::Instruction::FMul, a, b, false); };
-    auto fadd = [&](llvm::Value *a, llvm::Value *b) { return floatBinary(llvm::Instruction::FAdd, a, b, false); };
-    auto fsub = [&](llvm::Value *a, llvm::Value *b) { return floatBinary(llvm::Instruction::FSub, a, b, false); };
-    llvm::Value *clamped = b_.CreateIntrinsic(llvm::Intrinsic::minnum, {b_.getFloatTy()},
-                                              {x, c(88.3762626647949)});
+    auto fmul = [&](llvm::Value *a, llvm::Value *b) {
+      return floatBinary(llvm::Instruction::FMul, a, b, false);
+    };
+    auto fadd = [&](llvm::Value *a, llvm::Value *b) {
+      return floatBinary(llvm::Instruction::FAdd, a, b, false);
+    };
+    auto fsub = [&](llvm::Value *a, llvm::Value *b) {
+      return floatBinary(llvm::Instruction::FSub, a, b, false);
+    };
+    llvm::Value *clamped =
+        b_.CreateIntrinsic(llvm::Intrinsic::minnum, {b_.getFloatTy()}, {x, c(88.3762626647949)});
     clamped = b_.CreateIntrinsic(llvm::Intrinsic::maxnum, {b_.getFloatTy()},
                                  {clamped, c(-87.3365447505531)});
     llvm::Value *n = b_.CreateIntrinsic(llvm::Intrinsic::floor, {b_.getFloatTy()},
@@ -218,8 +226,8 @@ private:
     llvm::Value *r = fsub(fsub(clamped, fmul(n, c(0.693359375))), fmul(n, c(-2.12194440e-4)));
     llvm::Value *r2 = fmul(r, r);
     llvm::Value *poly = c(1.9875691500E-4);
-    for (double k : {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1,
-                     5.0000001201E-1})
+    for (double k :
+         {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1})
       poly = fadd(fmul(poly, r), c(k));
     llvm::Value *er = fadd(fadd(fmul(poly, r2), r), c(1.0));
     llvm::Value *ni = b_.CreateFPToSI(n, b_.getInt32Ty());
@@ -317,22 +325,20 @@ private:
 
   llvm::Value *emitExpr(const Expr &e) {
     switch (e->kind) {
-    case ExprKind::IntConst:
-      return llvm::ConstantInt::get(typeOf(e->type), e->intValue, true);
-    case ExprKind::FloatConst:
-      return llvm::ConstantFP::get(typeOf(e->type), e->floatValue);
-    case ExprKind::Var:
-      return lookupVar(e->name);
+    case ExprKind::IntConst: return llvm::ConstantInt::get(typeOf(e->type), e->intValue, true);
+    case ExprKind::FloatConst: return llvm::ConstantFP::get(typeOf(e->type), e->floatValue);
+    case ExprKind::Var: return lookupVar(e->name);
     case ExprKind::DimParam:
-      return b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstGEP1_64(b_.getInt64Ty(), dims_, e->intValue),
+      return b_.CreateLoad(b_.getInt64Ty(),
+                           b_.CreateConstGEP1_64(b_.getInt64Ty(), dims_, e->intValue),
                            fmt::format("dim{}", e->intValue));
     case ExprKind::ScalarParam: {
       llvm::Value *slot = b_.CreateConstGEP1_64(b_.getInt64Ty(), scalars_, e->intValue);
-      llvm::Value *v = b_.CreateLoad(memTypeOf(e->type), slot, fmt::format("scalar{}", e->intValue));
+      llvm::Value *v =
+          b_.CreateLoad(memTypeOf(e->type), slot, fmt::format("scalar{}", e->intValue));
       return e->type == ElemKind::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
     }
-    case ExprKind::Unary:
-      return emitUnary(e->op, emitExpr(e->args[0]));
+    case ExprKind::Unary: return emitUnary(e->op, emitExpr(e->args[0]));
     case ExprKind::Binary: {
       llvm::Value *a = emitExpr(e->args[0]);
       return emitBinary(*e, a, emitExpr(e->args[1]));
@@ -346,13 +352,13 @@ private:
       llvm::Value *a = emitExpr(e->args[1]);
       return b_.CreateSelect(c, a, emitExpr(e->args[2]));
     }
-    case ExprKind::Cast:
-      return emitCast(*e, emitExpr(e->args[0]));
+    case ExprKind::Cast: return emitCast(*e, emitExpr(e->args[0]));
     case ExprKind::Load: {
       const Buffer &buf = p_.buffers[e->intValue];
       llvm::Type *mem = memTypeOf(buf.elem);
       llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[e->intValue], emitExpr(e->args[0]));
-      llvm::Value *v = b_.CreateAlignedLoad(mem, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
+      llvm::Value *v =
+          b_.CreateAlignedLoad(mem, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return buf.elem == ElemKind::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
     }
     }
@@ -368,9 +374,7 @@ private:
 
   void emit(const Stmt &s) {
     switch (s->kind) {
-    case StmtKind::Block:
-      emitBlock(s->body);
-      return;
+    case StmtKind::Block: emitBlock(s->body); return;
     case StmtKind::Let: {
       llvm::Value *v = emitExpr(s->value);
       if (!v->hasName() && !llvm::isa<llvm::Constant>(v))
@@ -385,9 +389,7 @@ private:
       scopes_.back()[s->name] = slot;
       return;
     }
-    case StmtKind::Assign:
-      b_.CreateStore(emitExpr(s->value), storageOfLocal(s->name));
-      return;
+    case StmtKind::Assign: b_.CreateStore(emitExpr(s->value), storageOfLocal(s->name)); return;
     case StmtKind::Store: {
       const Buffer &buf = p_.buffers[s->buffer];
       llvm::Type *mem = memTypeOf(buf.elem);
@@ -398,9 +400,7 @@ private:
       b_.CreateAlignedStore(value, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return;
     }
-    case StmtKind::For:
-      emitFor(*s);
-      return;
+    case StmtKind::For: emitFor(*s); return;
     case StmtKind::If: {
       llvm::Value *cond = emitExpr(s->value);
       auto *thenBB = llvm::BasicBlock::Create(ctx_, "then", fn_);
@@ -440,9 +440,9 @@ private:
     auto *latch = b_.CreateBr(header);
     iv->addIncoming(next, b_.GetInsertBlock());
     if (s.forKind == ForKind::Vectorize) {
-      llvm::MDNode *enable = llvm::MDNode::get(
-          ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
-                 llvm::ConstantAsMetadata::get(b_.getTrue())});
+      llvm::MDNode *enable =
+          llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                                   llvm::ConstantAsMetadata::get(b_.getTrue())});
       llvm::MDNode *loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable});
       loopID->replaceOperandWith(0, loopID);
       latch->setMetadata(llvm::LLVMContext::MD_loop, loopID);

@@ -29,9 +29,14 @@ bool isFloatElem(ElemKind kind) {
 
 int elemBits(ElemKind kind) {
   switch (kind) {
-  case ElemKind::F16: case ElemKind::BF16: case ElemKind::I16: return 16;
-  case ElemKind::F32: case ElemKind::I32: return 32;
-  case ElemKind::F64: case ElemKind::I64: case ElemKind::Index: return 64;
+  case ElemKind::F16:
+  case ElemKind::BF16:
+  case ElemKind::I16: return 16;
+  case ElemKind::F32:
+  case ElemKind::I32: return 32;
+  case ElemKind::F64:
+  case ElemKind::I64:
+  case ElemKind::Index: return 64;
   case ElemKind::I1: return 1;
   case ElemKind::I8: return 8;
   }
@@ -88,7 +93,8 @@ std::string AffineMap::str() const {
   for (size_t i = 0; i < results.size(); ++i) {
     if (i)
       s += ", ";
-    s += results[i].isConstant ? fmt::format("{}", results[i].value) : fmt::format("d{}", results[i].value);
+    s += results[i].isConstant ? fmt::format("{}", results[i].value)
+                               : fmt::format("d{}", results[i].value);
   }
   return s + ")>";
 }
@@ -166,36 +172,59 @@ bool isTerminator(OpKind kind) {
 
 bool isMathUnary(OpKind kind) {
   switch (kind) {
-  case OpKind::Exp: case OpKind::Exp2: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
-  case OpKind::Tanh: case OpKind::Sin: case OpKind::Cos: case OpKind::Erf: case OpKind::AbsF:
-  case OpKind::NegF:
-    return true;
-  default:
-    return false;
+  case OpKind::Exp:
+  case OpKind::Exp2:
+  case OpKind::Log:
+  case OpKind::Sqrt:
+  case OpKind::Rsqrt:
+  case OpKind::Tanh:
+  case OpKind::Sin:
+  case OpKind::Cos:
+  case OpKind::Erf:
+  case OpKind::AbsF:
+  case OpKind::NegF: return true;
+  default: return false;
   }
 }
 
 bool isArithBinary(OpKind kind) {
   switch (kind) {
-  case OpKind::AddF: case OpKind::SubF: case OpKind::MulF: case OpKind::DivF: case OpKind::RemF:
-  case OpKind::MaximumF: case OpKind::MinimumF: case OpKind::PowF:
-  case OpKind::AddI: case OpKind::SubI: case OpKind::MulI: case OpKind::DivSI: case OpKind::DivUI:
-  case OpKind::RemSI: case OpKind::RemUI: case OpKind::AndI: case OpKind::OrI: case OpKind::XOrI:
-  case OpKind::MaxSI: case OpKind::MinSI:
-    return true;
-  default:
-    return false;
+  case OpKind::AddF:
+  case OpKind::SubF:
+  case OpKind::MulF:
+  case OpKind::DivF:
+  case OpKind::RemF:
+  case OpKind::MaximumF:
+  case OpKind::MinimumF:
+  case OpKind::PowF:
+  case OpKind::AddI:
+  case OpKind::SubI:
+  case OpKind::MulI:
+  case OpKind::DivSI:
+  case OpKind::DivUI:
+  case OpKind::RemSI:
+  case OpKind::RemUI:
+  case OpKind::AndI:
+  case OpKind::OrI:
+  case OpKind::XOrI:
+  case OpKind::MaxSI:
+  case OpKind::MinSI: return true;
+  default: return false;
   }
 }
 
 bool isCast(OpKind kind) {
   switch (kind) {
-  case OpKind::IndexCast: case OpKind::SIToFP: case OpKind::UIToFP: case OpKind::FPToSI:
-  case OpKind::TruncI: case OpKind::ExtSI: case OpKind::ExtUI: case OpKind::ExtF:
-  case OpKind::TruncF:
-    return true;
-  default:
-    return false;
+  case OpKind::IndexCast:
+  case OpKind::SIToFP:
+  case OpKind::UIToFP:
+  case OpKind::FPToSI:
+  case OpKind::TruncI:
+  case OpKind::ExtSI:
+  case OpKind::ExtUI:
+  case OpKind::ExtF:
+  case OpKind::TruncF: return true;
+  default: return false;
   }
 }
 

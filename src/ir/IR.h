@@ -39,8 +39,12 @@ struct Type {
   std::string opaqueName;     // opaque only, e.g. "!util.list<?>"
 
   static Type scalar(ElemKind e) { return {Kind::Scalar, e, {}, {}}; }
-  static Type tensor(ElemKind e, std::vector<int64_t> s) { return {Kind::Tensor, e, std::move(s), {}}; }
-  static Type opaque(std::string name) { return {Kind::Opaque, ElemKind::F32, {}, std::move(name)}; }
+  static Type tensor(ElemKind e, std::vector<int64_t> s) {
+    return {Kind::Tensor, e, std::move(s), {}};
+  }
+  static Type opaque(std::string name) {
+    return {Kind::Opaque, ElemKind::F32, {}, std::move(name)};
+  }
 
   bool isTensor() const { return kind == Kind::Tensor; }
   bool isScalar() const { return kind == Kind::Scalar; }

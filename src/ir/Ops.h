@@ -27,7 +27,9 @@ struct GenericView {
 inline const std::string &predicate(const Op &op) { return op.attr("predicate").string(); }
 
 /// arith.constant: a scalar Literal in "value".
-inline const Literal &constantValue(const Op &op) { return std::get<Literal>(op.attr("value").value); }
+inline const Literal &constantValue(const Op &op) {
+  return std::get<Literal>(op.attr("value").value);
+}
 
 /// linalg.index: the loop dim it reads.
 inline int64_t indexDim(const Op &op) { return op.attr("dim").integer(); }

@@ -28,7 +28,8 @@ std::string formatFloat(double v, ElemKind kind) {
                                            : ((sign << 15) | 0x7c00 | (std::isnan(f) ? 0x200 : 0));
     return fmt::format("0x{:04X}", half);
   }
-  std::string s = kind == ElemKind::F64 ? fmt::format("{}", v) : fmt::format("{}", static_cast<float>(v));
+  std::string s =
+      kind == ElemKind::F64 ? fmt::format("{}", v) : fmt::format("{}", static_cast<float>(v));
   if (s.find_first_of(".e") == std::string::npos)
     s += ".0";
   else if (s.find('.') == std::string::npos) {
@@ -151,7 +152,8 @@ private:
       return;
     }
     if (isArithBinary(kind)) {
-      out += fmt::format(" {}, {} : {}", ref(op.operands[0]), ref(op.operands[1]), resultType.str());
+      out +=
+          fmt::format(" {}, {} : {}", ref(op.operands[0]), ref(op.operands[1]), resultType.str());
       return;
     }
     if (isMathUnary(kind)) {
@@ -208,9 +210,7 @@ private:
       out += " -> " + resultType.str();
       return;
     }
-    case OpKind::LinalgIndex:
-      out += fmt::format(" {} : index", indexDim(op));
-      return;
+    case OpKind::LinalgIndex: out += fmt::format(" {} : index", indexDim(op)); return;
     case OpKind::LinalgYield:
     case OpKind::FlowReturn:
     case OpKind::Return:
@@ -250,8 +250,7 @@ private:
       printRegion(*op.regions[0], indent, false);
       return;
     }
-    default:
-      internalError(fmt::format("no printer for '{}'", op.name()));
+    default: internalError(fmt::format("no printer for '{}'", op.name()));
     }
   }
 };

@@ -13,17 +13,16 @@ void verifyTerminator(const Block &block, OpKind want, const std::vector<Type> &
                       const Location &ownerLoc, const char *owner) {
   const Op *term = block.terminator();
   if (!term || term->kind != want)
-    fail(term ? term->loc : ownerLoc,
-         fmt::format("{} must end with '{}'", owner, opName(want)));
+    fail(term ? term->loc : ownerLoc, fmt::format("{} must end with '{}'", owner, opName(want)));
   if (term->operands.size() != types.size())
     fail(term->loc, fmt::format("'{}' returns {} value{} but {} expects {}", term->name(),
-                                term->operands.size(), term->operands.size() == 1 ? "" : "s",
-                                owner, types.size()));
+                                term->operands.size(), term->operands.size() == 1 ? "" : "s", owner,
+                                types.size()));
   for (size_t i = 0; i < types.size(); ++i)
     if (term->operands[i]->type != types[i])
-      fail(term->loc, fmt::format("'{}' operand #{} has type '{}' but {} expects '{}'",
-                                  term->name(), i, term->operands[i]->type.str(), owner,
-                                  types[i].str()));
+      fail(term->loc,
+           fmt::format("'{}' operand #{} has type '{}' but {} expects '{}'", term->name(), i,
+                       term->operands[i]->type.str(), owner, types[i].str()));
 }
 
 void verifyGeneric(const Op &op) {
@@ -31,9 +30,9 @@ void verifyGeneric(const Op &op) {
   const AttrList &maps = op.attr("indexing_maps").list();
   const AttrList &iters = op.attr("iterator_types").list();
   if (maps.size() != op.operands.size())
-    fail(op.loc, fmt::format("'linalg.generic' has {} operand{} but {} indexing map{}",
-                             op.operands.size(), op.operands.size() == 1 ? "" : "s", maps.size(),
-                             maps.size() == 1 ? "" : "s"));
+    fail(op.loc,
+         fmt::format("'linalg.generic' has {} operand{} but {} indexing map{}", op.operands.size(),
+                     op.operands.size() == 1 ? "" : "s", maps.size(), maps.size() == 1 ? "" : "s"));
   int numLoops = static_cast<int>(iters.size());
   std::vector<bool> indexedPlainly(numLoops, false);
   for (size_t i = 0; i < maps.size(); ++i) {
@@ -55,7 +54,8 @@ void verifyGeneric(const Op &op) {
       int64_t dim = type.shape[r];
       if (dim != kDynamic && res.value >= dim)
         fail(op.loc, fmt::format("indexing map #{} reads constant index {} of dim {} of '{}', "
-                                 "which has size {}", i, res.value, r, type.str(), dim));
+                                 "which has size {}",
+                                 i, res.value, r, type.str(), dim));
     }
   }
   const AffineMap &out = g.outputMap();
@@ -119,8 +119,7 @@ void verifyOp(const Op &op, Scope scope, const Op *generic) {
                        "the 'flow.dispatch.region' body");
     }
     return;
-  default:
-    return; // scalar arith and math are legal everywhere
+  default: return; // scalar arith and math are legal everywhere
   }
 }
 

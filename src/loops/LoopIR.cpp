@@ -141,11 +141,16 @@ Stmt store(int buffer, Expr index, Expr value) {
 
 static const char *infixOf(OpKind op) {
   switch (op) {
-  case OpKind::AddF: case OpKind::AddI: return "+";
-  case OpKind::SubF: case OpKind::SubI: return "-";
-  case OpKind::MulF: case OpKind::MulI: return "*";
-  case OpKind::DivF: case OpKind::DivSI: return "/";
-  case OpKind::RemSI: case OpKind::RemF: return "%";
+  case OpKind::AddF:
+  case OpKind::AddI: return "+";
+  case OpKind::SubF:
+  case OpKind::SubI: return "-";
+  case OpKind::MulF:
+  case OpKind::MulI: return "*";
+  case OpKind::DivF:
+  case OpKind::DivSI: return "/";
+  case OpKind::RemSI:
+  case OpKind::RemF: return "%";
   default: return nullptr;
   }
 }
@@ -160,14 +165,10 @@ std::string print(const Expr &e, const Program *program) {
   case ExprKind::IntConst:
     return e->type == ElemKind::Index ? std::to_string(e->intValue)
                                       : fmt::format("{}:{}", e->intValue, elemName(e->type));
-  case ExprKind::FloatConst:
-    return fmt::format("{}f", e->floatValue);
-  case ExprKind::Var:
-    return e->name;
-  case ExprKind::DimParam:
-    return fmt::format("dims[{}]", e->intValue);
-  case ExprKind::ScalarParam:
-    return fmt::format("scalars[{}]:{}", e->intValue, elemName(e->type));
+  case ExprKind::FloatConst: return fmt::format("{}f", e->floatValue);
+  case ExprKind::Var: return e->name;
+  case ExprKind::DimParam: return fmt::format("dims[{}]", e->intValue);
+  case ExprKind::ScalarParam: return fmt::format("scalars[{}]:{}", e->intValue, elemName(e->type));
   case ExprKind::Unary:
     if (e->op == OpKind::NegF)
       return fmt::format("-{}", print(e->args[0], program));
@@ -185,13 +186,14 @@ std::string print(const Expr &e, const Program *program) {
     return fmt::format("cmp.{}({}, {})", e->name, print(e->args[0], program),
                        print(e->args[1], program));
   case ExprKind::Select:
-    return fmt::format("select({}, {}, {})", print(e->args[0], program),
-                       print(e->args[1], program), print(e->args[2], program));
+    return fmt::format("select({}, {}, {})", print(e->args[0], program), print(e->args[1], program),
+                       print(e->args[2], program));
   case ExprKind::Cast:
     return fmt::format("{}<{}>({})", shortName(e->op), elemName(e->type),
                        print(e->args[0], program));
   case ExprKind::Load: {
-    std::string buf = program ? program->buffers[e->intValue].name : fmt::format("b{}", e->intValue);
+    std::string buf =
+        program ? program->buffers[e->intValue].name : fmt::format("b{}", e->intValue);
     return fmt::format("{}[{}]", buf, print(e->args[0], program));
   }
   }
@@ -204,9 +206,7 @@ static void printStmts(const std::vector<Stmt> &stmts, const Program &p, int ind
 static void printStmt(const Stmt &s, const Program &p, int indent, std::string &out) {
   std::string pad(indent, ' ');
   switch (s->kind) {
-  case StmtKind::Block:
-    printStmts(s->body, p, indent, out);
-    return;
+  case StmtKind::Block: printStmts(s->body, p, indent, out); return;
   case StmtKind::For: {
     const char *kind = s->forKind == ForKind::Parallel    ? " parallel"
                        : s->forKind == ForKind::Vectorize ? " vectorized"
@@ -282,15 +282,14 @@ static int64_t wrap(int64_t v, ElemKind type) {
 
 static uint64_t unsignedOf(int64_t v, ElemKind type) {
   int bits = elemBits(type);
-  return bits >= 64 ? static_cast<uint64_t>(v) : static_cast<uint64_t>(v) & ((uint64_t{1} << bits) - 1);
+  return bits >= 64 ? static_cast<uint64_t>(v)
+                    : static_cast<uint64_t>(v) & ((uint64_t{1} << bits) - 1);
 }
 
 int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
   switch (e->kind) {
-  case ExprKind::IntConst:
-    return e->intValue;
-  case ExprKind::DimParam:
-    return dims[e->intValue];
+  case ExprKind::IntConst: return e->intValue;
+  case ExprKind::DimParam: return dims[e->intValue];
   case ExprKind::ScalarParam: {
     int64_t v;
     std::memcpy(&v, &scalars[e->intValue], 8);
@@ -324,7 +323,9 @@ int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
   case ExprKind::Cast: {
     int64_t v = evaluate(e->args[0], dims, scalars);
     switch (e->op) {
-    case OpKind::IndexCast: case OpKind::ExtSI: case OpKind::TruncI: return wrap(v, e->type);
+    case OpKind::IndexCast:
+    case OpKind::ExtSI:
+    case OpKind::TruncI: return wrap(v, e->type);
     case OpKind::ExtUI: return static_cast<int64_t>(unsignedOf(v, e->args[0]->type));
     default: break;
     }
@@ -339,20 +340,29 @@ int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
     ElemKind t = e->args[0]->type;
     uint64_t ua = unsignedOf(a, t), ub = unsignedOf(b, t);
     const std::string &p = e->name;
-    if (p == "eq") return a == b;
-    if (p == "ne") return a != b;
-    if (p == "slt") return a < b;
-    if (p == "sle") return a <= b;
-    if (p == "sgt") return a > b;
-    if (p == "sge") return a >= b;
-    if (p == "ult") return ua < ub;
-    if (p == "ule") return ua <= ub;
-    if (p == "ugt") return ua > ub;
-    if (p == "uge") return ua >= ub;
+    if (p == "eq")
+      return a == b;
+    if (p == "ne")
+      return a != b;
+    if (p == "slt")
+      return a < b;
+    if (p == "sle")
+      return a <= b;
+    if (p == "sgt")
+      return a > b;
+    if (p == "sge")
+      return a >= b;
+    if (p == "ult")
+      return ua < ub;
+    if (p == "ule")
+      return ua <= ub;
+    if (p == "ugt")
+      return ua > ub;
+    if (p == "uge")
+      return ua >= ub;
     break;
   }
-  default:
-    break;
+  default: break;
   }
   internalError("cannot evaluate a shape expression on the host: " + print(e));
 }

@@ -24,7 +24,17 @@
 namespace frank::loops {
 
 enum class ExprKind : uint8_t {
-  IntConst, FloatConst, Var, DimParam, ScalarParam, Unary, Binary, Cmp, Select, Cast, Load
+  IntConst,
+  FloatConst,
+  Var,
+  DimParam,
+  ScalarParam,
+  Unary,
+  Binary,
+  Cmp,
+  Select,
+  Cast,
+  Load
 };
 
 struct ExprNode;
@@ -33,10 +43,10 @@ using Expr = std::shared_ptr<const ExprNode>;
 struct ExprNode {
   ExprNode(ExprKind k, ElemKind t) : kind(k), type(t) {}
   ExprKind kind;
-  ElemKind type;      // result type; Index for addresses and loop variables
+  ElemKind type;        // result type; Index for addresses and loop variables
   int64_t intValue = 0; // IntConst; param number for DimParam/ScalarParam; buffer for Load
   double floatValue = 0;
-  std::string name;   // Var; predicate for Cmp
+  std::string name;         // Var; predicate for Cmp
   OpKind op = OpKind::AddI; // Unary, Binary, Cast
   bool reassoc = false;
   std::vector<Expr> args; // operands; Load: {index}
@@ -69,12 +79,12 @@ struct StmtNode {
   explicit StmtNode(StmtKind k, std::string n = {}, ElemKind t = ElemKind::Index)
       : kind(k), name(std::move(n)), type(t) {}
   StmtKind kind;
-  std::string name;  // For: loop var; Let/Local/Assign: the variable
+  std::string name; // For: loop var; Let/Local/Assign: the variable
   ElemKind type = ElemKind::Index;
   ForKind forKind = ForKind::Serial;
-  Expr value;        // Let/Local/Assign/Store value; For extent; If condition
-  Expr index;        // Store
-  int buffer = -1;   // Store
+  Expr value;                 // Let/Local/Assign/Store value; For extent; If condition
+  Expr index;                 // Store
+  int buffer = -1;            // Store
   std::vector<Stmt> body;     // Block, For, If-then
   std::vector<Stmt> elseBody; // If
 };
@@ -92,9 +102,9 @@ struct Buffer {
   std::string name;
   ElemKind elem;
   BufferRole role;
-  int slot = 0;            // Input/Output: position among inputs/outputs
-  Expr numElements;        // Temp: size; inputs and outputs: for information
-  Expr workspaceOffset;    // Temp: byte offset in the workspace
+  int slot = 0;         // Input/Output: position among inputs/outputs
+  Expr numElements;     // Temp: size; inputs and outputs: for information
+  Expr workspaceOffset; // Temp: byte offset in the workspace
 };
 
 /// One kernel: its buffers, runtime parameters and body.
@@ -104,7 +114,7 @@ struct Program {
   int numDimParams = 0;
   std::vector<ElemKind> scalarParams; // one slot per scalar argument
   std::vector<Stmt> body;
-  Expr workspaceBytes;                // total workspace size
+  Expr workspaceBytes; // total workspace size
 };
 
 std::string print(const Expr &e, const Program *program = nullptr);

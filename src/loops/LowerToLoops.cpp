@@ -61,7 +61,7 @@ private:
             out_.dimParamSources.push_back({static_cast<int>(i), static_cast<int>(d)});
           }
         }
-        Buffer buffer{freshName(arg->name), arg->type.elem, BufferRole::Input, inputSlot++,
+        Buffer buffer{freshName(arg->name),      arg->type.elem, BufferRole::Input, inputSlot++,
                       numElements(storage.dims), nullptr};
         storage.buffer = addBuffer(buffer);
         tensors_[arg] = storage;
@@ -126,9 +126,8 @@ private:
                 workspaceBytes_};
     // Keep every temporary 64-byte aligned.
     Expr bytes = mul(count, intConst(std::max(1, elemBits(root->type.elem) / 8)));
-    Expr rounded = binary(OpKind::MulI,
-                          binary(OpKind::DivSI, add(bytes, intConst(63)), intConst(64)),
-                          intConst(64));
+    Expr rounded = binary(
+        OpKind::MulI, binary(OpKind::DivSI, add(bytes, intConst(63)), intConst(64)), intConst(64));
     if (auto c = asConstant(bytes))
       rounded = intConst((*c + 63) / 64 * 64);
     workspaceBytes_ = add(workspaceBytes_, rounded);
@@ -218,14 +217,9 @@ private:
       return;
     }
     case OpKind::LinalgFill:
-    case OpKind::LinalgGeneric:
-      lowerDestinationOp(op);
-      return;
-    case OpKind::Return:
-      lowerReturn(op);
-      return;
-    default:
-      fail(op.loc, fmt::format("unsupported op '{}' at function scope", op.name()));
+    case OpKind::LinalgGeneric: lowerDestinationOp(op); return;
+    case OpKind::Return: lowerReturn(op); return;
+    default: fail(op.loc, fmt::format("unsupported op '{}' at function scope", op.name()));
     }
   }
 
@@ -252,8 +246,9 @@ private:
 
   // Nested loops over `dims`, innermost vectorized in specialized mode; `inner` builds the body
   // from the loop variables.
-  std::vector<Stmt> loopNest(const std::vector<Expr> &dims,
-                             const std::function<std::vector<Stmt>(const std::vector<Expr> &)> &inner) {
+  std::vector<Stmt>
+  loopNest(const std::vector<Expr> &dims,
+           const std::function<std::vector<Stmt>(const std::vector<Expr> &)> &inner) {
     std::vector<std::string> names;
     std::vector<Expr> vars;
     for (size_t d = 0; d < dims.size(); ++d) {
@@ -301,10 +296,10 @@ private:
       if (it != outputOfRoot_.end() && it->second == static_cast<int>(k))
         continue;
       // An argument, or a value already returned in another slot: copy it.
-      TensorStorage dest{addBuffer({freshName("out" + std::to_string(k)), v->type.elem,
-                                    BufferRole::Output, static_cast<int>(k), numElements(t.dims),
-                                    nullptr}),
-                         t.dims};
+      TensorStorage dest{
+          addBuffer({freshName("out" + std::to_string(k)), v->type.elem, BufferRole::Output,
+                     static_cast<int>(k), numElements(t.dims), nullptr}),
+          t.dims};
       emitCopy(t, dest);
     }
   }
@@ -328,8 +323,8 @@ private:
           out_.constraints.push_back(
               {extents[d], other, op.loc,
                fmt::format("loop dim d{} of 'linalg.generic' has extent {{}} from {} but {{}} "
-                           "from {}", d, describeOperandDim(op, operand, dim),
-                           describeOperandDim(op, o, k))});
+                           "from {}",
+                           d, describeOperandDim(op, operand, dim), describeOperandDim(op, o, k))});
       }
     }
     // Accumulate in a register when every reduction loop is inside every parallel loop.

@@ -170,7 +170,11 @@ Token Lexer::next() {
     advance();
     return finish(Tok::String, 1, 1);
   }
-  case '%': case '@': case '^': case '#': case '!': {
+  case '%':
+  case '@':
+  case '^':
+  case '#':
+  case '!': {
     advance();
     char first = peekChar();
     bool ok = c == '%' ? (isIdChar(first) || first == '-' || first == '$')
@@ -189,15 +193,14 @@ Token Lexer::next() {
       while (isDigit(peekChar()))
         advance();
     }
-    Tok kind = c == '%' ? Tok::PercentId
+    Tok kind = c == '%'   ? Tok::PercentId
                : c == '@' ? Tok::AtId
                : c == '^' ? Tok::CaretId
                : c == '#' ? Tok::HashId
                           : Tok::BangId;
     return finish(kind, 1);
   }
-  default:
-    break;
+  default: break;
   }
   if (isDigit(c)) {
     if (c == '0' && (peekChar(1) == 'x' || peekChar(1) == 'X') &&

@@ -21,8 +21,22 @@ enum class Tok : uint8_t {
   Integer,   // 42, 0x1F
   Float,     // 1.0, 1.0e-5
   String,    // "parallel" (text without quotes)
-  LParen, RParen, LBrace, RBrace, LSquare, RSquare, Less, Greater,
-  Comma, Colon, Equal, Arrow, Question, Star, Plus, Minus,
+  LParen,
+  RParen,
+  LBrace,
+  RBrace,
+  LSquare,
+  RSquare,
+  Less,
+  Greater,
+  Comma,
+  Colon,
+  Equal,
+  Arrow,
+  Question,
+  Star,
+  Plus,
+  Minus,
 };
 
 const char *tokName(Tok kind);

@@ -100,6 +100,7 @@ private:
   // Values and scopes.
   Value *parseOperand();
   Value *parseOperandOfType(const Type &type);
+  void expectType(const Token &at, const Value *v, const Type &type);
   void define(const std::string &name, Value *value, const Token &at);
   Value *lookupValue(const Token &t);
   void pushScope() { scopes_.emplace_back(); }
@@ -130,9 +131,9 @@ private:
 
 bool scalarKindFromName(std::string_view name, ElemKind &kind) {
   static const std::pair<const char *, ElemKind> table[] = {
-      {"f16", ElemKind::F16}, {"bf16", ElemKind::BF16}, {"f32", ElemKind::F32},
-      {"f64", ElemKind::F64}, {"i1", ElemKind::I1},     {"i8", ElemKind::I8},
-      {"i16", ElemKind::I16}, {"i32", ElemKind::I32},   {"i64", ElemKind::I64},
+      {"f16", ElemKind::F16},    {"bf16", ElemKind::BF16}, {"f32", ElemKind::F32},
+      {"f64", ElemKind::F64},    {"i1", ElemKind::I1},     {"i8", ElemKind::I8},
+      {"i16", ElemKind::I16},    {"i32", ElemKind::I32},   {"i64", ElemKind::I64},
       {"index", ElemKind::Index}};
   for (auto &[n, k] : table)
     if (name == n) {
@@ -193,7 +194,8 @@ Type Parser::parseTensorType(const Token &start) {
   Token elemTok = cur_;
   Type elem = parseType();
   if (!elem.isScalar())
-    failAt(elemTok, fmt::format("tensor element type must be a scalar type, found '{}'", elem.str()));
+    failAt(elemTok,
+           fmt::format("tensor element type must be a scalar type, found '{}'", elem.str()));
   if (at(Tok::Comma))
     failAt(cur_, "unsupported tensor encoding");
   expect(Tok::Greater, "to close the tensor type");
@@ -366,8 +368,8 @@ Literal Parser::parseNumber(const Type &type) {
     int64_t lo = type.elem == ElemKind::I1 ? 0 : -(int64_t{1} << (bits - 1));
     int64_t hi = (int64_t{1} << bits) - 1; // accept unsigned spellings too
     if (lit.i < lo || lit.i > hi)
-      failAt(negative ? sign : t, fmt::format("integer literal '{}{}' does not fit in {}", negative ? "-" : "",
-                            t.text, type.str()));
+      failAt(negative ? sign : t, fmt::format("integer literal '{}{}' does not fit in {}",
+                                              negative ? "-" : "", t.text, type.str()));
   }
   return lit;
 }
@@ -481,12 +483,16 @@ Value *Parser::lookupValue(const Token &t) {
 
 Value *Parser::parseOperand() { return lookupValue(expect(Tok::PercentId, "as an operand")); }
 
+void Parser::expectType(const Token &at, const Value *v, const Type &type) {
+  if (v->type != type)
+    failAt(at, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
+                           type.str()));
+}
+
 Value *Parser::parseOperandOfType(const Type &type) {
   Token t = cur_;
   Value *v = parseOperand();
-  if (v->type != type)
-    failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
-                          type.str()));
+  expectType(t, v, type);
   return v;
 }
 
@@ -538,8 +544,8 @@ std::unique_ptr<ModuleOp> Parser::parseTopLevel() {
         if (atKeyword("module"))
           failAt(cur_, "unsupported nested module");
         if (!atKeyword("util.func") && !atKeyword("func.func"))
-          failAt(cur_, fmt::format("expected a function in the module body, found {}",
-                                   describe(cur_)));
+          failAt(cur_,
+                 fmt::format("expected a function in the module body, found {}", describe(cur_)));
         module->functions.push_back(parseFunction());
       }
       take();
@@ -641,8 +647,8 @@ void Parser::parseRegion(Op &op, bool withHeader, const std::vector<Type> *expec
   pushScope();
   if (withHeader) {
     if (!at(Tok::CaretId))
-      failAt(cur_, fmt::format("expected a block header '^bb0(...):' in '{}', found {}",
-                               op.name(), describe(cur_)));
+      failAt(cur_, fmt::format("expected a block header '^bb0(...):' in '{}', found {}", op.name(),
+                               describe(cur_)));
     take();
     expect(Tok::LParen, "to open the block arguments");
     if (!at(Tok::RParen)) {
@@ -718,9 +724,8 @@ void Parser::parseOp(Block &block) {
     wanted += c == 0 ? 1 : c;
   if (wanted != resultTypes.size())
     failAt(names.empty() ? nameTok : names.front(),
-           fmt::format("'{}' has {} result{} but {} name{} given", nameTok.text,
-                       resultTypes.size(), resultTypes.size() == 1 ? "" : "s", wanted,
-                       wanted == 1 ? " is" : "s are"));
+           fmt::format("'{}' has {} result{} but {} name{} given", nameTok.text, resultTypes.size(),
+                       resultTypes.size() == 1 ? "" : "s", wanted, wanted == 1 ? " is" : "s are"));
   for (const Type &t : resultTypes)
     op->addResult(t);
   size_t next = 0;
@@ -762,8 +767,8 @@ void Parser::parseOperandsWithTypes(Op &op, std::string_view keyword) {
         expect(Tok::Comma, "between operand types");
       Type t = parseType();
       if (values[i]->type != t)
-        failAt(toks[i], fmt::format("'%{}' has type '{}' but is annotated as '{}'",
-                                    values[i]->name, values[i]->type.str(), t.str()));
+        failAt(toks[i], fmt::format("'%{}' has type '{}' but is annotated as '{}'", values[i]->name,
+                                    values[i]->type.str(), t.str()));
     }
     if (at(Tok::Comma))
       failAt(cur_, fmt::format("more types than operands in '{}'", keyword));
@@ -826,7 +831,8 @@ void Parser::parseGenericAttrs(Op &op) {
             value = std::string(expect(Tok::BareId, "as the iterator type").text);
             expect(Tok::Greater, "to close '#linalg.iterator_type<'");
           } else {
-            failAt(it, fmt::format("expected \"parallel\" or \"reduction\", found {}", describe(it)));
+            failAt(it,
+                   fmt::format("expected \"parallel\" or \"reduction\", found {}", describe(it)));
           }
           if (value != "parallel" && value != "reduction")
             failAt(it, fmt::format("unsupported iterator type '{}'", value));
@@ -853,7 +859,8 @@ static bool isCmpFPredicate(std::string_view p) {
   return std::find(std::begin(preds), std::end(preds), p) != std::end(preds);
 }
 static bool isCmpIPredicate(std::string_view p) {
-  static const char *const preds[] = {"eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"};
+  static const char *const preds[] = {"eq",  "ne",  "slt", "sle", "sgt",
+                                      "sge", "ult", "ule", "ugt", "uge"};
   return std::find(std::begin(preds), std::end(preds), p) != std::end(preds);
 }
 
@@ -894,8 +901,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token litStart = cur_;
     bool negative = consumeIf(Tok::Minus);
     if (!at(Tok::Integer) && !at(Tok::Float))
-      failAt(cur_, fmt::format("expected a literal value in 'arith.constant', found {}",
-                               describe(cur_)));
+      failAt(cur_,
+             fmt::format("expected a literal value in 'arith.constant', found {}", describe(cur_)));
     take();
     (void)negative;
     Token typeTok;
@@ -930,10 +937,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     if (wantFloat != type.isFloat())
       failAt(typeTok, fmt::format("'{}' needs {} type, found '{}'", op.name(),
                                   wantFloat ? "a float" : "an integer or index", type.str()));
-    for (auto [v, t] : {std::pair{lhs, a}, std::pair{rhs, b}})
-      if (v->type != type)
-        failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
-                              type.str()));
+    expectType(a, lhs, type);
+    expectType(b, rhs, type);
     op.operands = {lhs, rhs};
     resultTypes.push_back(type);
     return;
@@ -945,9 +950,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Type type = colonType();
     if (!type.isFloat())
       failAt(typeTok, fmt::format("'{}' needs a float type, found '{}'", op.name(), type.str()));
-    if (x->type != type)
-      failAt(a, fmt::format("'%{}' has type '{}' but is used as '{}'", x->name, x->type.str(),
-                            type.str()));
+    expectType(a, x, type);
     op.operands = {x};
     resultTypes.push_back(type);
     return;
@@ -967,10 +970,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Type type = colonType();
     if (kind == OpKind::CmpF ? !type.isFloat() : !type.isInteger())
       failAt(typeTok, fmt::format("'{}' cannot compare type '{}'", op.name(), type.str()));
-    for (auto [v, t] : {std::pair{lhs, a}, std::pair{rhs, b}})
-      if (v->type != type)
-        failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
-                              type.str()));
+    expectType(a, lhs, type);
+    expectType(b, rhs, type);
     op.attrs["predicate"] = Attribute{std::string(p.text)};
     op.operands = {lhs, rhs};
     resultTypes.push_back(Type::scalar(ElemKind::I1));
@@ -985,10 +986,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token b = cur_;
     Value *y = parseOperand();
     Type type = colonType();
-    for (auto [v, t] : {std::pair{x, a}, std::pair{y, b}})
-      if (v->type != type)
-        failAt(t, fmt::format("'%{}' has type '{}' but is used as '{}'", v->name, v->type.str(),
-                              type.str()));
+    expectType(a, x, type);
+    expectType(b, y, type);
     op.operands = {c, x, y};
     resultTypes.push_back(type);
     return;
@@ -1001,30 +1000,43 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     expectKeyword("to", fmt::format("in '{}'", op.name()));
     Token toTok = cur_;
     Type to = parseType();
-    if (x->type != from)
-      failAt(a, fmt::format("'%{}' has type '{}' but is used as '{}'", x->name, x->type.str(),
-                            from.str()));
+    expectType(a, x, from);
     auto isInt = [](const Type &t) { return t.isInteger() && t.elem != ElemKind::Index; };
     bool ok = false;
     switch (kind) {
-    case OpKind::IndexCast: ok = (from.isIndex() && isInt(to)) || (isInt(from) && to.isIndex()); break;
-    case OpKind::SIToFP: case OpKind::UIToFP: ok = isInt(from) && to.isFloat(); break;
+    case OpKind::IndexCast:
+      ok = (from.isIndex() && isInt(to)) || (isInt(from) && to.isIndex());
+      break;
+    case OpKind::SIToFP:
+    case OpKind::UIToFP: ok = isInt(from) && to.isFloat(); break;
     case OpKind::FPToSI: ok = from.isFloat() && isInt(to); break;
-    case OpKind::TruncI: ok = isInt(from) && isInt(to) && elemBits(to.elem) < elemBits(from.elem); break;
-    case OpKind::ExtSI: case OpKind::ExtUI:
+    case OpKind::TruncI:
+      ok = isInt(from) && isInt(to) && elemBits(to.elem) < elemBits(from.elem);
+      break;
+    case OpKind::ExtSI:
+    case OpKind::ExtUI:
       ok = isInt(from) && isInt(to) && elemBits(to.elem) > elemBits(from.elem);
       break;
-    case OpKind::ExtF: ok = from.isFloat() && to.isFloat() && elemBits(to.elem) > elemBits(from.elem); break;
-    case OpKind::TruncF: ok = from.isFloat() && to.isFloat() && elemBits(to.elem) < elemBits(from.elem); break;
+    case OpKind::ExtF:
+      ok = from.isFloat() && to.isFloat() && elemBits(to.elem) > elemBits(from.elem);
+      break;
+    case OpKind::TruncF:
+      ok = from.isFloat() && to.isFloat() && elemBits(to.elem) < elemBits(from.elem);
+      break;
     default: break;
     }
     if (!ok) {
       // Point at the source type when no target could make the cast legal.
       bool sourceWrong = false;
       switch (kind) {
-      case OpKind::SIToFP: case OpKind::UIToFP: case OpKind::TruncI: case OpKind::ExtSI:
+      case OpKind::SIToFP:
+      case OpKind::UIToFP:
+      case OpKind::TruncI:
+      case OpKind::ExtSI:
       case OpKind::ExtUI: sourceWrong = !isInt(from); break;
-      case OpKind::FPToSI: case OpKind::ExtF: case OpKind::TruncF: sourceWrong = !from.isFloat(); break;
+      case OpKind::FPToSI:
+      case OpKind::ExtF:
+      case OpKind::TruncF: sourceWrong = !from.isFloat(); break;
       case OpKind::IndexCast: sourceWrong = !from.isIndex() && !isInt(from); break;
       default: break;
       }
@@ -1045,9 +1057,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
       failAt(cur_, "'tensor.dim' takes its dim as an SSA index value ('%c0'), not a literal");
     d = parseOperandOfType(Type::scalar(ElemKind::Index));
     Type type = colonType();
-    if (t->type != type)
-      failAt(a, fmt::format("'%{}' has type '{}' but is used as '{}'", t->name, t->type.str(),
-                            type.str()));
+    expectType(a, t, type);
     if (!type.isTensor())
       failAt(a, "'tensor.dim' needs a tensor operand");
     op.operands = {t, d};
@@ -1079,8 +1089,9 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     if (!op.operands[0]->type.isScalar() || !op.operands[1]->type.isTensor())
       failAt(nameTok, "'linalg.fill' fills a tensor ('outs') with a scalar ('ins')");
     if (op.operands[0]->type.elem != op.operands[1]->type.elem)
-      failAt(nameTok, fmt::format("'linalg.fill' value type '{}' differs from the element type of '{}'",
-                                  op.operands[0]->type.str(), op.operands[1]->type.str()));
+      failAt(nameTok,
+             fmt::format("'linalg.fill' value type '{}' differs from the element type of '{}'",
+                         op.operands[0]->type.str(), op.operands[1]->type.str()));
     expect(Tok::Arrow, "before the result type of 'linalg.fill'");
     typeTok = cur_;
     Type type = parseType();
@@ -1131,9 +1142,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
   }
   case OpKind::LinalgYield:
   case OpKind::FlowReturn:
-  case OpKind::Return:
-    parseTerminatorOperands(op);
-    return;
+  case OpKind::Return: parseTerminatorOperands(op); return;
   case OpKind::Call: {
     Token callee = expect(Tok::AtId, "as the callee of 'util.call'");
     op.attrs["callee"] = Attribute{std::string(callee.text)};
@@ -1156,14 +1165,13 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     }
     expect(Tok::RParen, "to close the call's argument types");
     if (argTypes.size() != op.operands.size())
-      failAt(callee, fmt::format("call passes {} argument{} but its type lists {}",
-                                 op.operands.size(), op.operands.size() == 1 ? "" : "s",
-                                 argTypes.size()));
+      failAt(callee,
+             fmt::format("call passes {} argument{} but its type lists {}", op.operands.size(),
+                         op.operands.size() == 1 ? "" : "s", argTypes.size()));
     for (size_t i = 0; i < toks.size(); ++i)
       if (op.operands[i]->type != argTypes[i])
-        failAt(toks[i], fmt::format("'%{}' has type '{}' but is used as '{}'",
-                                    op.operands[i]->name, op.operands[i]->type.str(),
-                                    argTypes[i].str()));
+        failAt(toks[i], fmt::format("'%{}' has type '{}' but is used as '{}'", op.operands[i]->name,
+                                    op.operands[i]->type.str(), argTypes[i].str()));
     expect(Tok::Arrow, "before the call's result types");
     resultTypes = parseTypeList();
     return;
@@ -1187,8 +1195,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
           expect(Tok::RBrace, "to close the dim annotation");
         }
         if (given != type.numDynamicDims())
-          failAt(typeTok, fmt::format("'{}' needs one dim value per '?' ({}), found {}",
-                                      type.str(), type.numDynamicDims(), given));
+          failAt(typeTok, fmt::format("'{}' needs one dim value per '?' ({}), found {}", type.str(),
+                                      type.numDynamicDims(), given));
         resultTypes.push_back(type);
       } while (consumeIf(Tok::Comma));
     }
@@ -1196,8 +1204,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     parseRegion(op, false, nullptr);
     return;
   }
-  default:
-    failAt(nameTok, fmt::format("'{}' cannot appear here", nameTok.text));
+  default: failAt(nameTok, fmt::format("'{}' cannot appear here", nameTok.text));
   }
 }
 

@@ -10,7 +10,8 @@ namespace {
 bool canFuse(const FuncOp &fn, const Op &consumer, int input) {
   const Value *operand = consumer.operands[input];
   const Op *producer = operand->definingOp;
-  if (!producer || producer->kind != OpKind::LinalgGeneric || producer->parentBlock != fn.body.get())
+  if (!producer || producer->kind != OpKind::LinalgGeneric ||
+      producer->parentBlock != fn.body.get())
     return false;
   GenericView p{const_cast<Op &>(*producer)};
   GenericView c{const_cast<Op &>(consumer)};
@@ -67,8 +68,8 @@ void fuse(Op &consumer, int input) {
 
   for (auto &op : p.body().ops) {
     if (op->kind == OpKind::LinalgYield) {
-      map[c.body().arguments[input].get()] = map.count(op->operands[0]) ? map[op->operands[0]]
-                                                                        : op->operands[0];
+      map[c.body().arguments[input].get()] =
+          map.count(op->operands[0]) ? map[op->operands[0]] : op->operands[0];
       break;
     }
     auto copy = cloneOp(*op, map);

@@ -8,6 +8,18 @@
 namespace frank {
 namespace {
 
+// Replaces block.ops[at] by `ops`; returns the index of the last op inserted (at - 1 if none),
+// so that a loop over the block continues after them.
+size_t splice(Block &block, size_t at, std::vector<std::unique_ptr<Op>> &ops) {
+  size_t count = ops.size();
+  for (auto &o : ops)
+    o->parentBlock = &block;
+  block.ops.erase(block.ops.begin() + at);
+  block.ops.insert(block.ops.begin() + at, std::make_move_iterator(ops.begin()),
+                   std::make_move_iterator(ops.end()));
+  return at + count - 1;
+}
+
 void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string> &stack) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
     Op &op = *block.ops[i];
@@ -30,16 +42,16 @@ void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string
     for (size_t a = 0; a < op.operands.size(); ++a)
       if (op.operands[a]->type != target->argTypes[a])
         fail(op.loc, fmt::format("call to '@{}': argument #{} has type '{}' but the function "
-                                 "takes '{}'", name, a, op.operands[a]->type.str(),
-                                 target->argTypes[a].str()));
+                                 "takes '{}'",
+                                 name, a, op.operands[a]->type.str(), target->argTypes[a].str()));
     if (target->resultTypes.size() != op.results.size())
-      fail(op.loc, fmt::format("call to '@{}' expects {} results but the function returns {}",
-                               name, op.results.size(), target->resultTypes.size()));
+      fail(op.loc, fmt::format("call to '@{}' expects {} results but the function returns {}", name,
+                               op.results.size(), target->resultTypes.size()));
     for (size_t r = 0; r < op.results.size(); ++r)
       if (op.results[r]->type != target->resultTypes[r])
         fail(op.loc, fmt::format("call to '@{}': result #{} has type '{}' but the function "
-                                 "returns '{}'", name, r, op.results[r]->type.str(),
-                                 target->resultTypes[r].str()));
+                                 "returns '{}'",
+                                 name, r, op.results[r]->type.str(), target->resultTypes[r].str()));
     // Clone the callee's body with its arguments bound to the call's operands.
     ValueMap map;
     for (size_t a = 0; a < op.operands.size(); ++a)
@@ -60,14 +72,7 @@ void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string
     stack.pop_back();
     for (size_t r = 0; r < op.results.size(); ++r)
       replaceAllUses(block, op.result(static_cast<int>(r)), ret->operands[r]);
-    size_t count = scratch.ops.size();
-    for (auto &o : scratch.ops)
-      o->parentBlock = &block;
-    block.ops.erase(block.ops.begin() + i);
-    block.ops.insert(block.ops.begin() + i, std::make_move_iterator(scratch.ops.begin()),
-                     std::make_move_iterator(scratch.ops.end()));
-    i += count;
-    --i;
+    i = splice(block, i, scratch.ops);
   }
 }
 
@@ -90,16 +95,9 @@ void inlineDispatchRegions(FuncOp &fn) {
     const Op &ret = *body.ops.back();
     for (size_t r = 0; r < regionOp.results.size(); ++r)
       replaceAllUses(block, regionOp.result(static_cast<int>(r)), ret.operands[r]);
-    std::unique_ptr<Op> region = std::move(block.ops[i]);
+    std::unique_ptr<Op> region = std::move(block.ops[i]); // keeps `body` alive while splicing
     body.ops.pop_back();
-    size_t count = body.ops.size();
-    for (auto &o : body.ops)
-      o->parentBlock = &block;
-    block.ops.erase(block.ops.begin() + i);
-    block.ops.insert(block.ops.begin() + i, std::make_move_iterator(body.ops.begin()),
-                     std::make_move_iterator(body.ops.end()));
-    i += count;
-    --i;
+    i = splice(block, i, body.ops);
   }
 }
 

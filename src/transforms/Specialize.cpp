@@ -128,33 +128,55 @@ private:
         fail(op.loc, fmt::format("division by zero in '{}'", op.name()));
     };
     switch (op.kind) {
-    case OpKind::AddI: return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) + static_cast<uint64_t>(vals[1]));
-    case OpKind::SubI: return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) - static_cast<uint64_t>(vals[1]));
-    case OpKind::MulI: return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) * static_cast<uint64_t>(vals[1]));
-    case OpKind::DivSI: divisor(vals[1]); return vals[1] == -1 ? static_cast<int64_t>(0 - static_cast<uint64_t>(vals[0])) : vals[0] / vals[1];
+    case OpKind::AddI:
+      return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) + static_cast<uint64_t>(vals[1]));
+    case OpKind::SubI:
+      return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) - static_cast<uint64_t>(vals[1]));
+    case OpKind::MulI:
+      return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) * static_cast<uint64_t>(vals[1]));
+    case OpKind::DivSI:
+      divisor(vals[1]);
+      return vals[1] == -1 ? static_cast<int64_t>(0 - static_cast<uint64_t>(vals[0]))
+                           : vals[0] / vals[1];
     case OpKind::RemSI: divisor(vals[1]); return vals[1] == -1 ? 0 : vals[0] % vals[1];
-    case OpKind::DivUI: divisor(vals[1]); return static_cast<int64_t>(asUnsigned(vals[0], kind) / asUnsigned(vals[1], kind));
-    case OpKind::RemUI: divisor(vals[1]); return static_cast<int64_t>(asUnsigned(vals[0], kind) % asUnsigned(vals[1], kind));
+    case OpKind::DivUI:
+      divisor(vals[1]);
+      return static_cast<int64_t>(asUnsigned(vals[0], kind) / asUnsigned(vals[1], kind));
+    case OpKind::RemUI:
+      divisor(vals[1]);
+      return static_cast<int64_t>(asUnsigned(vals[0], kind) % asUnsigned(vals[1], kind));
     case OpKind::MaxSI: return std::max(vals[0], vals[1]);
     case OpKind::MinSI: return std::min(vals[0], vals[1]);
     case OpKind::AndI: return vals[0] & vals[1];
     case OpKind::OrI: return vals[0] | vals[1];
     case OpKind::XOrI: return vals[0] ^ vals[1];
-    case OpKind::IndexCast: case OpKind::TruncI: case OpKind::ExtSI: return vals[0];
+    case OpKind::IndexCast:
+    case OpKind::TruncI:
+    case OpKind::ExtSI: return vals[0];
     case OpKind::ExtUI: return static_cast<int64_t>(asUnsigned(vals[0], kind));
     case OpKind::CmpI: {
       const std::string &p = predicate(op);
       uint64_t a = asUnsigned(vals[0], kind), b = asUnsigned(vals[1], kind);
-      if (p == "eq") return vals[0] == vals[1];
-      if (p == "ne") return vals[0] != vals[1];
-      if (p == "slt") return vals[0] < vals[1];
-      if (p == "sle") return vals[0] <= vals[1];
-      if (p == "sgt") return vals[0] > vals[1];
-      if (p == "sge") return vals[0] >= vals[1];
-      if (p == "ult") return a < b;
-      if (p == "ule") return a <= b;
-      if (p == "ugt") return a > b;
-      if (p == "uge") return a >= b;
+      if (p == "eq")
+        return vals[0] == vals[1];
+      if (p == "ne")
+        return vals[0] != vals[1];
+      if (p == "slt")
+        return vals[0] < vals[1];
+      if (p == "sle")
+        return vals[0] <= vals[1];
+      if (p == "sgt")
+        return vals[0] > vals[1];
+      if (p == "sge")
+        return vals[0] >= vals[1];
+      if (p == "ult")
+        return a < b;
+      if (p == "ule")
+        return a <= b;
+      if (p == "ugt")
+        return a > b;
+      if (p == "uge")
+        return a >= b;
       return std::nullopt;
     }
     case OpKind::Select: return vals[0] ? vals[1] : vals[2];
@@ -174,25 +196,23 @@ private:
         std::optional<int64_t> c = constantOf(size);
         if (!c)
           fail(op.loc, fmt::format("unsupported: size of dim {} of 'tensor.empty' (%{}) does not "
-                                   "fold to a constant", d, size->name));
+                                   "fold to a constant",
+                                   d, size->name));
         if (*c < 0)
-          fail(op.loc, fmt::format("'tensor.empty' dim {} has negative size {} (%{})", d, *c,
-                                   size->name));
+          fail(op.loc,
+               fmt::format("'tensor.empty' dim {} has negative size {} (%{})", d, *c, size->name));
         type.shape[d] = *c;
       }
       op.operands.clear();
       op.result()->type = type;
       return;
     }
-    case OpKind::LinalgFill:
-      op.result()->type = op.operands[1]->type;
-      return;
+    case OpKind::LinalgFill: op.result()->type = op.operands[1]->type; return;
     case OpKind::LinalgGeneric:
       checkExtents(op);
       op.result()->type = op.operands.back()->type;
       return;
-    default:
-      return;
+    default: return;
     }
   }
 
@@ -206,8 +226,8 @@ private:
         int64_t size = op.operands[operand]->type.shape[dim];
         if (size != extent)
           fail(op.loc, fmt::format("loop dim d{} of 'linalg.generic' has extent {} from {} but "
-                                   "{} from {}", d, extent,
-                                   describeOperandDim(op, firstOperand, firstDim), size,
+                                   "{} from {}",
+                                   d, extent, describeOperandDim(op, firstOperand, firstDim), size,
                                    describeOperandDim(op, operand, dim)));
       }
     }
@@ -217,8 +237,9 @@ private:
       for (size_t r = 0; r < map.results.size(); ++r)
         if (map.results[r].isConstant && map.results[r].value >= op.operands[i]->type.shape[r])
           fail(op.loc, fmt::format("indexing map #{} reads index {} of {}, which has size {}", i,
-                                   map.results[r].value, describeOperandDim(op, static_cast<int>(i),
-                                   static_cast<int>(r)), op.operands[i]->type.shape[r]));
+                                   map.results[r].value,
+                                   describeOperandDim(op, static_cast<int>(i), static_cast<int>(r)),
+                                   op.operands[i]->type.shape[r]));
     }
   }
 
@@ -252,8 +273,8 @@ void removeDeadOps(Block &block) {
     changed = false;
     for (size_t i = block.ops.size(); i-- > 0;) {
       Op &op = *block.ops[i];
-      bool removable = isPureScalarOp(op.kind) || op.kind == OpKind::TensorDim ||
-                       op.kind == OpKind::TensorEmpty;
+      bool removable =
+          isPureScalarOp(op.kind) || op.kind == OpKind::TensorDim || op.kind == OpKind::TensorEmpty;
       if (!removable)
         continue;
       bool used = false;
@@ -275,7 +296,7 @@ void removeDeadOps(Block &block) {
 }
 
 std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> &args,
-                                     std::vector<std::string> *explain) {
+                                   std::vector<std::string> *explain) {
   checkArguments(fn, args);
   auto copy = cloneFunction(fn);
   Specializer s(*copy);
@@ -291,12 +312,12 @@ std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> 
         for (int64_t d = 0; d < declared.rank(); ++d)
           if (declared.shape[d] == kDynamic)
             baked.push_back(fmt::format("dim {} = {}", d, args[i].type.shape[d]));
-        explain->push_back(fmt::format("{}: {} -> {}{}{}", arg, declared.str(),
-                                       args[i].type.str(), baked.empty() ? "" : ", baked in: ",
-                                       fmt::format("{}", fmt::join(baked, ", "))));
+        explain->push_back(fmt::format(
+            "{}: {} -> {}{}{}", arg, declared.str(), args[i].type.str(),
+            baked.empty() ? "" : ", baked in: ", fmt::format("{}", fmt::join(baked, ", "))));
       } else if (args[i].intValue) {
-        explain->push_back(fmt::format("{}: {} = {} baked in", arg, declared.str(),
-                                       *args[i].intValue));
+        explain->push_back(
+            fmt::format("{}: {} = {} baked in", arg, declared.str(), *args[i].intValue));
       } else {
         explain->push_back(fmt::format("{}: {} stays a runtime value", arg, declared.str()));
       }

@@ -23,7 +23,7 @@ namespace frank {
 /// Returns the specialized copy of `fn`. `explain`, if given, receives one line per argument
 /// saying what was baked in.
 std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> &args,
-                                     std::vector<std::string> *explain = nullptr);
+                                   std::vector<std::string> *explain = nullptr);
 
 /// For each loop dim of a generic, the (operand, operand dim) pairs that index it alone.
 std::vector<std::vector<std::pair<int, int>>> loopDimSources(const Op &generic);
