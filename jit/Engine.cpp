@@ -2,6 +2,7 @@
 #include "Engine.h"
 #include "ir/Diagnostics.h"
 
+#include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -10,11 +11,13 @@
 #include <llvm/IR/Module.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
+#include <deque>
 #include <mutex>
 #include <unordered_map>
 
@@ -35,6 +38,20 @@ std::string printModule(const llvm::Module &m) {
 }
 } // namespace
 
+// Scalar math the loop vectorizer may replace by glibc's libmvec: 8-lane AVX2 ('d') and 16-lane
+// AVX-512 ('e') variants. LLVM 19's own libmvec table stops at 8 lanes and lacks tanh, erf and
+// exp2, so the mappings are listed here and offered only where the host and library have them.
+struct VectorMathFunction {
+  const char *scalar;    // the libm name codegen calls
+  const char *intrinsic; // the LLVM intrinsic codegen emits instead, if any
+  int arity;
+};
+constexpr VectorMathFunction kVectorMath[] = {
+    {"sinf", "llvm.sin.f32", 1},   {"cosf", "llvm.cos.f32", 1}, {"logf", "llvm.log.f32", 1},
+    {"exp2f", "llvm.exp2.f32", 1}, {"expf", "llvm.exp.f32", 1}, {"powf", "llvm.pow.f32", 2},
+    {"tanhf", nullptr, 1},         {"erff", nullptr, 1},
+};
+
 struct Engine::Impl {
   std::mutex mutex; // guards the target machine and the JIT's symbol table
   std::unique_ptr<llvm::TargetMachine> machine;
@@ -44,6 +61,8 @@ struct Engine::Impl {
   // Kernel names hash the whole cache key, so a name seen before is the same code: contexts
   // that compile the same kernel share it.
   std::unordered_map<std::string, EntryFn> compiled;
+  std::deque<std::string> names; // storage behind the VecDesc string references
+  std::vector<llvm::VecDesc> vectorMath;
 
   Impl() {
     llvm::InitializeNativeTarget();
@@ -61,6 +80,44 @@ struct Engine::Impl {
         unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
                    lljit->getDataLayout().getGlobalPrefix()),
                "opening the process's symbols"));
+    findVectorMath();
+  }
+
+  void findVectorMath() {
+    std::string error;
+    auto library = llvm::sys::DynamicLibrary::getPermanentLibrary("libmvec.so.1", &error);
+    if (!library.isValid())
+      return; // no libmvec: math stays scalar
+    auto generator = llvm::orc::DynamicLibrarySearchGenerator::Load(
+        "libmvec.so.1", lljit->getDataLayout().getGlobalPrefix());
+    if (!generator) {
+      llvm::consumeError(generator.takeError());
+      return;
+    }
+    lljit->getMainJITDylib().addGenerator(std::move(*generator));
+    struct Width {
+      const char *isa;
+      unsigned lanes;
+      const char *feature;
+    };
+    for (Width w : {Width{"d", 8, "+avx2"}, Width{"e", 16, "+avx512f"}}) {
+      if (features.find(w.feature) == std::string::npos)
+        continue;
+      for (const VectorMathFunction &f : kVectorMath) {
+        std::string params(f.arity, 'v');
+        std::string base(f.scalar);
+        const std::string &vector =
+            names.emplace_back(fmt::format("_ZGV{}N{}{}_{}", w.isa, w.lanes, params, base));
+        if (!library.getAddressOfSymbol(vector.c_str()))
+          continue;
+        const std::string &abi =
+            names.emplace_back(fmt::format("_ZGV_LLVM_N{}{}", w.lanes, params));
+        auto count = llvm::ElementCount::getFixed(w.lanes);
+        vectorMath.emplace_back(f.scalar, vector, count, false, abi);
+        if (f.intrinsic)
+          vectorMath.emplace_back(f.intrinsic, vector, count, false, abi);
+      }
+    }
   }
 
   std::unique_ptr<llvm::Module> build(const loops::Program &program, llvm::LLVMContext &context,
@@ -79,11 +136,15 @@ struct Engine::Impl {
     return module;
   }
 
-  void optimize(llvm::Module &module) {
+  void optimize(llvm::Module &module, bool useVectorMath) {
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
+    llvm::TargetLibraryInfoImpl libraryInfo(machine->getTargetTriple());
+    if (useVectorMath)
+      libraryInfo.addVectorizableFunctions(vectorMath);
+    fam.registerPass([&] { return llvm::TargetLibraryAnalysis(libraryInfo); });
     llvm::PipelineTuningOptions tuning;
     tuning.LoopVectorization = true;
     tuning.SLPVectorization = true;
@@ -118,7 +179,7 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
   auto module = impl_->build(program, *context, options);
   if (printAfter)
     printAfter("codegen", printModule(*module));
-  impl_->optimize(*module);
+  impl_->optimize(*module, options.vectorMath);
   if (printAfter)
     printAfter("optimize-O3", printModule(*module));
   llvm::orc::ThreadSafeModule tsm(std::move(module), std::move(context));
@@ -135,7 +196,7 @@ std::string Engine::emit(const loops::Program &program, const CodegenOptions &op
   auto module = impl_->build(program, context, options);
   if (output == Output::LLVM)
     return printModule(*module);
-  impl_->optimize(*module);
+  impl_->optimize(*module, options.vectorMath);
   if (output == Output::OptimizedLLVM)
     return printModule(*module);
   llvm::SmallString<0> text;

@@ -244,7 +244,7 @@ private:
     switch (op) {
     case OpKind::NegF: return b_.CreateFNeg(x);
     case OpKind::Exp:
-      if (options_.inlineMath && x->getType()->isFloatTy())
+      if (options_.vectorMath && x->getType()->isFloatTy())
         return inlineExpF32(x);
       return intrinsic(llvm::Intrinsic::exp, {x});
     case OpKind::Exp2: return intrinsic(llvm::Intrinsic::exp2, {x});

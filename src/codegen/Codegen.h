@@ -18,8 +18,9 @@ namespace frank {
 struct CodegenOptions {
   /// FMA contraction everywhere, reassociation where the loop IR allows it.
   bool fastMath = true;
-  /// Vectorizable inline polynomials for exp instead of libm calls.
-  bool inlineMath = true;
+  /// Vectorizable math: an inline polynomial for exp, and calls the optimizer may widen to the
+  /// host's vector math library (libmvec) for the rest. Off: scalar libm calls.
+  bool vectorMath = true;
 };
 
 /// Builds and verifies the module; an invalid module is an internal error.

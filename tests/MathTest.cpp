@@ -1,0 +1,167 @@
+// The math dialect: each op against the C library in double, over its useful range, in both
+// modes; and, when specialized, vectorized (an inline polynomial for exp, libmvec for the rest).
+#include "TestSupport.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+namespace frank::test {
+namespace {
+
+struct MathCase {
+  const char *op; // "math.sin" or, with two operands, "math.powf"
+  float lo, hi;   // input range
+  double (*reference)(double);
+  double ulps;  // allowed error in units of float's epsilon, relative to max(|ref|, floor)
+  double floor; // magnitude below which the error counts as absolute
+};
+
+double rsqrtRef(double x) { return 1.0 / std::sqrt(x); }
+
+// Tolerances: a few ulp for the libm and libmvec functions (glibc documents up to 4 ulp for
+// libmvec), the inline exp polynomial about 2 ulp; sin and cos at thousands of radians are
+// compared absolutely, since their values are O(1).
+const MathCase kCases[] = {
+    {"math.exp", -87.f, 88.f, [](double x) { return std::exp(x); }, 4, 0},
+    {"math.exp2", -126.f, 127.f, [](double x) { return std::exp2(x); }, 4, 0},
+    {"math.log", 1e-30f, 1e30f, [](double x) { return std::log(x); }, 4, 1},
+    {"math.sqrt", 0.f, 1e30f, [](double x) { return std::sqrt(x); }, 1, 0},
+    {"math.rsqrt", 1e-30f, 1e30f, rsqrtRef, 2, 0},
+    {"math.tanh", -12.f, 12.f, [](double x) { return std::tanh(x); }, 4, 1e-3},
+    {"math.sin", -6000.f, 6000.f, [](double x) { return std::sin(x); }, 4, 1},
+    {"math.cos", -6000.f, 6000.f, [](double x) { return std::cos(x); }, 4, 1},
+    {"math.erf", -5.f, 5.f, [](double x) { return std::erf(x); }, 4, 1e-3},
+    {"math.absf", -1e30f, 1e30f, [](double x) { return std::fabs(x); }, 0, 0},
+};
+
+std::string unaryComponent(const char *op) {
+  return fmt::format(R"(
+    func.func @f(%x: tensor<?xf32>) -> tensor<?xf32> {{
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xf32>
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %r = linalg.generic {{indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}}
+          ins(%x : tensor<?xf32>) outs(%e : tensor<?xf32>) {{
+      ^bb0(%a: f32, %o: f32):
+        %y = {} %a : f32
+        linalg.yield %y : f32
+      }} -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    }})",
+                     op);
+}
+
+std::vector<float> spread(float lo, float hi, int64_t n) {
+  // Evenly spaced, geometrically when the range spans many decades of positive values.
+  std::vector<float> v(static_cast<size_t>(n));
+  bool geometric = lo > 0 && hi / lo > 1e6f;
+  for (int64_t i = 0; i < n; ++i) {
+    double t = static_cast<double>(i) / static_cast<double>(n - 1);
+    v[i] = geometric ? static_cast<float>(lo * std::pow(static_cast<double>(hi) / lo, t))
+                     : static_cast<float>(lo + (static_cast<double>(hi) - lo) * t);
+  }
+  return v;
+}
+
+class MathOpTest : public testing::TestWithParam<MathCase> {};
+
+TEST_P(MathOpTest, MatchesLibmInBothModes) {
+  const MathCase &c = GetParam();
+  static Context ctx;
+  Function fn = ctx.loadString(unaryComponent(c.op), "math.mlir").function("f");
+  const int64_t n = 10007;
+  std::vector<float> x = spread(c.lo, c.hi, n);
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(mode == Mode::Specialized ? "specialized" : "generic");
+    Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {n})}, mode)[0];
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 5; ++i) {
+      double ref = c.reference(x[i]);
+      double got = y.as<float>()[i];
+      double scale = std::max(std::fabs(ref), c.floor);
+      double allowed = std::max(c.ulps, 0.5) * std::ldexp(1.0, -23) * scale;
+      if (std::isinf(ref) && got == ref)
+        continue;
+      if (!(std::fabs(got - ref) <= allowed)) {
+        ++bad;
+        ADD_FAILURE() << c.op << "(" << x[i] << ") = " << got << ", expected " << ref << " (error "
+                      << std::fabs(got - ref) / (std::ldexp(1.0, -23) * scale) << " ulp)";
+      }
+    }
+  }
+}
+
+TEST_P(MathOpTest, PropagatesNaN) {
+  const MathCase &c = GetParam();
+  static Context ctx;
+  Function fn = ctx.loadString(unaryComponent(c.op), "math.mlir").function("f");
+  std::vector<float> x(9, std::numeric_limits<float>::quiet_NaN());
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {9})}, mode)[0];
+    for (int i = 0; i < 9; ++i)
+      EXPECT_TRUE(std::isnan(y.as<float>()[i])) << c.op << " at " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, MathOpTest, testing::ValuesIn(kCases), [](const auto &info) {
+  std::string name = info.param.op;
+  return name.substr(name.find('.') + 1);
+});
+
+TEST(Math, PowfMatchesLibm) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf32>, %y: tensor<?xf32>) -> tensor<?xf32> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xf32>
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%x, %y : tensor<?xf32>, tensor<?xf32>) outs(%e : tensor<?xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %p = math.powf %a, %b : f32
+        linalg.yield %p : f32
+      } -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    })";
+  Context ctx;
+  Function fn = ctx.loadString(text, "math.mlir").function("f");
+  const int64_t n = 1001;
+  std::vector<float> base = spread(1e-3f, 1e4f, n), exponent = spread(-8.f, 8.f, n);
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    Tensor y = fn({Tensor::borrow(base.data(), DType::F32, {n}),
+                   Tensor::borrow(exponent.data(), DType::F32, {n})},
+                  mode)[0];
+    for (int64_t i = 0; i < n; ++i) {
+      double ref = std::pow(static_cast<double>(base[i]), static_cast<double>(exponent[i]));
+      ASSERT_NEAR(y.as<float>()[i], ref, 4 * std::ldexp(1.0, -23) * std::fabs(ref))
+          << base[i] << "^" << exponent[i];
+    }
+  }
+}
+
+// Specialized loops call the vector forms: 8-lane AVX2 or 16-lane AVX-512 libmvec variants, or
+// the inline exp polynomial. Skipped on a host with neither AVX2 nor libmvec, where math is scalar.
+TEST(Math, SpecializedMathIsVectorized) {
+  Context ctx;
+  std::string asmText = ctx.loadString(unaryComponent("math.exp"), "m.mlir")
+                            .function("f")
+                            .emit(Stage::Assembly, {"4096xf32"});
+  if (asmText.find("ymm") == std::string::npos && asmText.find("zmm") == std::string::npos)
+    GTEST_SKIP() << "the host has no 256-bit vectors";
+  EXPECT_THAT(asmText, testing::Not(testing::HasSubstr("expf"))) << "exp is an inline polynomial";
+  for (const char *op :
+       {"math.sin", "math.cos", "math.log", "math.tanh", "math.erf", "math.exp2"}) {
+    std::string ir = ctx.loadString(unaryComponent(op), "m.mlir")
+                         .function("f")
+                         .emit(Stage::OptimizedLLVM, {"4096xf32"});
+    EXPECT_THAT(ir, testing::ContainsRegex("<(8|16) x float> @_ZGV[de]N(8|16)v_")) << op;
+  }
+}
+
+} // namespace
+} // namespace frank::test
