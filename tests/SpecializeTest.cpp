@@ -1,6 +1,7 @@
 // Specialization: what gets baked in, what folds away, and the errors a bad binding gives.
 #include "transforms/Specialize.h"
 #include "TestSupport.h"
+#include "ir/IntegerSemantics.h"
 #include "ir/Printer.h"
 #include "parse/Parser.h"
 
@@ -133,6 +134,29 @@ TEST(Specialize, ExtentMismatchNamesBothOperandsAndSizes) {
       ThrowsMessage<Error>(HasSubstr("loop dim d1 of 'linalg.generic' has extent 4096 from "
                                      "operand #0 (%input) dim 1 but 4095 from operand #2 "
                                      "(%weight) dim 0")));
+}
+
+} // namespace
+} // namespace frank::test
+
+namespace frank::test {
+namespace {
+
+// One definition of integer semantics serves folding and the host's shape evaluation.
+TEST(IntegerSemantics, WrapsDividesAndComparesLikeTheHardware) {
+  using E = ElemKind;
+  EXPECT_EQ(foldInteger(OpKind::IndexCast, E::Index, E::I32, {(int64_t{1} << 32) + 5}), 5);
+  EXPECT_EQ(foldInteger(OpKind::IndexCast, E::Index, E::I32, {0x80000000LL}), INT32_MIN);
+  EXPECT_EQ(foldInteger(OpKind::AddI, E::I32, E::I32, {INT32_MAX, 1}), INT32_MIN);
+  EXPECT_EQ(foldInteger(OpKind::DivSI, E::I32, E::I32, {INT32_MIN, -1}), INT32_MIN);
+  EXPECT_EQ(foldInteger(OpKind::DivSI, E::Index, E::Index, {-7, 2}), -3);
+  EXPECT_EQ(foldInteger(OpKind::RemSI, E::Index, E::Index, {-7, 2}), -1);
+  EXPECT_EQ(foldInteger(OpKind::DivUI, E::I32, E::I32, {-2, 2}), 0x7fffffff);
+  EXPECT_EQ(foldInteger(OpKind::ExtUI, E::I8, E::I32, {-1}), 255);
+  EXPECT_EQ(foldInteger(OpKind::CmpI, E::I32, E::I1, {-1, 1}, "ult"), 0);
+  EXPECT_EQ(foldInteger(OpKind::CmpI, E::I32, E::I1, {-1, 1}, "slt"), 1);
+  EXPECT_EQ(foldInteger(OpKind::Select, E::Index, E::Index, {0, 4, 9}), 9);
+  EXPECT_EQ(foldInteger(OpKind::AddF, E::F32, E::F32, {1, 2}), std::nullopt);
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 // Loop IR construction, printing and host-side evaluation.
 #include "loops/LoopIR.h"
+#include "ir/IntegerSemantics.h"
 #include "ir/Ops.h"
 
 #include <cstring>
@@ -269,23 +270,6 @@ std::string print(const Program &p) {
   return out;
 }
 
-// Wraps `v` to the width of `type`, sign-extending, as the kernel's own arithmetic would.
-static int64_t wrap(int64_t v, ElemKind type) {
-  int bits = elemBits(type);
-  if (bits >= 64)
-    return v;
-  uint64_t mask = (uint64_t{1} << bits) - 1, u = static_cast<uint64_t>(v) & mask;
-  if (type != ElemKind::I1 && (u >> (bits - 1)))
-    u |= ~mask;
-  return static_cast<int64_t>(u);
-}
-
-static uint64_t unsignedOf(int64_t v, ElemKind type) {
-  int bits = elemBits(type);
-  return bits >= 64 ? static_cast<uint64_t>(v)
-                    : static_cast<uint64_t>(v) & ((uint64_t{1} << bits) - 1);
-}
-
 int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
   switch (e->kind) {
   case ExprKind::IntConst: return e->intValue;
@@ -293,73 +277,23 @@ int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
   case ExprKind::ScalarParam: {
     int64_t v;
     std::memcpy(&v, &scalars[e->intValue], 8);
-    return wrap(v, e->type);
+    return wrapToType(v, e->type);
   }
-  case ExprKind::Binary: {
-    int64_t a = evaluate(e->args[0], dims, scalars), b = evaluate(e->args[1], dims, scalars);
-    ElemKind t = e->type;
-    auto nonZero = [&] {
-      if (b == 0)
-        throw Error(fmt::format("error: division by zero in a shape computation: {}", print(e)));
-    };
-    uint64_t ua = unsignedOf(a, t), ub = unsignedOf(b, t);
-    switch (e->op) {
-    case OpKind::AddI: return wrap(static_cast<int64_t>(ua + ub), t);
-    case OpKind::SubI: return wrap(static_cast<int64_t>(ua - ub), t);
-    case OpKind::MulI: return wrap(static_cast<int64_t>(ua * ub), t);
-    case OpKind::DivSI: nonZero(); return b == -1 ? wrap(static_cast<int64_t>(0 - ua), t) : a / b;
-    case OpKind::RemSI: nonZero(); return b == -1 ? 0 : a % b;
-    case OpKind::DivUI: nonZero(); return wrap(static_cast<int64_t>(ua / ub), t);
-    case OpKind::RemUI: nonZero(); return wrap(static_cast<int64_t>(ua % ub), t);
-    case OpKind::MaxSI: return std::max(a, b);
-    case OpKind::MinSI: return std::min(a, b);
-    case OpKind::AndI: return a & b;
-    case OpKind::OrI: return a | b;
-    case OpKind::XOrI: return a ^ b;
-    default: break;
-    }
-    break;
-  }
-  case ExprKind::Cast: {
-    int64_t v = evaluate(e->args[0], dims, scalars);
-    switch (e->op) {
-    case OpKind::IndexCast:
-    case OpKind::ExtSI:
-    case OpKind::TruncI: return wrap(v, e->type);
-    case OpKind::ExtUI: return static_cast<int64_t>(unsignedOf(v, e->args[0]->type));
-    default: break;
-    }
-    break;
-  }
+  case ExprKind::Binary:
+  case ExprKind::Cast:
+  case ExprKind::Cmp:
   case ExprKind::Select: {
-    int64_t c = evaluate(e->args[0], dims, scalars);
-    return evaluate(e->args[c ? 1 : 2], dims, scalars);
-  }
-  case ExprKind::Cmp: {
-    int64_t a = evaluate(e->args[0], dims, scalars), b = evaluate(e->args[1], dims, scalars);
-    ElemKind t = e->args[0]->type;
-    uint64_t ua = unsignedOf(a, t), ub = unsignedOf(b, t);
-    const std::string &p = e->name;
-    if (p == "eq")
-      return a == b;
-    if (p == "ne")
-      return a != b;
-    if (p == "slt")
-      return a < b;
-    if (p == "sle")
-      return a <= b;
-    if (p == "sgt")
-      return a > b;
-    if (p == "sge")
-      return a >= b;
-    if (p == "ult")
-      return ua < ub;
-    if (p == "ule")
-      return ua <= ub;
-    if (p == "ugt")
-      return ua > ub;
-    if (p == "uge")
-      return ua >= ub;
+    std::vector<int64_t> values;
+    for (const Expr &arg : e->args)
+      values.push_back(evaluate(arg, dims, scalars));
+    if (e->kind == ExprKind::Binary && isIntegerDivision(e->op) && values[1] == 0)
+      throw Error(fmt::format("error: division by zero in a shape computation: {}", print(e)));
+    OpKind op = e->kind == ExprKind::Cmp      ? OpKind::CmpI
+                : e->kind == ExprKind::Select ? OpKind::Select
+                                              : e->op;
+    ElemKind operandType = e->kind == ExprKind::Select ? e->type : e->args[0]->type;
+    if (auto v = foldInteger(op, operandType, e->type, values, e->name))
+      return *v;
     break;
   }
   default: break;

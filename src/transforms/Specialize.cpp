@@ -1,32 +1,13 @@
 // Shape specialization (see Specialize.h for the algorithm).
 #include "transforms/Specialize.h"
 #include "ir/Clone.h"
+#include "ir/IntegerSemantics.h"
 #include "ir/Ops.h"
 
 #include <unordered_map>
 
 namespace frank {
 namespace {
-
-int64_t wrapToType(int64_t v, ElemKind kind) {
-  int bits = elemBits(kind);
-  if (bits >= 64)
-    return v;
-  if (kind == ElemKind::I1)
-    return v & 1;
-  uint64_t mask = (uint64_t{1} << bits) - 1;
-  uint64_t u = static_cast<uint64_t>(v) & mask;
-  if (u >> (bits - 1)) // sign-extend
-    u |= ~mask;
-  return static_cast<int64_t>(u);
-}
-
-uint64_t asUnsigned(int64_t v, ElemKind kind) {
-  int bits = elemBits(kind);
-  if (bits >= 64)
-    return static_cast<uint64_t>(v);
-  return static_cast<uint64_t>(v) & ((uint64_t{1} << bits) - 1);
-}
 
 class Specializer {
 public:
@@ -113,75 +94,22 @@ private:
         return std::nullopt;
       return t.shape[*d];
     }
-    if (op.results.size() != 1 || !op.result()->type.isInteger())
+    if (op.results.size() != 1 || !op.result()->type.isInteger() || op.operands.empty())
       return std::nullopt;
-    ElemKind kind = op.operands.empty() ? ElemKind::Index : op.operands[0]->type.elem;
-    std::vector<int64_t> vals;
+    std::vector<int64_t> values;
     for (Value *v : op.operands) {
       std::optional<int64_t> c = constantOf(v);
       if (!c)
         return std::nullopt;
-      vals.push_back(*c);
+      values.push_back(*c);
     }
-    auto divisor = [&](int64_t d) {
-      if (d == 0)
-        fail(op.loc, fmt::format("division by zero in '{}'", op.name()));
-    };
-    switch (op.kind) {
-    case OpKind::AddI:
-      return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) + static_cast<uint64_t>(vals[1]));
-    case OpKind::SubI:
-      return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) - static_cast<uint64_t>(vals[1]));
-    case OpKind::MulI:
-      return static_cast<int64_t>(static_cast<uint64_t>(vals[0]) * static_cast<uint64_t>(vals[1]));
-    case OpKind::DivSI:
-      divisor(vals[1]);
-      return vals[1] == -1 ? static_cast<int64_t>(0 - static_cast<uint64_t>(vals[0]))
-                           : vals[0] / vals[1];
-    case OpKind::RemSI: divisor(vals[1]); return vals[1] == -1 ? 0 : vals[0] % vals[1];
-    case OpKind::DivUI:
-      divisor(vals[1]);
-      return static_cast<int64_t>(asUnsigned(vals[0], kind) / asUnsigned(vals[1], kind));
-    case OpKind::RemUI:
-      divisor(vals[1]);
-      return static_cast<int64_t>(asUnsigned(vals[0], kind) % asUnsigned(vals[1], kind));
-    case OpKind::MaxSI: return std::max(vals[0], vals[1]);
-    case OpKind::MinSI: return std::min(vals[0], vals[1]);
-    case OpKind::AndI: return vals[0] & vals[1];
-    case OpKind::OrI: return vals[0] | vals[1];
-    case OpKind::XOrI: return vals[0] ^ vals[1];
-    case OpKind::IndexCast:
-    case OpKind::TruncI:
-    case OpKind::ExtSI: return vals[0];
-    case OpKind::ExtUI: return static_cast<int64_t>(asUnsigned(vals[0], kind));
-    case OpKind::CmpI: {
-      const std::string &p = predicate(op);
-      uint64_t a = asUnsigned(vals[0], kind), b = asUnsigned(vals[1], kind);
-      if (p == "eq")
-        return vals[0] == vals[1];
-      if (p == "ne")
-        return vals[0] != vals[1];
-      if (p == "slt")
-        return vals[0] < vals[1];
-      if (p == "sle")
-        return vals[0] <= vals[1];
-      if (p == "sgt")
-        return vals[0] > vals[1];
-      if (p == "sge")
-        return vals[0] >= vals[1];
-      if (p == "ult")
-        return a < b;
-      if (p == "ule")
-        return a <= b;
-      if (p == "ugt")
-        return a > b;
-      if (p == "uge")
-        return a >= b;
-      return std::nullopt;
-    }
-    case OpKind::Select: return vals[0] ? vals[1] : vals[2];
-    default: return std::nullopt;
-    }
+    if (isIntegerDivision(op.kind) && values[1] == 0)
+      fail(op.loc, fmt::format("division by zero in '{}'", op.name()));
+    // select's operand 0 is its i1 condition; the chosen values have the result's type.
+    ElemKind operandType =
+        op.kind == OpKind::Select ? op.result()->type.elem : op.operands[0]->type.elem;
+    return foldInteger(op.kind, operandType, op.result()->type.elem, values,
+                       op.kind == OpKind::CmpI ? predicate(op) : std::string());
   }
 
   void refineTypes(Op &op) {

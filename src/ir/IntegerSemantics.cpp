@@ -1,0 +1,77 @@
+// Integer op semantics on constants.
+#include "ir/IntegerSemantics.h"
+
+namespace frank {
+
+int64_t wrapToType(int64_t v, ElemKind type) {
+  int bits = elemBits(type);
+  if (bits >= 64)
+    return v;
+  uint64_t mask = (uint64_t{1} << bits) - 1, u = static_cast<uint64_t>(v) & mask;
+  if (type != ElemKind::I1 && (u >> (bits - 1)))
+    u |= ~mask;
+  return static_cast<int64_t>(u);
+}
+
+static uint64_t unsignedOf(int64_t v, ElemKind type) {
+  int bits = elemBits(type);
+  return bits >= 64 ? static_cast<uint64_t>(v)
+                    : static_cast<uint64_t>(v) & ((uint64_t{1} << bits) - 1);
+}
+
+bool isIntegerDivision(OpKind op) {
+  return op == OpKind::DivSI || op == OpKind::DivUI || op == OpKind::RemSI || op == OpKind::RemUI;
+}
+
+std::optional<int64_t> foldInteger(OpKind op, ElemKind operandType, ElemKind resultType,
+                                   const std::vector<int64_t> &v, const std::string &predicate) {
+  auto u = [&](size_t i) { return unsignedOf(v[i], operandType); };
+  auto wrapped = [&](uint64_t r) { return wrapToType(static_cast<int64_t>(r), resultType); };
+  switch (op) {
+  case OpKind::AddI: return wrapped(u(0) + u(1));
+  case OpKind::SubI: return wrapped(u(0) - u(1));
+  case OpKind::MulI: return wrapped(u(0) * u(1));
+  // The most negative value divided by -1 wraps to itself, as the hardware's would overflow.
+  case OpKind::DivSI: return v[1] == -1 ? wrapped(0 - u(0)) : wrapToType(v[0] / v[1], resultType);
+  case OpKind::RemSI: return v[1] == -1 ? 0 : v[0] % v[1];
+  case OpKind::DivUI: return wrapped(u(0) / u(1));
+  case OpKind::RemUI: return wrapped(u(0) % u(1));
+  case OpKind::MaxSI: return std::max(v[0], v[1]);
+  case OpKind::MinSI: return std::min(v[0], v[1]);
+  case OpKind::AndI: return v[0] & v[1];
+  case OpKind::OrI: return v[0] | v[1];
+  case OpKind::XOrI: return wrapToType(v[0] ^ v[1], resultType);
+  case OpKind::IndexCast:
+  case OpKind::ExtSI:
+  case OpKind::TruncI: return wrapToType(v[0], resultType);
+  case OpKind::ExtUI: return static_cast<int64_t>(u(0));
+  case OpKind::Select: return v[0] ? v[1] : v[2];
+  case OpKind::CmpI: {
+    const std::string &p = predicate;
+    if (p == "eq")
+      return v[0] == v[1];
+    if (p == "ne")
+      return v[0] != v[1];
+    if (p == "slt")
+      return v[0] < v[1];
+    if (p == "sle")
+      return v[0] <= v[1];
+    if (p == "sgt")
+      return v[0] > v[1];
+    if (p == "sge")
+      return v[0] >= v[1];
+    if (p == "ult")
+      return u(0) < u(1);
+    if (p == "ule")
+      return u(0) <= u(1);
+    if (p == "ugt")
+      return u(0) > u(1);
+    if (p == "uge")
+      return u(0) >= u(1);
+    return std::nullopt;
+  }
+  default: return std::nullopt;
+  }
+}
+
+} // namespace frank
