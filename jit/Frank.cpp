@@ -379,6 +379,20 @@ void Kernel::run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) con
   if (outputs.size() != shapes.size())
     throw Error(fmt::format("error: '@{}' has {} results but {} output tensors were given",
                             impl_->functionName, shapes.size(), outputs.size()));
+  // Kernels assume their outputs alias nothing they read (noalias): check, never miscompute.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    auto *begin = static_cast<const char *>(outputs[i].data());
+    for (size_t a = 0; a < args.size(); ++a) {
+      const Tensor *t = std::get_if<Tensor>(&args[a]);
+      if (!t || t->byteSize() == 0 || outputs[i].byteSize() == 0)
+        continue;
+      auto *in = static_cast<const char *>(t->data());
+      if (begin < in + t->byteSize() && in < begin + outputs[i].byteSize())
+        throw Error(fmt::format("error: output #{} of '@{}' overlaps argument #{}; outputs must "
+                                "not share memory with the arguments",
+                                i, impl_->functionName, a));
+    }
+  }
   for (size_t i = 0; i < shapes.size(); ++i) {
     DType want = dtypeOf(impl_->meta.outputTypes[i]);
     if (outputs[i].shape() != shapes[i] || outputs[i].dtype() != want)

@@ -88,6 +88,9 @@ TEST(Api, RunIntoCallerOutputsChecksThem) {
   EXPECT_THAT([&] { k.run(args, wrongShape); },
               ThrowsMessage<Error>(
                   HasSubstr("output #0 of '@scale_add' must be 4xf32 but was given 5xf32")));
+  std::vector<Tensor> inPlace{x};
+  EXPECT_THAT([&] { k.run(args, inPlace); },
+              ThrowsMessage<Error>(HasSubstr("output #0 of '@scale_add' overlaps argument #0")));
   std::vector<Tensor> none;
   EXPECT_THAT([&] { k.run(args, none); },
               ThrowsMessage<Error>(HasSubstr("has 1 results but 0 output tensors were given")));
@@ -167,6 +170,25 @@ TEST(Api, TensorBasics) {
               ThrowsMessage<Error>(HasSubstr("dims must be non-negative integers")));
   EXPECT_THAT([] { parseTypeSpec("4xq8"); },
               ThrowsMessage<Error>(HasSubstr("unknown element type 'q8'")));
+}
+
+} // namespace
+} // namespace frank::test
+
+namespace frank::test {
+namespace {
+
+// No tokens: a zero-size dim gives an empty result, in both modes.
+TEST(Api, ZeroSizeDimsGiveEmptyResults) {
+  Context ctx;
+  Function fn = ctx.load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  for (Mode mode : {Mode::Specialized, Mode::Generic})
+    for (std::vector<int64_t> shape : {std::vector<int64_t>{0, 64}, std::vector<int64_t>{3, 0}}) {
+      auto y = fn({Tensor::zeros(DType::F32, shape), Tensor::zeros(DType::F32, {shape[1]}),
+                   Scalar::f32(1e-6f)},
+                  mode);
+      EXPECT_EQ(y[0].shape(), shape);
+    }
 }
 
 } // namespace
