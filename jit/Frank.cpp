@@ -447,12 +447,20 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
       PipelineOptions options;
       options.mode = mode;
       options.explain = &impl->explain;
+      if (debugLevel() >= 2)
+        options.printAfter = [](const std::string &pass, const std::string &ir) {
+          fmt::print(stderr, "// -----// IR Dump After {} //----- //\n{}\n", pass, ir);
+        };
       PipelineResult result = runPipeline(*module->ir, name, specs, kernelName(key), options);
-      impl->entry = engine.compile(result.kernel.program, codegenOptionsFor(mode));
+      impl->entry = engine.compile(result.kernel.program, codegenOptionsFor(mode), options.printAfter);
       impl->meta = std::move(result.kernel);
       impl->specs = std::move(kernelSpecs);
       impl->compileSeconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (debugLevel() >= 1)
+        fmt::print(stderr, "frank: compiled @{} ({}, {}) in {:.2f} ms\n", name,
+                   mode == Mode::Generic ? "generic" : "specialized", signatureOf(specs, mode),
+                   impl->compileSeconds * 1e3);
       {
         std::lock_guard<std::mutex> lock(ctx.mutex);
         ctx.stats.compileSeconds += impl->compileSeconds;

@@ -12,6 +12,14 @@
 
 namespace frank {
 
+int debugLevel() {
+  static const int level = [] {
+    const char *text = std::getenv("FRANK_DEBUG");
+    return text ? std::atoi(text) : 0;
+  }();
+  return level;
+}
+
 const FuncOp &lookupFunction(const ModuleOp &module, const std::string &name) {
   const FuncOp *fn = module.lookup(name);
   if (!fn && !module.name.empty() && name.rfind(module.name + ".", 0) == 0)
@@ -32,11 +40,7 @@ const FuncOp &lookupFunction(const ModuleOp &module, const std::string &name) {
 PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
                            const std::vector<ArgSpec> &args, const std::string &kernelName,
                            const PipelineOptions &options) {
-  // FRANK_DEBUG=1 adds per-pass timings to stderr.
-  static const bool timing = [] {
-    const char *level = std::getenv("FRANK_DEBUG");
-    return level && std::atoi(level) >= 1;
-  }();
+  const bool timing = debugLevel() >= 1;
   auto after = [&](const char *pass, const FuncOp &fn, auto start) {
     if (timing)
       fmt::print(stderr, "frank: {:<18} {:8.3f} ms\n", pass,

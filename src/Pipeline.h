@@ -36,6 +36,10 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &function,
                            const std::vector<ArgSpec> &args, const std::string &kernelName,
                            const PipelineOptions &options);
 
+/// FRANK_DEBUG: 0 quiet; 1 compile time per kernel and per pass on stderr; 2 also the IR after
+/// every pass, as --print-ir-after-all prints it.
+int debugLevel();
+
 /// Finds a public function by name, with an error that lists what the module offers.
 const FuncOp &lookupFunction(const ModuleOp &module, const std::string &name);
 
