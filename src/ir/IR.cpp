@@ -167,7 +167,8 @@ bool GenericView::allParallel() const {
 }
 
 bool isTerminator(OpKind kind) {
-  return kind == OpKind::LinalgYield || kind == OpKind::Return || kind == OpKind::FlowReturn;
+  return kind == OpKind::LinalgYield || kind == OpKind::Return || kind == OpKind::FlowReturn ||
+         kind == OpKind::ExtYield || kind == OpKind::ScfYield;
 }
 
 bool isMathUnary(OpKind kind) {

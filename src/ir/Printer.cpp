@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <unordered_map>
 
@@ -109,6 +110,70 @@ private:
     return refs + " : " + types;
   }
 
+  static std::string intList(const AttrList &list) {
+    std::string out = "[";
+    for (size_t i = 0; i < list.size(); ++i)
+      out += fmt::format("{}{}", i ? ", " : "", list[i].integer());
+    return out + "]";
+  }
+
+  // Mixed static/dynamic list: SSA operands, taken in order from `next`, fill the kDynamic slots.
+  std::string mixedList(const Op &op, const char *attr, size_t &next) {
+    std::string out = "[";
+    const AttrList &list = op.attr(attr).list();
+    for (size_t i = 0; i < list.size(); ++i) {
+      out += i ? ", " : "";
+      out += list[i].integer() == kDynamic ? ref(op.operands[next++])
+                                           : std::to_string(list[i].integer());
+    }
+    return out + "]";
+  }
+
+  std::string insOuts(const Op &op) {
+    size_t numInputs = static_cast<size_t>(op.attr("num_inputs").integer());
+    std::string out;
+    if (numInputs > 0)
+      out += fmt::format(" ins({})", operandsAndTypes(op.operands, 0, numInputs));
+    return out +
+           fmt::format(" outs({})", operandsAndTypes(op.operands, numInputs, op.operands.size()));
+  }
+
+  std::string resultTypes(const Op &op) {
+    std::string out;
+    for (size_t i = 0; i < op.results.size(); ++i)
+      out += (i ? ", " : "") + op.results[i]->type.str();
+    return out;
+  }
+
+  static std::string denseLiteral(const DenseAttr &dense, const Type &type) {
+    auto one = [&](const Literal &l) {
+      if (l.kind == Literal::Kind::Bool)
+        return std::string(l.i ? "true" : "false");
+      if (l.kind == Literal::Kind::Float)
+        return formatFloat(l.f, type.elem);
+      return std::to_string(l.i);
+    };
+    if (dense.values.size() == 1)
+      return one(dense.values[0]);
+    std::string out;
+    size_t next = 0;
+    std::function<void(size_t)> rec = [&](size_t dim) {
+      if (dim == type.shape.size()) {
+        out += one(dense.values[next++]);
+        return;
+      }
+      out += "[";
+      for (int64_t i = 0; i < type.shape[dim]; ++i) {
+        if (i)
+          out += ", ";
+        rec(dim + 1);
+      }
+      out += "]";
+    };
+    rec(0);
+    return out;
+  }
+
   void printRegion(const Block &block, int indent, bool header) {
     out += "{\n";
     if (header) {
@@ -141,6 +206,13 @@ private:
     static const Type none;
     const Type &resultType = op.results.empty() ? none : op.result()->type;
     OpKind kind = op.kind;
+    if (kind == OpKind::ArithConstant &&
+        std::holds_alternative<DenseAttr>(op.attr("value").value)) {
+      out += fmt::format(" dense<{}> : {}",
+                         denseLiteral(std::get<DenseAttr>(op.attr("value").value), resultType),
+                         resultType.str());
+      return;
+    }
     if (kind == OpKind::ArithConstant) {
       const Literal &lit = constantValue(op);
       if (lit.kind == Literal::Kind::Bool)
@@ -231,6 +303,129 @@ private:
       for (size_t i = 0; i < argTypes.size(); ++i)
         args += (i ? ", " : "") + argTypes[i].str();
       out += fmt::format(") : {}) -> {}", args, typeList(resultTypes, true));
+      return;
+    }
+
+    case OpKind::TensorExpandShape:
+    case OpKind::TensorCollapseShape: {
+      out += " " + ref(op.operands[0]) + " [";
+      const AttrList &groups = op.attr("reassociation").list();
+      for (size_t g = 0; g < groups.size(); ++g)
+        out += (g ? ", " : "") + intList(groups[g].list());
+      out += "]";
+      if (kind == OpKind::TensorExpandShape) {
+        size_t next = 1;
+        out += " output_shape " + mixedList(op, "static_output_shape", next);
+      }
+      out += fmt::format(" : {} into {}", op.operands[0]->type.str(), resultType.str());
+      return;
+    }
+    case OpKind::TensorExtract: {
+      out += " " + ref(op.operands[0]) + "[";
+      for (size_t i = 1; i < op.operands.size(); ++i)
+        out += (i > 1 ? ", " : "") + ref(op.operands[i]);
+      out += "] : " + op.operands[0]->type.str();
+      return;
+    }
+    case OpKind::TensorExtractSlice:
+    case OpKind::TensorInsertSlice: {
+      bool insert = kind == OpKind::TensorInsertSlice;
+      size_t next = insert ? 2 : 1;
+      out += " " + ref(op.operands[0]);
+      if (insert)
+        out += " into " + ref(op.operands[1]);
+      out += mixedList(op, "static_offsets", next);
+      out += " " + mixedList(op, "static_sizes", next);
+      out += " " + intList(op.attr("static_strides").list());
+      out += fmt::format(" : {} {} {}", op.operands[0]->type.str(), insert ? "into" : "to",
+                         resultType.str());
+      return;
+    }
+    case OpKind::TensorCast:
+      out += fmt::format(" {} : {} to {}", ref(op.operands[0]), op.operands[0]->type.str(),
+                         resultType.str());
+      return;
+    case OpKind::LinalgMatmul:
+    case OpKind::LinalgBatchMatmul: out += insOuts(op) + " -> " + resultType.str(); return;
+    case OpKind::LinalgTranspose:
+      out += insOuts(op) + " permutation = " + intList(op.attr("permutation").list());
+      return;
+    case OpKind::LinalgBroadcast:
+      out += insOuts(op) + " dimensions = " + intList(op.attr("dimensions").list());
+      return;
+    case OpKind::LinalgSoftmax:
+      out += fmt::format(" dimension({}){} -> {}", op.attr("dimension").integer(), insOuts(op),
+                         resultType.str());
+      return;
+    case OpKind::LinalgReduce: {
+      out += insOuts(op) + " dimensions = " + intList(op.attr("dimensions").list()) + " (";
+      const Block &body = *op.regions[0];
+      for (size_t i = 0; i < body.arguments.size(); ++i)
+        out += fmt::format("{}%{}: {}", i ? ", " : "", nameOf(body.arguments[i].get()),
+                           body.arguments[i]->type.str());
+      out += ") ";
+      printRegion(body, indent, false);
+      return;
+    }
+    case OpKind::Gather:
+      out += " dimension_map = " + intList(op.attr("dimension_map").list()) + insOuts(op) + " -> " +
+             resultType.str();
+      return;
+    case OpKind::TopK:
+      out += fmt::format(" dimension({}){} ", op.attr("dimension").integer(), insOuts(op));
+      printRegion(*op.regions[0], indent, true);
+      out += " -> " + resultTypes(op);
+      return;
+    case OpKind::Attention: {
+      out += " {indexing_maps = [";
+      const AttrList &maps = op.attr("indexing_maps").list();
+      for (size_t i = 0; i < maps.size(); ++i)
+        out += (i ? ", " : "") + maps[i].map().str();
+      out += "]}" + insOuts(op) + " ";
+      printRegion(*op.regions[0], indent, true);
+      out += " -> " + resultType.str();
+      return;
+    }
+    case OpKind::ExtYield:
+    case OpKind::ScfYield:
+      if (!op.operands.empty())
+        out += " " + operandsAndTypes(op.operands, 0, op.operands.size());
+      return;
+    case OpKind::ScfIf:
+      out += " " + ref(op.operands[0]);
+      if (!op.results.empty())
+        out += " -> (" + resultTypes(op) + ")";
+      out += " ";
+      printRegion(*op.regions[0], indent, false);
+      if (!op.regions[1]->ops.empty()) {
+        out += " else ";
+        printRegion(*op.regions[1], indent, false);
+      }
+      return;
+    case OpKind::ScfFor: {
+      const Block &body = *op.regions[0];
+      out += fmt::format(" %{} = {} to {} step {}", nameOf(body.arguments[0].get()),
+                         ref(op.operands[0]), ref(op.operands[1]), ref(op.operands[2]));
+      if (op.operands.size() > 3) {
+        out += " iter_args(";
+        for (size_t i = 3; i < op.operands.size(); ++i)
+          out += fmt::format("{}%{} = {}", i > 3 ? ", " : "", nameOf(body.arguments[i - 2].get()),
+                             ref(op.operands[i]));
+        out += ") -> (" + resultTypes(op) + ")";
+      }
+      out += " ";
+      printRegion(body, indent, false);
+      return;
+    }
+    case OpKind::AssumeInt: {
+      out += " " + ref(op.operands[0]) + "<";
+      bool first = true;
+      for (const char *key : {"umin", "umax", "udiv"})
+        if (op.hasAttr(key)) {
+          out += fmt::format("{}{} = {}", first ? "" : ", ", key, op.attr(key).integer());
+          first = false;
+        }
+      out += "> : " + resultType.str();
       return;
     }
     case OpKind::DispatchRegion: {

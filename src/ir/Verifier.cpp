@@ -5,15 +5,25 @@
 namespace frank {
 namespace {
 
-enum class Scope { Function, GenericBody, DispatchBody };
+// What a region holds: tensor ops (function bodies, dispatch regions, scf at function scope)
+// or only scalar ops (generic, reduce, topk and attention bodies, and scf inside them).
+struct RegionContext {
+  bool scalarOnly = false;
+  OpKind terminator = OpKind::Return;
+  const Op *generic = nullptr; // the enclosing linalg.generic, for linalg.index
+  const Op *owner = nullptr;   // the op whose region this is (null for a function body)
+};
 
-void verifyBlock(const Block &block, Scope scope, const Op *generic);
+void verifyBlock(const Block &block, const RegionContext &context);
 
 void verifyTerminator(const Block &block, OpKind want, const std::vector<Type> &types,
-                      const Location &ownerLoc, const char *owner) {
+                      const Location &ownerLoc, const std::string &owner, bool optional = false) {
   const Op *term = block.terminator();
-  if (!term || term->kind != want)
+  if (!term || term->kind != want) {
+    if (optional && types.empty())
+      return;
     fail(term ? term->loc : ownerLoc, fmt::format("{} must end with '{}'", owner, opName(want)));
+  }
   if (term->operands.size() != types.size())
     fail(term->loc, fmt::format("'{}' returns {} value{} but {} expects {}", term->name(),
                                 term->operands.size(), term->operands.size() == 1 ? "" : "s", owner,
@@ -23,6 +33,16 @@ void verifyTerminator(const Block &block, OpKind want, const std::vector<Type> &
       fail(term->loc,
            fmt::format("'{}' operand #{} has type '{}' but {} expects '{}'", term->name(), i,
                        term->operands[i]->type.str(), owner, types[i].str()));
+}
+
+void verifyRegion(const Op &op, int region, RegionContext context, std::vector<Type> yields,
+                  bool optionalTerminator = false) {
+  const Block &block = *op.regions[region];
+  context.owner = &op;
+  verifyBlock(block, context);
+  verifyTerminator(block, context.terminator, yields, op.loc,
+                   fmt::format("the '{}' {}", op.name(), context.scalarOnly ? "body" : "region"),
+                   optionalTerminator);
 }
 
 void verifyGeneric(const Op &op) {
@@ -73,62 +93,98 @@ void verifyGeneric(const Op &op) {
     if (!indexedPlainly[d])
       fail(op.loc, fmt::format("unsupported: loop dim d{} is not indexed by any operand", d));
   }
-  verifyBlock(g.body(), Scope::GenericBody, &op);
-  verifyTerminator(g.body(), OpKind::LinalgYield, {Type::scalar(g.output()->type.elem)}, op.loc,
-                   "the 'linalg.generic' body");
+  verifyRegion(op, 0, {true, OpKind::LinalgYield, &op}, {Type::scalar(g.output()->type.elem)});
 }
 
-void verifyOp(const Op &op, Scope scope, const Op *generic) {
-  bool inBody = scope == Scope::GenericBody;
-  switch (op.kind) {
-  case OpKind::LinalgIndex:
-    if (!generic)
-      fail(op.loc, "'linalg.index' may only appear in a 'linalg.generic' body");
-    if (indexDim(op) >= GenericView{const_cast<Op &>(*generic)}.numLoops())
-      fail(op.loc, fmt::format("'linalg.index {}' is out of range: the generic has {} loop dims",
-                               indexDim(op), GenericView{const_cast<Op &>(*generic)}.numLoops()));
-    return;
-  case OpKind::LinalgYield:
-    if (scope != Scope::GenericBody)
-      fail(op.loc, "'linalg.yield' may only end a 'linalg.generic' body");
-    return;
-  case OpKind::FlowReturn:
-    if (scope != Scope::DispatchBody)
-      fail(op.loc, "'flow.return' may only end a 'flow.dispatch.region'");
-    return;
-  case OpKind::Return:
-    if (scope != Scope::Function)
-      fail(op.loc, "'util.return' may only end a function body");
-    return;
+// Ops that build or reshape tensors: legal only where tensors flow.
+bool isTensorOp(OpKind kind) {
+  switch (kind) {
   case OpKind::LinalgGeneric:
   case OpKind::LinalgFill:
   case OpKind::TensorEmpty:
   case OpKind::TensorDim:
   case OpKind::Call:
   case OpKind::DispatchRegion:
-    if (inBody)
-      fail(op.loc, fmt::format("'{}' may not appear in a 'linalg.generic' body", op.name()));
-    if (op.kind == OpKind::LinalgGeneric)
-      verifyGeneric(op);
-    if (op.kind == OpKind::DispatchRegion) {
-      std::vector<Type> types;
-      for (auto &r : op.results)
-        types.push_back(r->type);
-      verifyBlock(*op.regions[0], Scope::DispatchBody, nullptr);
-      verifyTerminator(*op.regions[0], OpKind::FlowReturn, types, op.loc,
-                       "the 'flow.dispatch.region' body");
-    }
-    return;
-  default: return; // scalar arith and math are legal everywhere
+  case OpKind::TensorExpandShape:
+  case OpKind::TensorCollapseShape:
+  case OpKind::TensorExtractSlice:
+  case OpKind::TensorInsertSlice:
+  case OpKind::TensorCast:
+  case OpKind::LinalgMatmul:
+  case OpKind::LinalgBatchMatmul:
+  case OpKind::LinalgTranspose:
+  case OpKind::LinalgBroadcast:
+  case OpKind::LinalgSoftmax:
+  case OpKind::LinalgReduce:
+  case OpKind::Gather:
+  case OpKind::TopK:
+  case OpKind::Attention:
+  case OpKind::ScfFor: return true;
+  default: return false;
   }
 }
 
-void verifyBlock(const Block &block, Scope scope, const Op *generic) {
+std::vector<Type> resultTypesOf(const Op &op) {
+  std::vector<Type> types;
+  for (auto &r : op.results)
+    types.push_back(r->type);
+  return types;
+}
+
+void verifyOp(const Op &op, const RegionContext &context) {
+  if (isTensorOp(op.kind) && context.scalarOnly)
+    fail(op.loc, fmt::format("'{}' may not appear in a '{}' body", op.name(),
+                             context.owner ? context.owner->name() : "scalar"));
+  if (isTerminator(op.kind) && op.kind != context.terminator) {
+    const char *where = op.kind == OpKind::LinalgYield
+                            ? "a 'linalg.generic' or 'linalg.reduce' body"
+                        : op.kind == OpKind::FlowReturn ? "a 'flow.dispatch.region'"
+                        : op.kind == OpKind::Return     ? "a function body"
+                        : op.kind == OpKind::ScfYield   ? "an 'scf.if' or 'scf.for' region"
+                                                        : "an 'iree_linalg_ext' region";
+    fail(op.loc, fmt::format("'{}' may only end {}", op.name(), where));
+  }
+  switch (op.kind) {
+  case OpKind::LinalgIndex:
+    if (!context.generic)
+      fail(op.loc, "'linalg.index' may only appear in a 'linalg.generic' body");
+    if (indexDim(op) >= GenericView{const_cast<Op &>(*context.generic)}.numLoops())
+      fail(op.loc,
+           fmt::format("'linalg.index {}' is out of range: the generic has {} loop dims",
+                       indexDim(op), GenericView{const_cast<Op &>(*context.generic)}.numLoops()));
+    return;
+  case OpKind::LinalgGeneric: verifyGeneric(op); return;
+  case OpKind::LinalgReduce:
+    verifyRegion(op, 0, {true, OpKind::LinalgYield, nullptr},
+                 {Type::scalar(op.operands.back()->type.elem)});
+    return;
+  case OpKind::TopK:
+    verifyRegion(op, 0, {true, OpKind::ExtYield, nullptr}, {Type::scalar(ElemKind::I1)});
+    return;
+  case OpKind::Attention:
+    verifyRegion(op, 0, {true, OpKind::ExtYield, nullptr}, {Type::scalar(ElemKind::F32)});
+    return;
+  case OpKind::DispatchRegion:
+    verifyRegion(op, 0, {false, OpKind::FlowReturn, nullptr}, resultTypesOf(op));
+    return;
+  case OpKind::ScfIf:
+    for (int r = 0; r < 2; ++r)
+      verifyRegion(op, r, {context.scalarOnly, OpKind::ScfYield, context.generic},
+                   resultTypesOf(op), true);
+    return;
+  case OpKind::ScfFor:
+    verifyRegion(op, 0, {false, OpKind::ScfYield, nullptr}, resultTypesOf(op), true);
+    return;
+  default: return; // scalar arith, math and tensor.extract are legal everywhere
+  }
+}
+
+void verifyBlock(const Block &block, const RegionContext &context) {
+  // Where an op may appear is checked first: a misplaced terminator is reported as misplaced,
+  // not as one that comes too early.
   for (size_t i = 0; i < block.ops.size(); ++i) {
     const Op &op = *block.ops[i];
-    // Where an op may appear is checked first: a misplaced terminator is reported as
-    // misplaced, not as one that comes too early.
-    verifyOp(op, scope, generic);
+    verifyOp(op, context);
     if (isTerminator(op.kind) && i + 1 != block.ops.size())
       fail(op.loc, fmt::format("'{}' must be the last op of its block", op.name()));
   }
@@ -139,9 +195,9 @@ void verifyBlock(const Block &block, Scope scope, const Op *generic) {
 void verifyFunction(const FuncOp &fn) {
   if (!fn.body)
     return;
-  verifyBlock(*fn.body, Scope::Function, nullptr);
+  verifyBlock(*fn.body, {false, OpKind::Return, nullptr});
   verifyTerminator(*fn.body, OpKind::Return, fn.resultTypes, fn.loc,
-                   fmt::format("function '@{}'", fn.name).c_str());
+                   fmt::format("function '@{}'", fn.name));
 }
 
 void verifyModule(const ModuleOp &module) {

@@ -94,7 +94,8 @@ private:
   AffineMap parseMapAttr();
   Literal parseLiteral(const Type &type, const Token &at);
   Literal parseNumber(const Type &type);
-  DenseAttr parseDense(const Token &start);
+  DenseAttr parseDense(const Token &start, Token *typeTokOut = nullptr);
+  Type lastDenseType_;
   void parseDenseElements(std::vector<Token> &tokens);
 
   // Values and scopes.
@@ -113,6 +114,14 @@ private:
   void parseOp(Block &block);
   void parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes);
   void parseGenericAttrs(Op &op);
+  void parseIndexingMaps(Op &op);
+  AttrList parseIntList(const char *what);
+  AttrList parseReassociation();
+  void parseMixedList(Op &op, const char *attr, const char *what);
+  void parseInsOuts(Op &op, bool requireIns);
+  std::vector<Type> parseTypeListAfterArrow();
+  void checkReassociation(const Token &at, const AttrList &groups, int64_t groupedRank,
+                          int64_t otherRank, const Type &grouped, const Type &other);
   void parseOperandsWithTypes(Op &op, std::string_view keyword);
   void parseTerminatorOperands(Op &op);
 
@@ -404,7 +413,7 @@ void Parser::parseDenseElements(std::vector<Token> &tokens) {
   tokens.push_back(take());
 }
 
-DenseAttr Parser::parseDense(const Token &start) {
+DenseAttr Parser::parseDense(const Token &start, Token *typeTokOut) {
   // Elements are kept as tokens until the type after ':' is known.
   expect(Tok::Less, "after 'dense'");
   std::vector<Token> tokens;
@@ -412,9 +421,12 @@ DenseAttr Parser::parseDense(const Token &start) {
   expect(Tok::Greater, "to close 'dense<'");
   expect(Tok::Colon, "before the dense literal's type");
   Token typeTok = cur_;
+  if (typeTokOut)
+    *typeTokOut = typeTok;
   Type type = parseType();
   if (!type.isTensor() || !type.hasStaticShape())
     failAt(typeTok, "a dense literal needs a static tensor type");
+  lastDenseType_ = type;
   DenseAttr dense;
   Type elem = Type::scalar(type.elem);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -853,6 +865,123 @@ void Parser::parseGenericAttrs(Op &op) {
     failAt(open, "'linalg.generic' needs 'iterator_types'");
 }
 
+AttrList Parser::parseIntList(const char *what) {
+  expect(Tok::LSquare, fmt::format("to open {}", what));
+  AttrList list;
+  if (!at(Tok::RSquare)) {
+    do {
+      bool negative = consumeIf(Tok::Minus);
+      Token t = expect(Tok::Integer, fmt::format("in {}", what));
+      int64_t v = integerValue(t, int64_t{1} << 40);
+      list.push_back(Attribute{negative ? -v : v});
+    } while (consumeIf(Tok::Comma));
+  }
+  expect(Tok::RSquare, fmt::format("to close {}", what));
+  return list;
+}
+
+AttrList Parser::parseReassociation() {
+  expect(Tok::LSquare, "to open the reassociation");
+  AttrList groups;
+  do
+    groups.push_back(Attribute{parseIntList("a reassociation group")});
+  while (consumeIf(Tok::Comma));
+  expect(Tok::RSquare, "to close the reassociation");
+  return groups;
+}
+
+// [%a, 4, %b]: literals go into attribute `attr`, SSA values become operands and leave
+// kDynamic in their place.
+void Parser::parseMixedList(Op &op, const char *attr, const char *what) {
+  expect(Tok::LSquare, fmt::format("to open {}", what));
+  AttrList statics;
+  if (!at(Tok::RSquare)) {
+    do {
+      if (at(Tok::PercentId)) {
+        op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::Index)));
+        statics.push_back(Attribute{kDynamic});
+      } else {
+        Token t = expect(Tok::Integer, fmt::format("or an SSA value in {}", what));
+        statics.push_back(Attribute{integerValue(t, int64_t{1} << 40)});
+      }
+    } while (consumeIf(Tok::Comma));
+  }
+  expect(Tok::RSquare, fmt::format("to close {}", what));
+  op.attrs[attr] = Attribute{statics};
+}
+
+void Parser::parseInsOuts(Op &op, bool requireIns) {
+  size_t before = op.operands.size();
+  if (requireIns || atKeyword("ins"))
+    parseOperandsWithTypes(op, "ins");
+  op.attrs["num_inputs"] = Attribute{static_cast<int64_t>(op.operands.size() - before)};
+  parseOperandsWithTypes(op, "outs");
+}
+
+// `-> T`, `-> (T, U)` or, as topk prints it, `-> T, U`.
+std::vector<Type> Parser::parseTypeListAfterArrow() {
+  expect(Tok::Arrow, "before the result types");
+  if (at(Tok::LParen))
+    return parseTypeList();
+  std::vector<Type> types{parseType()};
+  while (consumeIf(Tok::Comma))
+    types.push_back(parseType());
+  return types;
+}
+
+void Parser::parseIndexingMaps(Op &op) {
+  Token open = expect(Tok::LBrace, fmt::format("to open the attributes of '{}'", op.name()));
+  Token key = expect(Tok::BareId, "as an attribute name");
+  if (key.text != "indexing_maps")
+    failAt(key, fmt::format("unsupported attribute '{}' on '{}'", key.text, op.name()));
+  expect(Tok::Equal, "after the attribute name");
+  expect(Tok::LSquare, "to open 'indexing_maps'");
+  AttrList maps;
+  do
+    maps.push_back(Attribute{parseMapAttr()});
+  while (consumeIf(Tok::Comma));
+  expect(Tok::RSquare, "to close 'indexing_maps'");
+  if (at(Tok::Comma))
+    failAt(cur_, fmt::format("unsupported attribute on '{}'", op.name()));
+  expect(Tok::RBrace, fmt::format("to close the attributes of '{}'", op.name()));
+  (void)open;
+  op.attrs["indexing_maps"] = Attribute{maps};
+}
+
+// Each group of `groups` lists consecutive dims of the grouped (higher-rank) type; the groups
+// cover it in order and there is one per dim of the other type.
+void Parser::checkReassociation(const Token &at, const AttrList &groups, int64_t groupedRank,
+                                int64_t otherRank, const Type &grouped, const Type &other) {
+  if (static_cast<int64_t>(groups.size()) != otherRank)
+    failAt(at, fmt::format("the reassociation has {} groups but '{}' has rank {}", groups.size(),
+                           other.str(), otherRank));
+  int64_t next = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const AttrList &group = groups[g].list();
+    if (group.empty())
+      failAt(at, fmt::format("reassociation group #{} is empty", g));
+    int64_t product = 1;
+    bool known = other.shape[g] != kDynamic;
+    for (const Attribute &d : group) {
+      if (d.integer() != next)
+        failAt(at, fmt::format("reassociation groups must list the dims of '{}' in order; "
+                               "expected {} in group #{}, found {}",
+                               grouped.str(), next, g, d.integer()));
+      known &= grouped.shape[next] != kDynamic;
+      if (grouped.shape[next] != kDynamic)
+        product *= grouped.shape[next];
+      ++next;
+    }
+    if (known && product != other.shape[g])
+      failAt(at, fmt::format("reassociation group #{} of '{}' has {} elements but dim {} of '{}' "
+                             "is {}",
+                             g, grouped.str(), product, g, other.str(), other.shape[g]));
+  }
+  if (next != groupedRank)
+    failAt(at, fmt::format("the reassociation covers {} dims but '{}' has rank {}", next,
+                           grouped.str(), groupedRank));
+}
+
 static bool isCmpFPredicate(std::string_view p) {
   static const char *const preds[] = {"false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord",
                                       "ueq",   "ugt", "uge", "ult", "ule", "une", "uno", "true"};
@@ -880,9 +1009,12 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
   if (kind == OpKind::ArithConstant) {
     Token t = cur_;
     if (consumeKeyword("dense")) {
-      DenseAttr dense = parseDense(t);
-      (void)dense;
-      failAt(t, "unsupported: tensor constants ('arith.constant dense<...>')");
+      Token typeStart = cur_;
+      DenseAttr dense = parseDense(t, &typeTok);
+      (void)typeStart;
+      op.attrs["value"] = Attribute{dense};
+      resultTypes.push_back(lastDenseType_);
+      return;
     }
     if ((atKeyword("true") || atKeyword("false"))) {
       Token b = take();
@@ -1174,6 +1306,387 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
                                     op.operands[i]->type.str(), argTypes[i].str()));
     expect(Tok::Arrow, "before the call's result types");
     resultTypes = parseTypeList();
+    return;
+  }
+
+  case OpKind::TensorExpandShape:
+  case OpKind::TensorCollapseShape: {
+    bool expand = kind == OpKind::TensorExpandShape;
+    Token a = cur_;
+    Value *src = parseOperand();
+    op.operands.push_back(src);
+    Token groupsTok = cur_;
+    AttrList groups = parseReassociation();
+    op.attrs["reassociation"] = Attribute{groups};
+    bool haveShape = expand && consumeKeyword("output_shape");
+    if (haveShape)
+      parseMixedList(op, "static_output_shape", "'output_shape'");
+    Type from = colonType();
+    expectType(a, src, from);
+    expectKeyword("into", fmt::format("in '{}'", op.name()));
+    Token toTok = cur_;
+    Type to = parseType();
+    if (!from.isTensor() || !to.isTensor() || from.elem != to.elem)
+      failAt(toTok, fmt::format("'{}' reshapes a tensor to a tensor of the same element type, not "
+                                "'{}' into '{}'",
+                                op.name(), from.str(), to.str()));
+    if (expand) {
+      checkReassociation(groupsTok, groups, to.rank(), from.rank(), to, from);
+      if (!haveShape) {
+        if (!to.hasStaticShape())
+          failAt(toTok, "'tensor.expand_shape' into a dynamic type needs 'output_shape'");
+        AttrList statics;
+        for (int64_t d : to.shape)
+          statics.push_back(Attribute{d});
+        op.attrs["static_output_shape"] = Attribute{statics};
+      }
+      const AttrList &shape = op.attr("static_output_shape").list();
+      if (static_cast<int64_t>(shape.size()) != to.rank())
+        failAt(toTok, fmt::format("'output_shape' has {} entries but '{}' has rank {}",
+                                  shape.size(), to.str(), to.rank()));
+      for (int64_t d = 0; d < to.rank(); ++d)
+        if (shape[d].integer() != kDynamic && to.shape[d] != kDynamic &&
+            shape[d].integer() != to.shape[d])
+          failAt(toTok, fmt::format("'output_shape' gives {} for dim {} of '{}'",
+                                    shape[d].integer(), d, to.str()));
+    } else {
+      checkReassociation(groupsTok, groups, from.rank(), to.rank(), from, to);
+    }
+    resultTypes.push_back(to);
+    return;
+  }
+  case OpKind::TensorExtract: {
+    Token a = cur_;
+    Value *t = parseOperand();
+    op.operands.push_back(t);
+    expect(Tok::LSquare, "to open the indices of 'tensor.extract'");
+    if (!at(Tok::RSquare)) {
+      do
+        op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::Index)));
+      while (consumeIf(Tok::Comma));
+    }
+    expect(Tok::RSquare, "to close the indices of 'tensor.extract'");
+    Type type = colonType();
+    expectType(a, t, type);
+    if (!type.isTensor())
+      failAt(typeTok, "'tensor.extract' reads from a tensor");
+    if (static_cast<int64_t>(op.operands.size()) - 1 != type.rank())
+      failAt(a, fmt::format("'tensor.extract' from '{}' needs {} indices, found {}", type.str(),
+                            type.rank(), op.operands.size() - 1));
+    resultTypes.push_back(Type::scalar(type.elem));
+    return;
+  }
+  case OpKind::TensorExtractSlice:
+  case OpKind::TensorInsertSlice: {
+    bool insert = kind == OpKind::TensorInsertSlice;
+    Token a = cur_;
+    Value *src = parseOperand();
+    op.operands.push_back(src);
+    Token d = cur_;
+    Value *dst = nullptr;
+    if (insert) {
+      expectKeyword("into", "in 'tensor.insert_slice'");
+      d = cur_;
+      dst = parseOperand();
+      op.operands.push_back(dst);
+    }
+    size_t firstDynamic = op.operands.size();
+    parseMixedList(op, "static_offsets", "the offsets");
+    op.attrs["num_dynamic_offsets"] =
+        Attribute{static_cast<int64_t>(op.operands.size() - firstDynamic)};
+    parseMixedList(op, "static_sizes", "the sizes");
+    Token stridesTok = cur_;
+    AttrList strides = parseIntList("the strides (literals)");
+    for (const Attribute &st : strides)
+      if (st.integer() < 1)
+        failAt(stridesTok, fmt::format("slice strides must be at least 1, found {}", st.integer()));
+    op.attrs["static_strides"] = Attribute{strides};
+    Type from = colonType();
+    Token fromTok = typeTok;
+    expectType(a, src, from);
+    expectKeyword(insert ? "into" : "to", fmt::format("in '{}'", op.name()));
+    Token toTok = cur_;
+    Type to = parseType();
+    if (insert)
+      expectType(d, dst, to);
+    const Type &full = insert ? to : from;
+    const Type &slice = insert ? from : to;
+    if (!full.isTensor() || !slice.isTensor() || full.elem != slice.elem)
+      failAt(toTok, fmt::format("'{}' needs tensors of one element type", op.name()));
+    int64_t rank = full.rank();
+    for (const char *list : {"static_offsets", "static_sizes", "static_strides"})
+      if (static_cast<int64_t>(op.attr(list).list().size()) != rank)
+        failAt(fromTok, fmt::format("'{}' needs {} offsets, sizes and strides for '{}'", op.name(),
+                                    rank, full.str()));
+    if (slice.rank() > rank)
+      failAt(toTok,
+             fmt::format("the slice '{}' has a higher rank than '{}'", slice.str(), full.str()));
+    resultTypes.push_back(insert ? to : slice);
+    return;
+  }
+  case OpKind::TensorCast: {
+    Token a = cur_;
+    Value *t = parseOperand();
+    Type from = colonType();
+    expectType(a, t, from);
+    expectKeyword("to", "in 'tensor.cast'");
+    Token toTok = cur_;
+    Type to = parseType();
+    bool ok = from.isTensor() && to.isTensor() && from.elem == to.elem && from.rank() == to.rank();
+    for (int64_t i = 0; ok && i < from.rank(); ++i)
+      ok = from.shape[i] == kDynamic || to.shape[i] == kDynamic || from.shape[i] == to.shape[i];
+    if (!ok)
+      failAt(toTok, fmt::format("'tensor.cast' cannot cast '{}' to '{}'", from.str(), to.str()));
+    op.operands = {t};
+    resultTypes.push_back(to);
+    return;
+  }
+  case OpKind::LinalgMatmul:
+  case OpKind::LinalgBatchMatmul: {
+    if (at(Tok::LBrace))
+      failAt(cur_, fmt::format("unsupported: '{}' with explicit indexing maps", op.name()));
+    parseInsOuts(op, true);
+    int64_t rank = kind == OpKind::LinalgMatmul ? 2 : 3;
+    if (op.operands.size() != 3)
+      failAt(nameTok, fmt::format("'{}' takes two 'ins' and one 'outs'", op.name()));
+    for (Value *v : op.operands)
+      if (!v->type.isTensor() || v->type.rank() != rank || !isFloatElem(v->type.elem))
+        failAt(nameTok, fmt::format("'{}' needs rank-{} float tensors, found '{}'", op.name(), rank,
+                                    v->type.str()));
+    resultTypes = parseTypeListAfterArrow();
+    if (resultTypes.size() != 1 || resultTypes[0] != op.operands[2]->type)
+      failAt(nameTok, fmt::format("the result type of '{}' must be the 'outs' type", op.name()));
+    return;
+  }
+  case OpKind::LinalgTranspose:
+  case OpKind::LinalgBroadcast: {
+    parseInsOuts(op, true);
+    if (op.operands.size() != 2)
+      failAt(nameTok, fmt::format("'{}' takes one 'ins' and one 'outs'", op.name()));
+    bool transpose = kind == OpKind::LinalgTranspose;
+    Token key = expect(Tok::BareId, transpose ? "'permutation'" : "'dimensions'");
+    if (key.text != (transpose ? "permutation" : "dimensions"))
+      failAt(key, fmt::format("expected '{}', found '{}'", transpose ? "permutation" : "dimensions",
+                              key.text));
+    expect(Tok::Equal, "after the attribute name");
+    AttrList dims = parseIntList(transpose ? "the permutation" : "the dimensions");
+    op.attrs[transpose ? "permutation" : "dimensions"] = Attribute{dims};
+    const Type &in = op.operands[0]->type, &out = op.operands[1]->type;
+    if (in.elem != out.elem)
+      failAt(nameTok, fmt::format("'{}' needs one element type", op.name()));
+    if (transpose) {
+      std::vector<bool> seen(in.rank(), false);
+      bool ok = static_cast<int64_t>(dims.size()) == in.rank() && in.rank() == out.rank();
+      for (const Attribute &d : dims) {
+        ok = ok && d.integer() >= 0 && d.integer() < in.rank() && !seen[d.integer()];
+        if (ok)
+          seen[d.integer()] = true;
+      }
+      if (!ok)
+        failAt(key,
+               fmt::format("'permutation' must permute the {} dims of '{}'", in.rank(), in.str()));
+    } else {
+      bool ok = in.rank() + static_cast<int64_t>(dims.size()) == out.rank();
+      for (size_t i = 0; ok && i < dims.size(); ++i)
+        ok = dims[i].integer() >= 0 && dims[i].integer() < out.rank() &&
+             (i == 0 || dims[i].integer() > dims[i - 1].integer());
+      if (!ok)
+        failAt(key,
+               fmt::format("'dimensions' must list, in order, the dims added to '{}' to make '{}'",
+                           in.str(), out.str()));
+    }
+    if (at(Tok::Arrow))
+      resultTypes = parseTypeListAfterArrow();
+    else
+      resultTypes = {out};
+    return;
+  }
+  case OpKind::LinalgSoftmax: {
+    expectKeyword("dimension", "in 'linalg.softmax'");
+    expect(Tok::LParen, "after 'dimension'");
+    Token d = expect(Tok::Integer, "as the softmax dimension");
+    expect(Tok::RParen, "to close 'dimension('");
+    op.attrs["dimension"] = Attribute{integerValue(d, 64)};
+    parseInsOuts(op, true);
+    if (op.operands.size() != 2 || op.operands[0]->type != op.operands[1]->type ||
+        !op.operands[0]->type.isTensor() || !isFloatElem(op.operands[0]->type.elem))
+      failAt(nameTok,
+             "'linalg.softmax' takes one float tensor in 'ins' and one of the same type in 'outs'");
+    if (op.attr("dimension").integer() >= op.operands[0]->type.rank())
+      failAt(d, fmt::format("softmax dimension {} is out of range for '{}'", d.text,
+                            op.operands[0]->type.str()));
+    resultTypes = parseTypeListAfterArrow();
+    return;
+  }
+  case OpKind::LinalgReduce: {
+    parseInsOuts(op, true);
+    if (op.operands.size() != 2)
+      failAt(nameTok, "'linalg.reduce' takes one 'ins' and one 'outs' here");
+    Token key = expect(Tok::BareId, "'dimensions'");
+    if (key.text != "dimensions")
+      failAt(key, fmt::format("expected 'dimensions', found '{}'", key.text));
+    expect(Tok::Equal, "after 'dimensions'");
+    AttrList dims = parseIntList("the dimensions");
+    op.attrs["dimensions"] = Attribute{dims};
+    const Type &in = op.operands[0]->type, &out = op.operands[1]->type;
+    if (in.rank() - static_cast<int64_t>(dims.size()) != out.rank() || in.elem != out.elem)
+      failAt(key, fmt::format("reducing dims {} of '{}' cannot give '{}'",
+                              fmt::join(
+                                  [&] {
+                                    std::vector<int64_t> v;
+                                    for (auto &a : dims)
+                                      v.push_back(a.integer());
+                                    return v;
+                                  }(),
+                                  ", "),
+                              in.str(), out.str()));
+    // The region's arguments come in parentheses, without a block label.
+    if (++depth_ > kMaxNesting)
+      failAt(cur_, "nesting too deep");
+    expect(Tok::LParen, "to open the arguments of the 'linalg.reduce' region");
+    Block *block = op.addRegion();
+    pushScope();
+    do {
+      Token argTok = expect(Tok::PercentId, "as a region argument");
+      expect(Tok::Colon, "after the region argument name");
+      Type type = parseType();
+      if (type != Type::scalar(in.elem))
+        failAt(argTok, fmt::format("the region argument has type '{}' but the element type is '{}'",
+                                   type.str(), elemName(in.elem)));
+      define(std::string(argTok.text), block->addArgument(type, {}, loc(argTok)), argTok);
+    } while (consumeIf(Tok::Comma));
+    expect(Tok::RParen, "to close the region arguments");
+    if (block->arguments.size() != 2)
+      failAt(nameTok, "the 'linalg.reduce' region takes the input and the accumulator");
+    expect(Tok::LBrace, "to open the 'linalg.reduce' region");
+    parseBlockBody(*block, Tok::RBrace);
+    take();
+    popScope();
+    --depth_;
+    resultTypes = {out};
+    if (at(Tok::Arrow))
+      resultTypes = parseTypeListAfterArrow();
+    return;
+  }
+  case OpKind::Gather: {
+    expectKeyword("dimension_map", "in 'iree_linalg_ext.gather'");
+    expect(Tok::Equal, "after 'dimension_map'");
+    op.attrs["dimension_map"] = Attribute{parseIntList("the dimension map")};
+    parseInsOuts(op, true);
+    if (op.operands.size() != 3 && op.operands.size() != 4)
+      failAt(nameTok,
+             "'iree_linalg_ext.gather' takes a source, indices, an optional mask and one 'outs'");
+    resultTypes = parseTypeListAfterArrow();
+    return;
+  }
+  case OpKind::TopK: {
+    expectKeyword("dimension", "in 'iree_linalg_ext.topk'");
+    expect(Tok::LParen, "after 'dimension'");
+    Token d = expect(Tok::Integer, "as the topk dimension");
+    expect(Tok::RParen, "to close 'dimension('");
+    op.attrs["dimension"] = Attribute{integerValue(d, 64)};
+    parseInsOuts(op, true);
+    int64_t ins = op.attr("num_inputs").integer();
+    if ((ins != 1 && ins != 2) || op.operands.size() != static_cast<size_t>(ins) + 2)
+      failAt(nameTok, "'iree_linalg_ext.topk' takes values (and optional indices) and two 'outs'");
+    const Type &x = op.operands[0]->type;
+    std::vector<Type> blockTypes{Type::scalar(x.elem), Type::scalar(x.elem)};
+    parseRegion(op, true, &blockTypes);
+    resultTypes = parseTypeListAfterArrow();
+    return;
+  }
+  case OpKind::Attention: {
+    parseIndexingMaps(op);
+    parseInsOuts(op, true);
+    int64_t ins = op.attr("num_inputs").integer();
+    if (ins != 4 && ins != 5)
+      failAt(nameTok, "'iree_linalg_ext.attention' takes query, key, value, scale, an optional "
+                      "mask, and one 'outs'");
+    if (op.attr("indexing_maps").list().size() != op.operands.size())
+      failAt(nameTok,
+             fmt::format("'iree_linalg_ext.attention' has {} operands but {} indexing maps",
+                         op.operands.size(), op.attr("indexing_maps").list().size()));
+    std::vector<Type> blockTypes{Type::scalar(ElemKind::F32)};
+    parseRegion(op, true, &blockTypes);
+    resultTypes = parseTypeListAfterArrow();
+    return;
+  }
+  case OpKind::ExtYield:
+  case OpKind::ScfYield: parseTerminatorOperands(op); return;
+  case OpKind::ScfIf: {
+    op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::I1)));
+    if (at(Tok::Arrow))
+      resultTypes = parseTypeListAfterArrow();
+    parseRegion(op, false, nullptr);
+    if (consumeKeyword("else")) {
+      parseRegion(op, false, nullptr);
+    } else {
+      if (!resultTypes.empty())
+        failAt(cur_, "'scf.if' with results needs an 'else' region");
+      op.addRegion(); // an empty else
+    }
+    return;
+  }
+  case OpKind::ScfFor: {
+    Token ivTok = expect(Tok::PercentId, "as the induction variable of 'scf.for'");
+    expect(Tok::Equal, "after the induction variable");
+    op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::Index)));
+    expectKeyword("to", "in 'scf.for'");
+    op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::Index)));
+    expectKeyword("step", "in 'scf.for'");
+    op.operands.push_back(parseOperandOfType(Type::scalar(ElemKind::Index)));
+    std::vector<Token> iterNames;
+    if (consumeKeyword("iter_args")) {
+      expect(Tok::LParen, "after 'iter_args'");
+      do {
+        iterNames.push_back(expect(Tok::PercentId, "as an iter_args name"));
+        expect(Tok::Equal, "after the iter_args name");
+        op.operands.push_back(parseOperand());
+      } while (consumeIf(Tok::Comma));
+      expect(Tok::RParen, "to close 'iter_args'");
+      resultTypes = parseTypeListAfterArrow();
+      if (resultTypes.size() != iterNames.size())
+        failAt(ivTok, fmt::format("'scf.for' has {} iter_args but {} result types",
+                                  iterNames.size(), resultTypes.size()));
+      for (size_t i = 0; i < iterNames.size(); ++i)
+        expectType(iterNames[i], op.operands[3 + i], resultTypes[i]);
+    }
+    // The induction variable and iter_args are the region's block arguments.
+    if (++depth_ > kMaxNesting)
+      failAt(cur_, "nesting too deep");
+    expect(Tok::LBrace, "to open the 'scf.for' body");
+    Block *block = op.addRegion();
+    pushScope();
+    define(std::string(ivTok.text),
+           block->addArgument(Type::scalar(ElemKind::Index), {}, loc(ivTok)), ivTok);
+    for (size_t i = 0; i < iterNames.size(); ++i)
+      define(std::string(iterNames[i].text),
+             block->addArgument(resultTypes[i], {}, loc(iterNames[i])), iterNames[i]);
+    parseBlockBody(*block, Tok::RBrace);
+    take();
+    popScope();
+    --depth_;
+    return;
+  }
+  case OpKind::AssumeInt: {
+    Token a = cur_;
+    Value *v = parseOperand();
+    expect(Tok::Less, "to open the assumption of 'util.assume.int'");
+    do {
+      Token key = expect(Tok::BareId, "'umin', 'umax' or 'udiv'");
+      if (key.text != "umin" && key.text != "umax" && key.text != "udiv")
+        failAt(key, fmt::format("unknown assumption '{}' (expected umin, umax or udiv)", key.text));
+      expect(Tok::Equal, "after the assumption name");
+      Token n = expect(Tok::Integer, "as the assumed bound");
+      op.attrs[std::string(key.text)] = Attribute{integerValue(n, int64_t{1} << 62)};
+    } while (consumeIf(Tok::Comma));
+    expect(Tok::Greater, "to close the assumption");
+    Type type = colonType();
+    expectType(a, v, type);
+    if (!type.isInteger())
+      failAt(typeTok, "'util.assume.int' takes an integer or index value");
+    op.operands = {v};
+    resultTypes.push_back(type);
     return;
   }
   case OpKind::DispatchRegion: {
