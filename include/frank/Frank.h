@@ -100,14 +100,27 @@ private:
   std::shared_ptr<const detail::ModuleImpl> impl_;
 };
 
+/// Where `Context::load` finds the modules that a file's external declarations
+/// (`util.func private @M.f(...)`) name: explicit files, then directories scanned for `.mlir`
+/// files indexed by their module symbol. frank-jit's own component library is searched last
+/// unless `componentLibrary` is false.
+struct LinkOptions {
+  std::vector<std::string> files;
+  std::vector<std::string> searchPaths;
+  bool componentLibrary = true;
+};
+
 /// Owns the kernel cache. Kernels are keyed by the module's content hash, the function, the
 /// argument signature, the mode and the host CPU; concurrent first calls compile once.
 class Context {
 public:
   Context();
   ~Context();
-  Module load(const std::string &path);
-  Module loadString(const std::string &text, const std::string &name = "<string>");
+  /// Parses, links (iree-link semantics: declarations bound to public functions of the module
+  /// whose symbol they name, transitively, signatures checked) and verifies a component.
+  Module load(const std::string &path, const LinkOptions &link = {});
+  Module loadString(const std::string &text, const std::string &name = "<string>",
+                    const LinkOptions &link = {});
   CacheStats cacheStats() const;
   void clearCache();
 
