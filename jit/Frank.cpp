@@ -586,9 +586,14 @@ static Module makeModule(std::unique_ptr<ModuleOp> ir, const std::string &text,
   return detail::Access::makeModule(impl);
 }
 
-Module Context::load(const std::string &path) { return makeModule(parseFile(path), path, impl_); }
+Module Context::load(const std::string &path, const LinkOptions &link) {
+  (void)link; // linking lands with the linker
+  return makeModule(parseFile(path), path, impl_);
+}
 
-Module Context::loadString(const std::string &text, const std::string &name) {
+Module Context::loadString(const std::string &text, const std::string &name,
+                           const LinkOptions &link) {
+  (void)link;
   return makeModule(parseString(text, name), text, impl_);
 }
 
