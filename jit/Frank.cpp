@@ -182,7 +182,8 @@ std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mo
                                 fn.name, argumentName(fn, i), declared.str()));
       Scalar s = coerceScalar(std::get<Scalar>(args[i]), declared, argumentName(fn, i));
       spec.type = declared;
-      if (mode == Mode::Specialized && declared.isInteger())
+      // Flags are specialization keys in both modes; other integers only when specialized.
+      if ((mode == Mode::Specialized && declared.isInteger()) || declared.elem == ElemKind::I1)
         spec.intValue = s.i;
     }
     specs.push_back(spec);
@@ -221,10 +222,15 @@ std::vector<ArgSpec> specsFromStrings(const FuncOp &fn, const std::vector<std::s
     args.push_back(s);
   }
   std::vector<ArgSpec> specs = specsFor(fn, args, mode);
-  // Integer scalars given without a value stay runtime values.
+  // Integer scalars given without a value stay runtime values; flags need one.
   for (size_t i = 0; i < types.size() && i < specs.size(); ++i)
-    if (types[i].find('=') == std::string::npos && !specs[i].type.isTensor())
+    if (types[i].find('=') == std::string::npos && !specs[i].type.isTensor()) {
+      if (specs[i].type.elem == ElemKind::I1)
+        throw Error(fmt::format("error: {} is an i1 flag, a specialization key: give its value "
+                                "as i1=true or i1=false",
+                                argumentName(fn, i)));
       specs[i].intValue.reset();
+    }
   return specs;
 }
 
@@ -324,7 +330,7 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
   for (const auto &c : k.meta.constraints) {
     int64_t a = loops::evaluate(c.a, frame.dims.data(), frame.scalars.data());
     int64_t b = loops::evaluate(c.b, frame.dims.data(), frame.scalars.data());
-    if (a != b)
+    if (c.lessOrEqual ? a > b : a != b)
       throw Error(formatDiagnostic(c.loc, "error", fmt::format(fmt::runtime(c.message), a, b)));
   }
   return frame;
@@ -452,7 +458,8 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
           fmt::print(stderr, "// -----// IR Dump After {} //----- //\n{}\n", pass, ir);
         };
       PipelineResult result = runPipeline(*module->ir, name, specs, kernelName(key), options);
-      impl->entry = engine.compile(result.kernel.program, codegenOptionsFor(mode), options.printAfter);
+      impl->entry =
+          engine.compile(result.kernel.program, codegenOptionsFor(mode), options.printAfter);
       impl->meta = std::move(result.kernel);
       impl->specs = std::move(kernelSpecs);
       impl->compileSeconds =

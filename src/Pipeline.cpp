@@ -4,6 +4,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "transforms/Fusion.h"
+#include "transforms/Generalize.h"
 #include "transforms/Inline.h"
 #include "transforms/Specialize.h"
 
@@ -60,6 +61,17 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
   verifyFunction(*fn);
   after("inline", *fn, t);
 
+  t = clock::now();
+  generalizeNamedOps(*fn);
+  verifyFunction(*fn);
+  after("generalize", *fn, t);
+
+  if (options.mode == Mode::Generic) {
+    t = clock::now();
+    fn = bindFlags(*fn, args);
+    verifyFunction(*fn);
+    after("bind-flags", *fn, t);
+  }
   if (options.mode == Mode::Specialized) {
     t = clock::now();
     fn = specialize(*fn, args, options.explain);

@@ -2,7 +2,9 @@
 // in order, each printable after it runs.
 //
 //   inline            calls and flow.dispatch.region bodies spliced into one flat function
-//   specialize        argument shapes and integer values bound, every type static
+//   generalize        named ops (matmul, softmax, gather, attention, ...) become linalg.generic
+//   bind-flags        i1 arguments bound and the branches they decide folded (generic mode)
+//   specialize        argument shapes, integer and i1 values bound, every type static
 //                     (specialized mode only)
 //   fuse-elementwise  elementwise producers folded into their consumers (specialized only)
 //   lower-to-loops    buffer plan and one loop nest per tensor op

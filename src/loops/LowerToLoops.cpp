@@ -4,6 +4,7 @@
 #include "ir/Ops.h"
 #include "transforms/Specialize.h"
 
+#include <cmath>
 #include <functional>
 #include <set>
 #include <unordered_map>
@@ -91,15 +92,39 @@ private:
 
   bool isArgument(const Value *v) const { return v->ownerBlock == fn_.body.get(); }
 
-  // The value whose buffer `v` is written into (see the buffer plan in the header).
+  static bool isView(const Op *op) {
+    return op && (op->kind == OpKind::TensorExpandShape ||
+                  op->kind == OpKind::TensorCollapseShape || op->kind == OpKind::TensorCast);
+  }
+
+  // The op writes its result into this operand's storage when it may (destination passing).
+  static const Value *destinationOf(const Op *op) {
+    if (!op)
+      return nullptr;
+    switch (op->kind) {
+    case OpKind::LinalgFill:
+    case OpKind::LinalgGeneric: return op->operands.back();
+    case OpKind::TensorInsertSlice: return op->operands[1];
+    default: return nullptr;
+    }
+  }
+
+  // `v` has one use, and so does everything it is a view of: writing in place is invisible.
+  bool soleUse(const Value *v) const {
+    if (countUses(*fn_.body, v) != 1)
+      return false;
+    return !isView(v->definingOp) || soleUse(v->definingOp->operands[0]);
+  }
+
+  // The value whose buffer `v` lives in (see the buffer plan in the header).
   const Value *storageRoot(const Value *v) const {
     const Op *def = v->definingOp;
-    if (!def || (def->kind != OpKind::LinalgFill && def->kind != OpKind::LinalgGeneric))
+    if (isView(def))
+      return storageRoot(def->operands[0]);
+    const Value *destination = destinationOf(def);
+    if (!destination || !soleUse(destination))
       return v;
-    const Value *outs = def->operands.back();
-    if (countUses(*fn_.body, outs) != 1)
-      return v;
-    const Value *root = storageRoot(outs);
+    const Value *root = storageRoot(destination);
     return isArgument(root) ? v : root;
   }
 
@@ -183,6 +208,10 @@ private:
 
   void lowerOp(const Op &op) {
     auto &body = out_.program.body;
+    if (op.kind == OpKind::ArithConstant && op.result()->type.isTensor()) {
+      lowerDenseConstant(op);
+      return;
+    }
     if (isPureScalarOp(op.kind)) {
       std::vector<Expr> args;
       for (const Value *v : op.operands)
@@ -218,6 +247,20 @@ private:
     }
     case OpKind::LinalgFill:
     case OpKind::LinalgGeneric: lowerDestinationOp(op); return;
+    case OpKind::TensorExtract:
+      scalars_[op.result()] = bindLet(op.result(), extractExpr(op, {}), out_.program.body);
+      return;
+    case OpKind::AssumeInt: scalars_[op.result()] = scalarOf(op.operands[0]); return;
+    case OpKind::TensorExpandShape:
+    case OpKind::TensorCollapseShape:
+    case OpKind::TensorCast: lowerView(op); return;
+    case OpKind::TensorExtractSlice:
+    case OpKind::TensorInsertSlice: lowerSlice(op); return;
+    case OpKind::TopK: lowerTopK(op); return;
+    case OpKind::ScfIf:
+      fail(op.loc, "unsupported: 'scf.if' on tensors whose condition is not known when the kernel "
+                   "is compiled (only i1 arguments and constants decide branches)");
+    case OpKind::ScfFor: fail(op.loc, "unsupported: 'scf.for' at function scope");
     case OpKind::Return: lowerReturn(op); return;
     default: fail(op.loc, fmt::format("unsupported op '{}' at function scope", op.name()));
     }
@@ -369,34 +412,8 @@ private:
       values[arg] = e;
     }
     values[outArg] = accumulate ? var(accName, outElem) : load(result.buffer, outIndex, outElem);
-    Expr yielded;
-    for (auto &bodyOp : g.body().ops) {
-      if (bodyOp->kind == OpKind::LinalgYield) {
-        yielded = lookupBody(values, bodyOp->operands[0]);
-        break;
-      }
-      if (bodyOp->kind == OpKind::LinalgIndex) {
-        values[bodyOp->result()] = iv[indexDim(*bodyOp)];
-        continue;
-      }
-      std::vector<Expr> args;
-      for (const Value *v : bodyOp->operands)
-        args.push_back(lookupBody(values, v));
-      Expr e = scalarExpr(*bodyOp, args);
-      // Only the accumulation itself may be reassociated, and only when specialized.
-      bool accumulates = accumulate && specialized() && e->kind == ExprKind::Binary &&
-                         (bodyOp->operands[0] == outArg || bodyOp->operands[1] == outArg) &&
-                         (bodyOp->kind == OpKind::AddF || bodyOp->kind == OpKind::MulF);
-      if (accumulates)
-        e = binary(e->op, e->args[0], e->args[1], true);
-      if (bodyOp->kind == OpKind::ArithConstant) {
-        values[bodyOp->result()] = e;
-        continue;
-      }
-      std::string name = freshName(bodyOp->result()->name);
-      inner.push_back(let(name, e));
-      values[bodyOp->result()] = var(name, e->type);
-    }
+    BodyContext body{iv, outArg, accumulate && specialized()};
+    Expr yielded = lowerScalarBlock(g.body(), values, body, inner);
     if (accumulate) {
       inner.push_back(assign(accName, yielded));
     } else {
@@ -420,6 +437,285 @@ private:
         internalError("reduction without loops");
     }
     append(stmts);
+  }
+
+  struct BodyContext {
+    const std::vector<Expr> &iv; // loop variables, for linalg.index
+    const Value *accumulator;    // the outs block argument
+    bool reassociate;            // the accumulation may be reassociated
+  };
+
+  // Lowers the scalar ops of a generic body (or of an scf.if region inside one) into lets, and
+  // returns the value its terminator yields (the first one for scf.yield with several).
+  Expr lowerScalarBlock(const Block &block, std::unordered_map<const Value *, Expr> &values,
+                        const BodyContext &context, std::vector<Stmt> &inner,
+                        std::vector<Expr> *yields = nullptr) {
+    for (auto &bodyOp : block.ops) {
+      if (bodyOp->kind == OpKind::LinalgYield || bodyOp->kind == OpKind::ScfYield) {
+        std::vector<Expr> out;
+        for (const Value *v : bodyOp->operands)
+          out.push_back(lookupBody(values, v));
+        if (yields)
+          *yields = out;
+        return out.empty() ? nullptr : out[0];
+      }
+      if (bodyOp->kind == OpKind::LinalgIndex) {
+        values[bodyOp->result()] = context.iv[indexDim(*bodyOp)];
+        continue;
+      }
+      if (bodyOp->kind == OpKind::TensorExtract) {
+        values[bodyOp->result()] = bindLet(bodyOp->result(), extractExpr(*bodyOp, values), inner);
+        continue;
+      }
+      if (bodyOp->kind == OpKind::ScfIf) {
+        // Both regions are pure scalar code: evaluate both, then select.
+        Expr cond = lookupBody(values, bodyOp->operands[0]);
+        std::vector<Expr> thenValues, elseValues;
+        lowerScalarBlock(*bodyOp->regions[0], values, context, inner, &thenValues);
+        lowerScalarBlock(*bodyOp->regions[1], values, context, inner, &elseValues);
+        for (size_t r = 0; r < bodyOp->results.size(); ++r)
+          values[bodyOp->result(static_cast<int>(r))] =
+              bindLet(bodyOp->result(static_cast<int>(r)),
+                      select(cond, thenValues[r], elseValues[r]), inner);
+        continue;
+      }
+      std::vector<Expr> args;
+      for (const Value *v : bodyOp->operands)
+        args.push_back(lookupBody(values, v));
+      Expr e = scalarExpr(*bodyOp, args);
+      // Only the accumulation itself may be reassociated, and only when specialized.
+      bool accumulates = context.reassociate && e->kind == ExprKind::Binary &&
+                         (bodyOp->operands[0] == context.accumulator ||
+                          bodyOp->operands[1] == context.accumulator) &&
+                         (bodyOp->kind == OpKind::AddF || bodyOp->kind == OpKind::MulF);
+      if (accumulates)
+        e = binary(e->op, e->args[0], e->args[1], true);
+      if (bodyOp->kind == OpKind::ArithConstant) {
+        values[bodyOp->result()] = e;
+        continue;
+      }
+      values[bodyOp->result()] = bindLet(bodyOp->result(), e, inner);
+    }
+    internalError("a scalar region without a terminator");
+  }
+
+  Expr bindLet(const Value *v, Expr e, std::vector<Stmt> &stmts) {
+    std::string name = freshName(v->name);
+    stmts.push_back(let(name, e));
+    return var(name, e->type);
+  }
+
+  // tensor.extract: a load at the row-major position of the indices.
+  Expr extractExpr(const Op &op, const std::unordered_map<const Value *, Expr> &values) {
+    const TensorStorage &t = storageOf(op.operands[0]);
+    std::vector<Expr> coords;
+    for (size_t i = 1; i < op.operands.size(); ++i)
+      coords.push_back(lookupBody(values, op.operands[i]));
+    return load(t.buffer, linearIndex(coords, t.dims), op.operands[0]->type.elem);
+  }
+
+  // A view shares its source's buffer (row-major, contiguous) under new dims.
+  void lowerView(const Op &op) {
+    const TensorStorage &src = storageOf(op.operands[0]);
+    TensorStorage view{src.buffer, {}};
+    if (op.kind == OpKind::TensorCast) {
+      view.dims = src.dims;
+    } else if (op.kind == OpKind::TensorExpandShape) {
+      size_t next = 1;
+      for (const Attribute &a : op.attr("static_output_shape").list())
+        view.dims.push_back(a.integer() == kDynamic ? scalarOf(op.operands[next++])
+                                                    : intConst(a.integer()));
+    } else {
+      size_t dim = 0;
+      for (const Attribute &group : op.attr("reassociation").list()) {
+        Expr product = intConst(1);
+        for (size_t k = 0; k < group.list().size(); ++k)
+          product = mul(product, src.dims[dim++]);
+        view.dims.push_back(product);
+      }
+    }
+    tensors_[op.result()] = view;
+  }
+
+  void lowerDenseConstant(const Op &op) {
+    const auto &dense = std::get<DenseAttr>(op.attr("value").value);
+    const Type &type = op.result()->type;
+    TensorStorage t;
+    for (int64_t d : type.shape)
+      t.dims.push_back(intConst(d));
+    t.buffer = bufferForRoot(storageRoot(op.result()), t.dims);
+    tensors_[op.result()] = t;
+    auto value = [&](const Literal &l) {
+      return l.kind == Literal::Kind::Float ? floatConst(l.f, type.elem) : intConst(l.i, type.elem);
+    };
+    if (dense.values.size() == 1) {
+      emitFill(value(dense.values[0]), t);
+      return;
+    }
+    if (dense.values.size() > 65536)
+      fail(op.loc, "unsupported: dense constants of more than 65536 elements");
+    for (size_t i = 0; i < dense.values.size(); ++i)
+      out_.program.body.push_back(
+          store(t.buffer, intConst(static_cast<int64_t>(i)), value(dense.values[i])));
+  }
+
+  // Offsets, sizes and strides of a slice as expressions.
+  struct Window {
+    std::vector<Expr> offsets, sizes;
+    std::vector<int64_t> strides;
+    std::vector<bool> dropped; // unit dims a rank-reducing slice leaves out
+  };
+
+  Window windowOf(const Op &op, int64_t sliceRank) {
+    Window w;
+    size_t next = op.kind == OpKind::TensorInsertSlice ? 2 : 1;
+    for (const char *list : {"static_offsets", "static_sizes"})
+      for (const Attribute &a : op.attr(list).list())
+        (std::string(list) == "static_offsets" ? w.offsets : w.sizes)
+            .push_back(a.integer() == kDynamic ? scalarOf(op.operands[next++])
+                                               : intConst(a.integer()));
+    for (const Attribute &a : op.attr("static_strides").list())
+      w.strides.push_back(a.integer());
+    int64_t toDrop = static_cast<int64_t>(w.sizes.size()) - sliceRank;
+    for (const Expr &size : w.sizes) {
+      bool drop = toDrop > 0 && asConstant(size) && *asConstant(size) == 1;
+      toDrop -= drop;
+      w.dropped.push_back(drop);
+    }
+    return w;
+  }
+
+  // Copies between a slice and its window of the full tensor, in either direction.
+  void emitWindowCopy(const Window &w, const TensorStorage &full, const TensorStorage &slice,
+                      bool intoFull) {
+    std::vector<Expr> sliceDims;
+    for (size_t d = 0; d < w.sizes.size(); ++d)
+      if (!w.dropped[d])
+        sliceDims.push_back(w.sizes[d]);
+    ElemKind elem = out_.program.buffers[slice.buffer].elem;
+    auto nest = loopNest(sliceDims, [&](const std::vector<Expr> &iv) {
+      std::vector<Expr> fullCoords;
+      size_t next = 0;
+      for (size_t d = 0; d < w.sizes.size(); ++d) {
+        Expr i = w.dropped[d] ? intConst(0) : iv[next++];
+        fullCoords.push_back(add(w.offsets[d], mul(i, intConst(w.strides[d]))));
+      }
+      Expr fullIndex = linearIndex(fullCoords, full.dims);
+      Expr sliceIndex = linearIndex(iv, slice.dims);
+      if (intoFull)
+        return std::vector<Stmt>{
+            store(full.buffer, fullIndex, load(slice.buffer, sliceIndex, elem))};
+      return std::vector<Stmt>{store(slice.buffer, sliceIndex, load(full.buffer, fullIndex, elem))};
+    });
+    append(nest);
+  }
+
+  void lowerSlice(const Op &op) {
+    if (op.kind == OpKind::TensorExtractSlice) {
+      const TensorStorage &src = storageOf(op.operands[0]);
+      Window w = windowOf(op, op.result()->type.rank());
+      TensorStorage slice;
+      for (size_t d = 0; d < w.sizes.size(); ++d)
+        if (!w.dropped[d])
+          slice.dims.push_back(w.sizes[d]);
+      slice.buffer = bufferForRoot(storageRoot(op.result()), slice.dims);
+      tensors_[op.result()] = slice;
+      emitWindowCopy(w, src, slice, false);
+      return;
+    }
+    const TensorStorage &dst = storageOf(op.operands[1]);
+    TensorStorage result{dst.buffer, dst.dims};
+    if (storageRoot(op.result()) != storageRoot(op.operands[1])) {
+      result.buffer = bufferForRoot(storageRoot(op.result()), dst.dims);
+      emitCopy(dst, result);
+    }
+    tensors_[op.result()] = result;
+    emitWindowCopy(windowOf(op, op.operands[0]->type.rank()), result, storageOf(op.operands[0]),
+                   true);
+  }
+
+  // topk: per slice along `dimension`, K selection passes. Pass j keeps the best element that
+  // ranks after the one pass j-1 chose, in the order (value, then lower index first), so ties go
+  // to the lower index and come first.
+  void lowerTopK(const Op &op) {
+    const Block &region = *op.regions[0];
+    const Op &comparator = *region.ops[0];
+    bool largest = false;
+    if (region.ops.size() == 2 && comparator.kind == OpKind::CmpF &&
+        (predicate(comparator) == "ogt" || predicate(comparator) == "olt") &&
+        comparator.operands[0] == region.arguments[0].get() &&
+        comparator.operands[1] == region.arguments[1].get())
+      largest = predicate(comparator) == "ogt";
+    else
+      fail(op.loc, "unsupported: a topk comparator other than 'arith.cmpf ogt' or 'olt' of "
+                   "(lhs, rhs)");
+    int64_t ins = op.attr("num_inputs").integer();
+    int64_t dim = op.attr("dimension").integer();
+    const Value *x = op.operands[0];
+    const TensorStorage &in = storageOf(x);
+    const TensorStorage *inIdx = ins == 2 ? &storageOf(op.operands[1]) : nullptr;
+    std::vector<TensorStorage> outs;
+    for (int r = 0; r < 2; ++r) {
+      const TensorStorage &init = storageOf(op.operands[ins + r]);
+      TensorStorage t{init.buffer, init.dims};
+      if (storageRoot(op.result(r)) != storageRoot(op.operands[ins + r]))
+        t.buffer = bufferForRoot(storageRoot(op.result(r)), init.dims);
+      tensors_[op.result(r)] = t;
+      outs.push_back(t);
+    }
+    // K <= N (specialization checked it when both are known).
+    Expr k = outs[0].dims[dim], n = in.dims[dim];
+    if (!asConstant(k) || !asConstant(n))
+      out_.constraints.push_back({k, n, op.loc, "topk selects {} of only {} elements", true});
+    ElemKind e = x->type.elem;
+    double worst = largest ? -INFINITY : INFINITY;
+    std::vector<Expr> sliceDims = in.dims;
+    sliceDims[dim] = intConst(1);
+    auto nest = loopNest(sliceDims, [&](const std::vector<Expr> &sliceIv) {
+      std::string prevV = freshName("prev_value"), prevI = freshName("prev_index");
+      std::string bestV = freshName("best_value"), bestI = freshName("best_index");
+      std::string j = freshName("j"), i = freshName("i");
+      auto at = [&](const std::vector<Expr> &dims, Expr pos) {
+        std::vector<Expr> coords = sliceIv;
+        coords[dim] = pos;
+        return linearIndex(coords, dims);
+      };
+      Expr vi = var(i, ElemKind::Index), vj = var(j, ElemKind::Index);
+      Expr pv = var(prevV, e), pi = var(prevI, ElemKind::Index);
+      Expr bv = var(bestV, e), bi = var(bestI, ElemKind::Index);
+      std::string xName = freshName("x");
+      Expr xv = var(xName, e);
+      auto before = [&](Expr a, Expr b) { return cmp(largest ? "ogt" : "olt", a, b); };
+      // (x, i) ranks after (prev): worse value, or equal value and higher index.
+      Expr after = binary(OpKind::OrI, before(pv, xv),
+                          binary(OpKind::AndI, cmp("oeq", xv, pv), cmp("sgt", vi, pi)));
+      // (x, i) is better than the best so far: none yet, better value, or equal and lower index.
+      Expr better = binary(OpKind::OrI, cmp("slt", bi, intConst(0)),
+                           binary(OpKind::OrI, before(xv, bv),
+                                  binary(OpKind::AndI, cmp("oeq", xv, bv), cmp("slt", vi, bi))));
+      // Bound once: both updates must see the same decision.
+      std::string takeName = freshName("take");
+      Expr take = var(takeName, ElemKind::I1);
+      std::vector<Stmt> scan{let(xName, load(in.buffer, at(in.dims, vi), e)),
+                             let(takeName, binary(OpKind::AndI, after, better)),
+                             assign(bestV, select(take, xv, bv)),
+                             assign(bestI, select(take, vi, bi))};
+      Expr index = bi;
+      if (inIdx)
+        index = cast(OpKind::ExtSI, load(inIdx->buffer, at(inIdx->dims, bi), ElemKind::I32),
+                     ElemKind::Index);
+      std::vector<Stmt> pass{
+          local(bestV, floatConst(worst, e)),
+          local(bestI, intConst(-1)),
+          forLoop(i, in.dims[dim], ForKind::Serial, std::move(scan)),
+          store(outs[0].buffer, at(outs[0].dims, vj), bv),
+          store(outs[1].buffer, at(outs[1].dims, vj), cast(OpKind::TruncI, index, ElemKind::I32)),
+          assign(prevV, bv),
+          assign(prevI, bi)};
+      return std::vector<Stmt>{local(prevV, floatConst(-worst, e)), local(prevI, intConst(-1)),
+                               forLoop(j, outs[0].dims[dim], ForKind::Serial, std::move(pass))};
+    });
+    append(nest);
   }
 
   std::vector<Expr> operandDims(const Op &op, int operand, const TensorStorage &result) {

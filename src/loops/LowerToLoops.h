@@ -27,7 +27,8 @@ struct LoweredKernel {
   struct Constraint {
     loops::Expr a, b;
     Location loc;
-    std::string message; // with {} for the two extents, in order
+    std::string message;      // with {} for the two extents, in order
+    bool lessOrEqual = false; // a <= b instead of a == b
   };
   std::vector<Constraint> constraints;
 };

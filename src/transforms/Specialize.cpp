@@ -11,7 +11,8 @@ namespace {
 
 class Specializer {
 public:
-  explicit Specializer(FuncOp &fn) : fn_(fn) {}
+  /// With `shapes` false only flags are bound and branches folded (generic mode).
+  Specializer(FuncOp &fn, bool shapes) : fn_(fn), shapes_(shapes) {}
 
   void bindArguments(const std::vector<ArgSpec> &args) {
     Block &body = *fn_.body;
@@ -19,9 +20,11 @@ public:
     for (size_t i = 0; i < args.size(); ++i) {
       Value *arg = body.arguments[i].get();
       if (args[i].type.isTensor()) {
-        arg->type = args[i].type;
-        fn_.argTypes[i] = args[i].type;
-      } else if (args[i].intValue) {
+        if (shapes_) {
+          arg->type = args[i].type;
+          fn_.argTypes[i] = args[i].type;
+        }
+      } else if (args[i].intValue && (shapes_ || arg->type.elem == ElemKind::I1)) {
         auto op = makeConstant(arg->type, *args[i].intValue, arg->loc, &body);
         op->result()->name = arg->name;
         replaceAllUses(body, arg, op->result());
@@ -35,6 +38,10 @@ public:
   void run(Block &block) {
     for (size_t i = 0; i < block.ops.size(); ++i) {
       Op &op = *block.ops[i];
+      if (op.kind == OpKind::ScfIf && constantOf(op.operands[0])) {
+        i = inlineBranch(block, i, *constantOf(op.operands[0]) != 0);
+        continue;
+      }
       for (auto &region : op.regions)
         run(*region);
       std::optional<int64_t> folded = fold(op);
@@ -45,12 +52,132 @@ public:
         block.ops[i] = std::move(constant);
         continue;
       }
-      refineTypes(op);
+      if (shapes_)
+        refineTypes(op);
     }
+  }
+
+  // Splices the chosen region of the scf.if at `block.ops[at]` in its place; returns the index
+  // before the first spliced op, so that the walk specializes them next.
+  size_t inlineBranch(Block &block, size_t at, bool takeThen) {
+    Op &op = *block.ops[at];
+    Block &chosen = *op.regions[takeThen ? 0 : 1];
+    if (!op.results.empty()) {
+      const Op &yield = *chosen.ops.back();
+      for (size_t r = 0; r < op.results.size(); ++r)
+        replaceAllUses(*fn_.body, op.result(static_cast<int>(r)), yield.operands[r]);
+    }
+    std::unique_ptr<Op> keep = std::move(block.ops[at]); // owns `chosen` while splicing
+    if (!chosen.ops.empty() && chosen.ops.back()->kind == OpKind::ScfYield)
+      chosen.ops.pop_back();
+    for (auto &o : chosen.ops)
+      o->parentBlock = &block;
+    block.ops.erase(block.ops.begin() + at);
+    block.ops.insert(block.ops.begin() + at, std::make_move_iterator(chosen.ops.begin()),
+                     std::make_move_iterator(chosen.ops.end()));
+    return at - 1;
+  }
+
+  // The value of an index operand that a shape depends on, or an error naming it.
+  int64_t requireConstant(const Op &op, const Value *v, const char *what) {
+    std::optional<int64_t> c = constantOf(v);
+    if (!c)
+      fail(op.loc, fmt::format("unsupported: {} of '{}' (%{}) does not fold to a constant", what,
+                               op.name(), v->name));
+    return *c;
+  }
+
+  // The static values of a mixed static/dynamic list, SSA entries taken from operands[next...].
+  std::vector<int64_t> mixedValues(const Op &op, const char *attr, size_t &next, const char *what) {
+    std::vector<int64_t> values;
+    for (const Attribute &a : op.attr(attr).list())
+      values.push_back(a.integer() == kDynamic ? requireConstant(op, op.operands[next++], what)
+                                               : a.integer());
+    return values;
+  }
+
+  void refineView(Op &op) {
+    const Type &from = op.operands[0]->type;
+    Type to = op.result()->type;
+    const AttrList &groups = op.attr("reassociation").list();
+    bool expand = op.kind == OpKind::TensorExpandShape;
+    std::vector<int64_t> shape;
+    if (expand) {
+      size_t next = 1;
+      shape = mixedValues(op, "static_output_shape", next, "an 'output_shape' entry");
+    }
+    size_t dim = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      int64_t product = 1;
+      for (size_t k = 0; k < groups[g].list().size(); ++k, ++dim)
+        product *= expand ? shape[dim] : from.shape[dim];
+      if (expand && product != from.shape[g])
+        fail(op.loc, fmt::format("'tensor.expand_shape' splits dim {} of size {} into {} elements",
+                                 g, from.shape[g], product));
+      if (!expand)
+        shape.push_back(product);
+    }
+    for (int64_t d = 0; d < to.rank(); ++d)
+      if (to.shape[d] != kDynamic && to.shape[d] != shape[d])
+        fail(op.loc, fmt::format("dim {} of '{}' is {} but the reshape gives {}", d, to.str(),
+                                 to.shape[d], shape[d]));
+    to.shape = shape;
+    op.result()->type = to;
+  }
+
+  void refineSlice(Op &op) {
+    bool insert = op.kind == OpKind::TensorInsertSlice;
+    const Type &full = insert ? op.operands[1]->type : op.operands[0]->type;
+    size_t next = insert ? 2 : 1;
+    std::vector<int64_t> offsets = mixedValues(op, "static_offsets", next, "a slice offset");
+    std::vector<int64_t> sizes = mixedValues(op, "static_sizes", next, "a slice size");
+    const AttrList &strides = op.attr("static_strides").list();
+    for (int64_t d = 0; d < full.rank(); ++d) {
+      int64_t last = offsets[d] + (sizes[d] - 1) * strides[d].integer();
+      if (offsets[d] < 0 || sizes[d] < 0 || (sizes[d] > 0 && last >= full.shape[d]))
+        fail(op.loc, fmt::format("slice dim {} (offset {}, size {}, stride {}) is out of bounds "
+                                 "for '{}'",
+                                 d, offsets[d], sizes[d], strides[d].integer(), full.str()));
+    }
+    const Type &declared = insert ? op.operands[0]->type : op.result()->type;
+    std::vector<int64_t> sliceShape = droppedUnitDims(op, sizes, declared);
+    if (insert) {
+      if (op.operands[0]->type.shape != sliceShape)
+        fail(op.loc, fmt::format("the inserted '{}' does not match the window sizes [{}]",
+                                 op.operands[0]->type.str(), fmt::join(sizes, ", ")));
+      op.result()->type = full;
+    } else {
+      op.result()->type.shape = sliceShape;
+    }
+  }
+
+  // The slice's shape: the sizes, less the unit dims a rank-reducing slice drops (the first
+  // unit dims that must go for the ranks to match).
+  std::vector<int64_t> droppedUnitDims(const Op &op, const std::vector<int64_t> &sizes,
+                                       const Type &slice) {
+    std::vector<int64_t> shape;
+    int64_t toDrop = static_cast<int64_t>(sizes.size()) - slice.rank();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (toDrop > 0 && sizes[d] == 1) {
+        --toDrop;
+        continue;
+      }
+      shape.push_back(sizes[d]);
+    }
+    if (toDrop != 0 || static_cast<int64_t>(shape.size()) != slice.rank())
+      fail(op.loc, fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(sizes, ", "),
+                               slice.str()));
+    for (int64_t d = 0; d < slice.rank(); ++d)
+      if (slice.shape[d] != kDynamic && slice.shape[d] != shape[d])
+        fail(op.loc, fmt::format("dim {} of '{}' is {} but the slice size is {}", d, slice.str(),
+                                 slice.shape[d], shape[d]));
+    return shape;
   }
 
   void finish() {
     removeDeadOps(*fn_.body);
+    if (!shapes_)
+      return;
     const Op *ret = fn_.body->terminator();
     for (size_t i = 0; i < fn_.resultTypes.size(); ++i)
       fn_.resultTypes[i] = ret->operands[i]->type;
@@ -94,6 +221,18 @@ private:
         return std::nullopt;
       return t.shape[*d];
     }
+    if (op.kind == OpKind::AssumeInt) {
+      std::optional<int64_t> v = constantOf(op.operands[0]);
+      if (!v)
+        return std::nullopt;
+      auto bound = [&](const char *key) { return op.hasAttr(key) ? op.attr(key).integer() : -1; };
+      if ((bound("umin") >= 0 && *v < bound("umin")) ||
+          (bound("umax") >= 0 && *v > bound("umax")) ||
+          (bound("udiv") > 0 && *v % bound("udiv") != 0))
+        fail(op.loc, fmt::format("%{} = {} violates its 'util.assume.int' range",
+                                 op.operands[0]->name, *v));
+      return v;
+    }
     if (op.results.size() != 1 || !op.result()->type.isInteger() || op.operands.empty())
       return std::nullopt;
     std::vector<int64_t> values;
@@ -136,6 +275,40 @@ private:
       return;
     }
     case OpKind::LinalgFill: op.result()->type = op.operands[1]->type; return;
+    case OpKind::TensorExpandShape:
+    case OpKind::TensorCollapseShape: refineView(op); return;
+    case OpKind::TensorExtractSlice:
+    case OpKind::TensorInsertSlice: refineSlice(op); return;
+    case OpKind::TensorCast: {
+      const Type &from = op.operands[0]->type, &to = op.result()->type;
+      for (int64_t d = 0; d < to.rank(); ++d)
+        if (to.shape[d] != kDynamic && to.shape[d] != from.shape[d])
+          fail(op.loc,
+               fmt::format("'tensor.cast' to '{}': dim {} is {}", to.str(), d, from.shape[d]));
+      op.result()->type = from;
+      return;
+    }
+    case OpKind::TopK: {
+      int64_t d = op.attr("dimension").integer();
+      int64_t ins = op.attr("num_inputs").integer();
+      const Type &x = op.operands[0]->type;
+      for (int r = 0; r < 2; ++r) {
+        const Type &out = op.operands[ins + r]->type;
+        for (int64_t k = 0; k < x.rank(); ++k)
+          if (k != d && out.shape[k] != x.shape[k])
+            fail(op.loc, fmt::format("topk output dim {} is {} but the input's is {}", k,
+                                     out.shape[k], x.shape[k]));
+        op.result(r)->type = out;
+      }
+      if (op.operands[ins]->type.shape[d] > x.shape[d])
+        fail(op.loc, fmt::format("topk selects {} of only {} elements along dim {}",
+                                 op.operands[ins]->type.shape[d], x.shape[d], d));
+      return;
+    }
+    case OpKind::ScfFor:
+      for (size_t r = 0; r < op.results.size(); ++r)
+        op.result(static_cast<int>(r))->type = op.operands[3 + r]->type;
+      return;
     case OpKind::LinalgGeneric:
       checkExtents(op);
       op.result()->type = op.operands.back()->type;
@@ -172,6 +345,7 @@ private:
   }
 
   FuncOp &fn_;
+  bool shapes_;
   std::unordered_map<const Value *, int64_t> constants_;
 };
 
@@ -227,7 +401,7 @@ std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> 
                                    std::vector<std::string> *explain) {
   checkArguments(fn, args);
   auto copy = cloneFunction(fn);
-  Specializer s(*copy);
+  Specializer s(*copy, true);
   s.bindArguments(args);
   s.run(*copy->body);
   s.finish();
@@ -251,6 +425,16 @@ std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> 
       }
     }
   }
+  return copy;
+}
+
+std::unique_ptr<FuncOp> bindFlags(const FuncOp &fn, const std::vector<ArgSpec> &args) {
+  checkArguments(fn, args);
+  auto copy = cloneFunction(fn);
+  Specializer s(*copy, false);
+  s.bindArguments(args);
+  s.run(*copy->body);
+  s.finish();
   return copy;
 }
 

@@ -25,6 +25,10 @@ namespace frank {
 std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> &args,
                                    std::vector<std::string> *explain = nullptr);
 
+/// Generic mode's counterpart: binds only the i1 arguments (flags are specialization keys in
+/// both modes) and folds the branches they decide, leaving every shape dynamic.
+std::unique_ptr<FuncOp> bindFlags(const FuncOp &fn, const std::vector<ArgSpec> &args);
+
 /// For each loop dim of a generic, the (operand, operand dim) pairs that index it alone.
 std::vector<std::vector<std::pair<int, int>>> loopDimSources(const Op &generic);
 
