@@ -4,6 +4,7 @@
 #include "Pipeline.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "link/Linker.h"
 #include "parse/Parser.h"
 
 #include <llvm/ADT/Hashing.h>
@@ -593,15 +594,21 @@ static Module makeModule(std::unique_ptr<ModuleOp> ir, const std::string &text,
   return detail::Access::makeModule(impl);
 }
 
+static std::unique_ptr<ModuleOp> linked(std::unique_ptr<ModuleOp> module, const LinkOptions &link) {
+  LinkSources sources{link.files, link.searchPaths};
+  if (link.componentLibrary)
+    sources.searchPaths.push_back(FRANK_COMPONENTS_DIR);
+  linkModule(*module, sources);
+  return module;
+}
+
 Module Context::load(const std::string &path, const LinkOptions &link) {
-  (void)link; // linking lands with the linker
-  return makeModule(parseFile(path), path, impl_);
+  return makeModule(linked(parseFile(path), link), path, impl_);
 }
 
 Module Context::loadString(const std::string &text, const std::string &name,
                            const LinkOptions &link) {
-  (void)link;
-  return makeModule(parseString(text, name), text, impl_);
+  return makeModule(linked(parseString(text, name), link), text, impl_);
 }
 
 CacheStats Context::cacheStats() const {

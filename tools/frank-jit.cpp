@@ -10,6 +10,7 @@
 #include <llvm/Support/CommandLine.h>
 
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -23,10 +24,23 @@ cl::SubCommand compileCmd("compile", "Compile a function for given input types a
 cl::SubCommand runCmd("run", "Run a function on inputs and print or save its results");
 cl::SubCommand benchCmd("bench", "Benchmark a function, specialized and generic "
                                  "(takes Google Benchmark's --benchmark_* flags too)");
+cl::SubCommand linkCmd("link",
+                       "Link a component with the modules it declares and print the result");
 
 cl::opt<std::string> file(cl::Positional, cl::desc("<component.mlir>"), cl::Required,
-                          cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+                          cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::sub(linkCmd),
                           cl::cat(category));
+cl::list<std::string> linkFiles("link", cl::desc("A module to link against (repeatable)"),
+                                cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+                                cl::sub(linkCmd), cl::cat(category));
+cl::list<std::string> linkPaths("link-path",
+                                cl::desc("A directory searched for modules by symbol (repeatable; "
+                                         "the component library is always searched last)"),
+                                cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+                                cl::sub(linkCmd), cl::cat(category));
+cl::opt<std::string> linkOutput("o",
+                                cl::desc("Where `link` writes the merged module (default: stdout)"),
+                                cl::value_desc("file"), cl::sub(linkCmd), cl::cat(category));
 cl::opt<std::string> function("function",
                               cl::desc("The function to compile (default: the only public one)"),
                               cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
@@ -61,6 +75,13 @@ cl::opt<uint64_t> seed("seed", cl::desc("Seed for =random inputs"), cl::init(0),
 cl::opt<int64_t> printMax("print-max-elements", cl::desc("Elements printed per result"),
                           cl::init(1024), cl::sub(runCmd), cl::cat(category));
 
+Module loadModule(Context &ctx) {
+  LinkOptions link;
+  link.files.assign(linkFiles.begin(), linkFiles.end());
+  link.searchPaths.assign(linkPaths.begin(), linkPaths.end());
+  return ctx.load(file, link);
+}
+
 Function lookup(Context &ctx, Module &module) {
   if (!function.empty())
     return module.function(function);
@@ -93,7 +114,7 @@ std::vector<Arg> parseInputs(const Function &fn) {
 
 int compileCommand() {
   Context ctx;
-  Module module = ctx.load(file);
+  Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   checkInputCount(fn);
   std::vector<std::string> types(inputs.begin(), inputs.end());
@@ -106,9 +127,22 @@ int compileCommand() {
   return 0;
 }
 
+int linkCommand() {
+  Context ctx;
+  std::string text = loadModule(ctx).print();
+  if (linkOutput.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  std::ofstream out(linkOutput);
+  if (!(out << text))
+    throw Error(fmt::format("{}: error: cannot write the linked module", linkOutput.getValue()));
+  return 0;
+}
+
 int runCommand() {
   Context ctx;
-  Module module = ctx.load(file);
+  Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   std::vector<Arg> args = parseInputs(fn);
   Kernel kernel = fn.specialize(args, mode);
@@ -147,7 +181,7 @@ int64_t argumentBytes(const std::vector<Arg> &args, const std::vector<std::vecto
 
 int benchCommand(int benchArgc, char **benchArgv) {
   Context ctx;
-  Module module = ctx.load(file);
+  Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   std::vector<Arg> args = parseInputs(fn);
   std::string format = "console";
@@ -208,11 +242,14 @@ int main(int argc, char **argv) {
       return compileCommand();
     if (runCmd)
       return runCommand();
+    if (linkCmd)
+      return linkCommand();
     if (benchCmd) {
       int n = static_cast<int>(theirs.size());
       return benchCommand(n, theirs.data());
     }
-    llvm::errs() << "frank-jit: error: choose a command: compile, run or bench (see --help)\n";
+    llvm::errs()
+        << "frank-jit: error: choose a command: compile, run, bench or link (see --help)\n";
     return 1;
   } catch (const Error &e) {
     std::string message = e.what();

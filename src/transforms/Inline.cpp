@@ -56,20 +56,17 @@ void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string
     ValueMap map;
     for (size_t a = 0; a < op.operands.size(); ++a)
       map[target->body->arguments[a].get()] = op.operands[a];
-    std::vector<std::unique_ptr<Op>> inlined;
-    for (auto &calleeOp : target->body->ops)
-      inlined.push_back(cloneOp(*calleeOp, map));
-    std::unique_ptr<Op> ret = std::move(inlined.back());
-    inlined.pop_back();
-    // Inline nested calls inside the copy, with this callee on the stack.
+    // Clone the whole body, return included, so that nested inlining updates its operands too.
     Block scratch;
-    for (auto &o : inlined) {
-      o->parentBlock = &scratch;
-      scratch.ops.push_back(std::move(o));
+    for (auto &calleeOp : target->body->ops) {
+      scratch.ops.push_back(cloneOp(*calleeOp, map));
+      scratch.ops.back()->parentBlock = &scratch;
     }
     stack.push_back(name);
     inlineCallsIn(scratch, module, stack);
     stack.pop_back();
+    std::unique_ptr<Op> ret = std::move(scratch.ops.back());
+    scratch.ops.pop_back();
     for (size_t r = 0; r < op.results.size(); ++r)
       replaceAllUses(block, op.result(static_cast<int>(r)), ret->operands[r]);
     i = splice(block, i, scratch.ops);
