@@ -259,5 +259,9 @@ int main(int argc, char **argv) {
     else
       fmt::print(stderr, "{}\n", message);
     return 1;
+  } catch (const std::exception &e) {
+    fmt::print(stderr, "frank-jit: internal error (a bug in frank-jit, please report it): {}\n",
+               e.what());
+    return 2;
   }
 }

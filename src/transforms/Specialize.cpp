@@ -204,7 +204,7 @@ private:
   }
 
   std::optional<int64_t> fold(Op &op) {
-    if (op.kind == OpKind::ArithConstant) {
+    if (op.kind == OpKind::ArithConstant && op.result()->type.isScalar()) {
       const Literal &lit = constantValue(op);
       if (lit.kind != Literal::Kind::Float)
         constants_[op.result()] = lit.i;

@@ -1,0 +1,457 @@
+// The named ops (generalized to linalg.generic), views, slices, dense constants, scf.if on
+// flags and topk: each against plain loops, in both modes, at odd sizes.
+#include "TestSupport.h"
+#include "oracles/Oracles.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace frank::test {
+namespace {
+
+using testing::HasSubstr;
+
+Context &context() {
+  static Context ctx;
+  return ctx;
+}
+
+std::vector<float> values(int64_t n, uint64_t seed) { return oracle::randomFloats(n, seed, -2, 2); }
+
+Tensor borrow(std::vector<float> &v, std::vector<int64_t> shape) {
+  return Tensor::borrow(v.data(), DType::F32, std::move(shape));
+}
+
+// Runs @f in both modes; checks result 0 against `expected` (f32, matmul-like tolerance:
+// MLIR-SUBSET.md §10 gives rtol 1e-4 / atol 1e-5 for contractions and attention).
+void expectBoth(const std::string &text, const std::vector<Arg> &args,
+                const std::vector<double> &expected, double rtol = 1e-5, double atol = 1e-6) {
+  Function fn = context().loadString(text, "ops.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(mode == Mode::Specialized ? "specialized" : "generic");
+    Tensor y = fn(args, mode)[0];
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(expected.size()));
+    auto cmp = oracle::compare(y.as<float>(), expected, rtol, atol);
+    EXPECT_TRUE(cmp.ok) << cmp.describe();
+  }
+}
+
+TEST(NamedOps, MatmulAccumulatesIntoOuts) {
+  const char *text = R"(
+    func.func @f(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>, %c: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %r = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%c : tensor<?x?xf32>) -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  const int64_t m = 7, k = 13, n = 5;
+  auto a = values(m * k, 1), b = values(k * n, 2), c = values(m * n, 3);
+  std::vector<double> expected(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = c[i * n + j];
+      for (int64_t p = 0; p < k; ++p)
+        s += static_cast<double>(a[i * k + p]) * b[p * n + j];
+      expected[i * n + j] = s;
+    }
+  expectBoth(text, {borrow(a, {m, k}), borrow(b, {k, n}), borrow(c, {m, n})}, expected, 1e-4, 1e-5);
+}
+
+TEST(NamedOps, BatchMatmulAsBatchedMatVec) {
+  const char *text = R"(
+    func.func @f(%a: tensor<?x?x?xf32>, %b: tensor<?x?x1xf32>) -> tensor<?x?x1xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %t = tensor.dim %a, %c0 : tensor<?x?x?xf32>
+      %m = tensor.dim %a, %c1 : tensor<?x?x?xf32>
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty(%t, %m) : tensor<?x?x1xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?x1xf32>) -> tensor<?x?x1xf32>
+      %r = linalg.batch_matmul ins(%a, %b : tensor<?x?x?xf32>, tensor<?x?x1xf32>) outs(%f : tensor<?x?x1xf32>) -> tensor<?x?x1xf32>
+      return %r : tensor<?x?x1xf32>
+    })";
+  const int64_t t = 3, m = 11, k = 17;
+  auto a = values(t * m * k, 4), b = values(t * k, 5);
+  std::vector<double> expected(t * m, 0);
+  for (int64_t bt = 0; bt < t; ++bt)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        expected[bt * m + i] += static_cast<double>(a[(bt * m + i) * k + p]) * b[bt * k + p];
+  expectBoth(text, {borrow(a, {t, m, k}), borrow(b, {t, k, 1})}, expected, 1e-4, 1e-5);
+}
+
+TEST(NamedOps, TransposeBroadcastReduce) {
+  // r[j] = sum_i transpose(x)[j, i] + broadcast(w)[j, i], for x [m, n] and w [n].
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>, %w: tensor<?xf32>) -> tensor<?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %te = tensor.empty(%n, %m) : tensor<?x?xf32>
+      %t = linalg.transpose ins(%x : tensor<?x?xf32>) outs(%te : tensor<?x?xf32>) permutation = [1, 0]
+      %be = tensor.empty(%n, %m) : tensor<?x?xf32>
+      %b = linalg.broadcast ins(%w : tensor<?xf32>) outs(%be : tensor<?x?xf32>) dimensions = [1]
+      %se = tensor.empty(%n, %m) : tensor<?x?xf32>
+      %s = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%t, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%se : tensor<?x?xf32>) {
+      ^bb0(%p: f32, %q: f32, %o: f32):
+        %v = arith.addf %p, %q : f32
+        linalg.yield %v : f32
+      } -> tensor<?x?xf32>
+      %z = arith.constant 0.0 : f32
+      %re = tensor.empty(%n) : tensor<?xf32>
+      %ri = linalg.fill ins(%z : f32) outs(%re : tensor<?xf32>) -> tensor<?xf32>
+      %r = linalg.reduce ins(%s : tensor<?x?xf32>) outs(%ri : tensor<?xf32>) dimensions = [1] (%in: f32, %acc: f32) {
+        %v = arith.addf %acc, %in : f32
+        linalg.yield %v : f32
+      }
+      return %r : tensor<?xf32>
+    })";
+  const int64_t m = 9, n = 14;
+  auto x = values(m * n, 6), w = values(n, 7);
+  std::vector<double> expected(n, 0);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i)
+      expected[j] += static_cast<double>(x[i * n + j]) + w[j];
+  expectBoth(text, {borrow(x, {m, n}), borrow(w, {n})}, expected);
+}
+
+class SoftmaxTest : public testing::TestWithParam<int> {};
+
+TEST_P(SoftmaxTest, AlongEveryDim) {
+  int dim = GetParam();
+  std::string text = fmt::format(R"(
+    func.func @f(%x: tensor<?x?x?xf32>) -> tensor<?x?x?xf32> {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %a = tensor.dim %x, %c0 : tensor<?x?x?xf32>
+      %b = tensor.dim %x, %c1 : tensor<?x?x?xf32>
+      %c = tensor.dim %x, %c2 : tensor<?x?x?xf32>
+      %e = tensor.empty(%a, %b, %c) : tensor<?x?x?xf32>
+      %r = linalg.softmax dimension({}) ins(%x : tensor<?x?x?xf32>) outs(%e : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>
+      return %r : tensor<?x?x?xf32>
+    }})",
+                                 dim);
+  const int64_t shape[3] = {3, 5, 7};
+  auto x = oracle::randomFloats(3 * 5 * 7, 8, -20, 20);
+  std::vector<double> expected(x.size());
+  int64_t strides[3] = {35, 7, 1};
+  for (int64_t i = 0; i < 105; ++i) {
+    int64_t pos = (i / strides[dim]) % shape[dim];
+    int64_t base = i - pos * strides[dim];
+    double mx = -INFINITY, sum = 0;
+    for (int64_t k = 0; k < shape[dim]; ++k)
+      mx = std::max(mx, static_cast<double>(x[base + k * strides[dim]]));
+    for (int64_t k = 0; k < shape[dim]; ++k)
+      sum += std::exp(x[base + k * strides[dim]] - mx);
+    expected[i] = std::exp(x[i] - mx) / sum;
+  }
+  expectBoth(text, {borrow(x, {3, 5, 7})}, expected, 1e-5, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dims, SoftmaxTest, testing::Values(0, 1, 2));
+
+TEST(NamedOps, GatherRowsWithI32AndI64Indices) {
+  for (const char *type : {"i32", "i64"}) {
+    SCOPED_TRACE(type);
+    std::string text = fmt::format(R"(
+      func.func @f(%w: tensor<?x?xf32>, %idx: tensor<?x{0}>) -> tensor<?x?xf32> {{
+        %c0 = arith.constant 0 : index
+        %c1 = arith.constant 1 : index
+        %n = tensor.dim %idx, %c0 : tensor<?x{0}>
+        %e = tensor.dim %w, %c1 : tensor<?x?xf32>
+        %init = tensor.empty(%n, %e) : tensor<?x?xf32>
+        %g = iree_linalg_ext.gather dimension_map = [0] ins(%w, %idx : tensor<?x?xf32>, tensor<?x{0}>) outs(%init : tensor<?x?xf32>) -> tensor<?x?xf32>
+        return %g : tensor<?x?xf32>
+      }})",
+                                   type);
+    const int64_t v = 11, e = 9;
+    auto w = values(v * e, 9);
+    std::vector<int64_t> rows{3, 0, 10, 3, 7};
+    std::vector<int32_t> rows32(rows.begin(), rows.end());
+    Tensor idx = std::string(type) == "i32" ? Tensor::borrow(rows32.data(), DType::I32, {5})
+                                            : Tensor::borrow(rows.data(), DType::I64, {5});
+    std::vector<double> expected;
+    for (int64_t r : rows)
+      for (int64_t c = 0; c < e; ++c)
+        expected.push_back(w[r * e + c]);
+    expectBoth(text, {borrow(w, {v, e}), idx}, expected, 0, 0); // an exact copy
+  }
+}
+
+struct TopKCase {
+  const char *predicate;
+  int64_t k;
+};
+
+class TopKTest : public testing::TestWithParam<TopKCase> {};
+
+TEST_P(TopKTest, BestFirstTiesToLowerIndex) {
+  auto [pred, k] = GetParam();
+  std::string text = fmt::format(R"(
+    func.func @f(%x: tensor<?x?xf32>) -> (tensor<{0}x?xf32>, tensor<{0}x?xi32>) {{
+      %c1 = arith.constant 1 : index
+      %t = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %v0 = tensor.empty(%t) : tensor<{0}x?xf32>
+      %i0 = tensor.empty(%t) : tensor<{0}x?xi32>
+      %v, %i = iree_linalg_ext.topk dimension(0) ins(%x : tensor<?x?xf32>) outs(%v0, %i0 : tensor<{0}x?xf32>, tensor<{0}x?xi32>) {{
+      ^bb0(%l: f32, %r: f32):
+        %c = arith.cmpf {1}, %l, %r : f32
+        iree_linalg_ext.yield %c : i1
+      }} -> tensor<{0}x?xf32>, tensor<{0}x?xi32>
+      return %v, %i : tensor<{0}x?xf32>, tensor<{0}x?xi32>
+    }})",
+                                 k, pred);
+  const int64_t n = 8, t = 13;
+  // Values on a coarse grid so that ties are common.
+  std::vector<float> x(n * t);
+  for (int64_t i = 0; i < n * t; ++i)
+    x[i] = static_cast<float>((i * 7919) % 5) - 2.f;
+  bool largest = std::string(pred) == "ogt";
+  Function fn = context().loadString(text, "topk.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    auto r = fn({borrow(x, {n, t})}, mode);
+    for (int64_t col = 0; col < t; ++col) {
+      std::vector<int64_t> order(n);
+      for (int64_t i = 0; i < n; ++i)
+        order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return largest ? x[a * t + col] > x[b * t + col] : x[a * t + col] < x[b * t + col];
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        EXPECT_EQ(r[1].as<int32_t>()[j * t + col], order[j]) << "column " << col << " rank " << j;
+        EXPECT_EQ(r[0].as<float>()[j * t + col], x[order[j] * t + col]);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, TopKTest,
+                         testing::Values(TopKCase{"ogt", 1}, TopKCase{"ogt", 2}, TopKCase{"ogt", 4},
+                                         TopKCase{"olt", 3}, TopKCase{"ogt", 8}),
+                         [](const auto &info) {
+                           return fmt::format("{}_k{}", info.param.predicate, info.param.k);
+                         });
+
+TEST(NamedOps, TopKLargerThanTheSliceIsAnError) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf32>) -> (tensor<4xf32>, tensor<4xi32>) {
+      %v0 = tensor.empty() : tensor<4xf32>
+      %i0 = tensor.empty() : tensor<4xi32>
+      %v, %i = iree_linalg_ext.topk dimension(0) ins(%x : tensor<?xf32>) outs(%v0, %i0 : tensor<4xf32>, tensor<4xi32>) {
+      ^bb0(%l: f32, %r: f32):
+        %c = arith.cmpf ogt, %l, %r : f32
+        iree_linalg_ext.yield %c : i1
+      } -> tensor<4xf32>, tensor<4xi32>
+      return %v, %i : tensor<4xf32>, tensor<4xi32>
+    })";
+  std::vector<float> x(3);
+  Function fn = context().loadString(text, "topk.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic})
+    EXPECT_THAT([&] { fn({borrow(x, {3})}, mode); },
+                testing::ThrowsMessage<Error>(HasSubstr("topk selects 4 of only 3 elements")));
+}
+
+struct AttentionCase {
+  const char *mask; // "", "i1" or "f32"
+};
+
+class AttentionOpTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(AttentionOpTest, MatchesSoftmaxOfScaledScores) {
+  std::string mask = GetParam();
+  std::string maskArg = mask.empty() ? "" : fmt::format(", %mask: tensor<?x?x?x{}>", mask);
+  std::string maskIn = mask.empty() ? "" : ", %mask";
+  std::string maskType = mask.empty() ? "" : fmt::format(", tensor<?x?x?x{}>", mask);
+  std::string maskMap = mask.empty() ? "" : "affine_map<(b, m, k, j, n) -> (b, m, j)>, ";
+  std::string text = fmt::format(R"(
+    func.func @f(%q: tensor<?x?x?xf32>, %k: tensor<?x?x?xf32>, %v: tensor<?x?x?xf32>, %scale: f32{0}) -> tensor<?x?x?xf32> {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %b = tensor.dim %q, %c0 : tensor<?x?x?xf32>
+      %m = tensor.dim %q, %c1 : tensor<?x?x?xf32>
+      %n = tensor.dim %v, %c2 : tensor<?x?x?xf32>
+      %e = tensor.empty(%b, %m, %n) : tensor<?x?x?xf32>
+      %o = iree_linalg_ext.attention {{indexing_maps = [
+             affine_map<(b, m, k, j, n) -> (b, m, k)>, affine_map<(b, m, k, j, n) -> (b, j, k)>,
+             affine_map<(b, m, k, j, n) -> (b, j, n)>, affine_map<(b, m, k, j, n) -> ()>,
+             {3}affine_map<(b, m, k, j, n) -> (b, m, n)>]}}
+          ins(%q, %k, %v, %scale{1} : tensor<?x?x?xf32>, tensor<?x?x?xf32>, tensor<?x?x?xf32>, f32{2})
+          outs(%e : tensor<?x?x?xf32>) {{
+      ^bb0(%s: f32):
+        iree_linalg_ext.yield %s : f32
+      }} -> tensor<?x?x?xf32>
+      return %o : tensor<?x?x?xf32>
+    }})",
+                                 maskArg, maskIn, maskType, maskMap);
+  const int64_t B = 2, M = 5, K = 16, J = 7, N = 9;
+  auto q = values(B * M * K, 10), k = values(B * J * K, 11), v = values(B * J * N, 12);
+  const float scale = 0.25f;
+  std::vector<uint8_t> keep(B * M * J);
+  std::vector<float> add(B * M * J);
+  for (size_t i = 0; i < keep.size(); ++i) {
+    keep[i] = (i % 3) != 1 || (i % J) == 0; // every row keeps key 0
+    add[i] = static_cast<float>(i % 4) - 1.5f;
+  }
+  std::vector<double> expected(B * M * N, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t m = 0; m < M; ++m) {
+      std::vector<double> s(J);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < J; ++j) {
+        double dot = 0;
+        for (int64_t p = 0; p < K; ++p)
+          dot += static_cast<double>(q[(b * M + m) * K + p]) * k[(b * J + j) * K + p];
+        s[j] = dot * scale;
+        int64_t at = (b * M + m) * J + j;
+        if (mask == "i1" && !keep[at])
+          s[j] = -INFINITY;
+        if (mask == "f32")
+          s[j] += add[at];
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (double &x : s)
+        sum += (x = std::exp(x - mx));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < J; ++j)
+          expected[(b * M + m) * N + n] += s[j] / sum * v[(b * J + j) * N + n];
+    }
+  std::vector<Arg> args{borrow(q, {B, M, K}), borrow(k, {B, J, K}), borrow(v, {B, J, N}),
+                        Scalar::f32(scale)};
+  if (mask == "i1")
+    args.push_back(Tensor::borrow(keep.data(), DType::I1, {B, M, J}));
+  if (mask == "f32")
+    args.push_back(borrow(add, {B, M, J}));
+  expectBoth(text, args, expected, 1e-4, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, AttentionOpTest, testing::Values("", "i1", "f32"),
+                         [](const auto &info) {
+                           return info.param.empty() ? std::string("none") : info.param;
+                         });
+
+TEST(NamedOps, SlicesViewsAndDenseConstants) {
+  // A rank-reducing slice of a reshaped tensor, added to a dense constant, inserted into a copy
+  // of the input.
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %rows = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %cols = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %half = arith.divui %cols, %c2 : index
+      %x3 = tensor.expand_shape %x [[0], [1, 2]] output_shape [%rows, 2, %half] : tensor<?x?xf32> into tensor<?x2x?xf32>
+      %s = tensor.extract_slice %x3[1, 1, 0] [1, 1, 3] [1, 1, 1] : tensor<?x2x?xf32> to tensor<3xf32>
+      %k = arith.constant dense<[10.0, 20.0, 30.0]> : tensor<3xf32>
+      %e = tensor.empty() : tensor<3xf32>
+      %sum = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+          ins(%s, %k : tensor<3xf32>, tensor<3xf32>) outs(%e : tensor<3xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %v = arith.addf %a, %b : f32
+        linalg.yield %v : f32
+      } -> tensor<3xf32>
+      %r = tensor.insert_slice %sum into %x[0, 1] [1, 3] [1, 2] : tensor<3xf32> into tensor<?x?xf32>
+      %flat = tensor.collapse_shape %r [[0, 1]] : tensor<?x?xf32> into tensor<?xf32>
+      %back = tensor.expand_shape %flat [[0, 1]] output_shape [%rows, %cols] : tensor<?xf32> into tensor<?x?xf32>
+      return %back : tensor<?x?xf32>
+    })";
+  const int64_t rows = 3, cols = 8;
+  auto x = values(rows * cols, 13);
+  std::vector<double> expected(x.begin(), x.end());
+  // x3[1, 1, c] is x[1, 4 + c]; it lands at x[0, 1 + 2c].
+  for (int c = 0; c < 3; ++c)
+    expected[1 + 2 * c] = static_cast<double>(x[1 * cols + 4 + c]) + 10.0 * (c + 1);
+  auto copy = x;
+  expectBoth(text, {borrow(x, {rows, cols})}, expected);
+  EXPECT_EQ(x, copy) << "insert_slice into an argument copies it";
+}
+
+TEST(NamedOps, SliceOutOfBoundsIsReported) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf32>) -> tensor<4xf32> {
+      %s = tensor.extract_slice %x[2] [4] [1] : tensor<?xf32> to tensor<4xf32>
+      return %s : tensor<4xf32>
+    })";
+  std::vector<float> x(5);
+  EXPECT_THAT([&] { context().loadString(text, "s.mlir").function("f")({borrow(x, {5})}); },
+              testing::ThrowsMessage<Error>(HasSubstr("slice dim 0 (offset 2, size 4, stride 1) is "
+                                                      "out of bounds for 'tensor<5xf32>'")));
+}
+
+TEST(NamedOps, FlagsPickBranchesInBothModes) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf32>, %b: tensor<?xf32>, %use: i1) -> tensor<?xf32> {
+      %r = scf.if %use -> (tensor<?xf32>) {
+        %c0 = arith.constant 0 : index
+        %n = tensor.dim %x, %c0 : tensor<?xf32>
+        %e = tensor.empty(%n) : tensor<?xf32>
+        %s = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+            ins(%x, %b : tensor<?xf32>, tensor<?xf32>) outs(%e : tensor<?xf32>) {
+        ^bb0(%a: f32, %c: f32, %o: f32):
+          %v = arith.addf %a, %c : f32
+          linalg.yield %v : f32
+        } -> tensor<?xf32>
+        scf.yield %s : tensor<?xf32>
+      } else {
+        scf.yield %x : tensor<?xf32>
+      }
+      return %r : tensor<?xf32>
+    })";
+  std::vector<float> x{1, 2, 3}, b{10, 20, 30};
+  Function fn = context().loadString(text, "if.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    Tensor with = fn({borrow(x, {3}), borrow(b, {3}), Scalar::i1(true)}, mode)[0];
+    Tensor without = fn({borrow(x, {3}), borrow(b, {3}), Scalar::i1(false)}, mode)[0];
+    EXPECT_EQ(std::vector<float>(with.as<float>(), with.as<float>() + 3),
+              (std::vector<float>{11, 22, 33}));
+    EXPECT_EQ(std::vector<float>(without.as<float>(), without.as<float>() + 3), x);
+  }
+  // A bias argument the false branch never reads may have any extent.
+  std::vector<float> shortBias{1};
+  EXPECT_NO_THROW(fn({borrow(x, {3}), borrow(shortBias, {1}), Scalar::i1(false)}));
+}
+
+TEST(NamedOps, ScalarIfInBodyAndAssumeInt) {
+  // Pick element 0 or 1 of each pair by linalg.index, as rope does.
+  const char *text = R"(
+    func.func @f(%x: tensor<?x2xf32>, %n: index) -> tensor<?x2xf32> {
+      %m = util.assume.int %n<umin = 1, umax = 64> : index
+      %e = tensor.empty(%m) : tensor<?x2xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, 0)>, affine_map<(i, j) -> (i, 1)>, affine_map<(i, j) -> (i, j)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%x, %x : tensor<?x2xf32>, tensor<?x2xf32>) outs(%e : tensor<?x2xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %j = linalg.index 1 : index
+        %c0 = arith.constant 0 : index
+        %first = arith.cmpi eq, %j, %c0 : index
+        %v = scf.if %first -> (f32) {
+          %d = arith.subf %a, %b : f32
+          scf.yield %d : f32
+        } else {
+          %s = arith.addf %a, %b : f32
+          scf.yield %s : f32
+        }
+        linalg.yield %v : f32
+      } -> tensor<?x2xf32>
+      return %r : tensor<?x2xf32>
+    })";
+  std::vector<float> x{1, 2, 3, 5, 10, 20};
+  std::vector<double> expected{-1, 3, -2, 8, -10, 30};
+  expectBoth(text, {borrow(x, {3, 2}), Scalar::index(3)}, expected);
+  EXPECT_THAT(
+      [&] {
+        context().loadString(text, "a.mlir").function("f")({borrow(x, {3, 2}), Scalar::index(100)});
+      },
+      testing::ThrowsMessage<Error>(HasSubstr("%n = 100 violates its 'util.assume.int' range")));
+}
+
+} // namespace
+} // namespace frank::test
