@@ -14,7 +14,7 @@ namespace frank::jit {
 
 /// The kernel entry point (see codegen/Codegen.h for the ABI).
 using EntryFn = void (*)(void *const *buffers, const int64_t *dims, const uint64_t *scalars,
-                         void *workspace);
+                         void *workspace, int64_t *status);
 
 enum class Output { LLVM, OptimizedLLVM, Assembly };
 

@@ -112,6 +112,7 @@ struct KernelImpl {
 };
 
 struct ContextImpl {
+  ContextOptions options;
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const KernelImpl>>> kernels;
   CacheStats stats;
@@ -363,7 +364,13 @@ void execute(const detail::KernelImpl &k, const std::vector<Arg> &args, const Ca
   int64_t bytes =
       loops::evaluate(k.meta.program.workspaceBytes, frame.dims.data(), frame.scalars.data());
   void *ws = bytes > 0 ? workspace(static_cast<size_t>(bytes)) : nullptr;
-  k.entry(buffers.data(), frame.dims.data(), frame.scalars.data(), ws);
+  int64_t status[3] = {0, 0, 0};
+  k.entry(buffers.data(), frame.dims.data(), frame.scalars.data(), ws, status);
+  if (status[0] != 0) {
+    const loops::CheckInfo &check = k.meta.program.checks.at(static_cast<size_t>(status[0] - 1));
+    throw Error(formatDiagnostic(check.loc, "error",
+                                 fmt::format(fmt::runtime(check.message), status[1], status[2])));
+  }
 }
 
 } // namespace
@@ -424,10 +431,11 @@ const std::vector<std::string> &Kernel::explanation() const { return impl_->expl
 static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
                         const std::string &name, const std::vector<ArgSpec> &specs, Mode mode) {
   jit::Engine &engine = jit::Engine::instance();
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}", module->contentHash, name,
-                                mode == Mode::Generic ? "generic" : "specialized",
-                                signatureOf(specs, mode), engine.cpuName(), engine.cpuFeatures());
   detail::ContextImpl &ctx = *module->context;
+  std::string key =
+      fmt::format("{}|{}|{}|{}|checks={}|{}|{}", module->contentHash, name,
+                  mode == Mode::Generic ? "generic" : "specialized", signatureOf(specs, mode),
+                  ctx.options.boundsChecks, engine.cpuName(), engine.cpuFeatures());
   std::promise<std::shared_ptr<const detail::KernelImpl>> promise;
   std::shared_future<std::shared_ptr<const detail::KernelImpl>> future;
   bool compileHere = false;
@@ -453,6 +461,7 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
       std::vector<ArgSpec> kernelSpecs = specs;
       PipelineOptions options;
       options.mode = mode;
+      options.boundsChecks = ctx.options.boundsChecks;
       options.explain = &impl->explain;
       if (debugLevel() >= 2)
         options.printAfter = [](const std::string &pass, const std::string &ir) {
@@ -510,6 +519,7 @@ std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes
   std::string log;
   PipelineOptions options;
   options.mode = mode;
+  options.boundsChecks = module_->context->options.boundsChecks;
   auto dump = [&](const std::string &pass, const std::string &ir) {
     log += fmt::format("// -----// IR Dump After {} //----- //\n{}\n", pass, ir);
   };
@@ -578,7 +588,9 @@ std::vector<std::string> Module::functionNames() const {
 
 std::string Module::print() const { return printModule(*impl_->ir); }
 
-Context::Context() : impl_(std::make_shared<detail::ContextImpl>()) {}
+Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
+  impl_->options = options;
+}
 Context::~Context() = default;
 
 static Module makeModule(std::unique_ptr<ModuleOp> ir, const std::string &text,

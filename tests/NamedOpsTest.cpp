@@ -455,3 +455,46 @@ TEST(NamedOps, ScalarIfInBodyAndAssumeInt) {
 
 } // namespace
 } // namespace frank::test
+
+namespace frank::test {
+namespace {
+
+TEST(BoundsChecks, GatherIndexOutOfRangeIsALocatedError) {
+  const char *text = R"(func.func @f(%w: tensor<?x?xf32>, %idx: tensor<?xi64>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %idx, %c0 : tensor<?xi64>
+  %e = tensor.dim %w, %c1 : tensor<?x?xf32>
+  %init = tensor.empty(%n, %e) : tensor<?x?xf32>
+  %g = iree_linalg_ext.gather dimension_map = [0] ins(%w, %idx : tensor<?x?xf32>, tensor<?xi64>) outs(%init : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %g : tensor<?x?xf32>
+})";
+  std::vector<float> w(6, 1.f);
+  for (int64_t bad : {int64_t{3}, int64_t{-1}, int64_t{1} << 40}) {
+    std::vector<int64_t> idx{0, bad};
+    std::vector<Arg> args{Tensor::borrow(w.data(), DType::F32, {3, 2}),
+                          Tensor::borrow(idx.data(), DType::I64, {2})};
+    for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+      Context ctx;
+      EXPECT_THAT(
+          [&] { ctx.loadString(text, "g.mlir").function("f")(args, mode); },
+          testing::ThrowsMessage<Error>(testing::StartsWith(fmt::format(
+              "g.mlir:7:3: error: index {} is out of bounds for dim 0 of '%w', which has size 3",
+              bad))));
+    }
+  }
+  // Switched off, the kernel has no check (and in-range indices still gather correctly).
+  Context unchecked(ContextOptions{false});
+  Function fn = unchecked.loadString(text, "g.mlir").function("f");
+  EXPECT_THAT(fn.emit(Stage::Loops, {"3x2xf32", "2xi64"}), testing::Not(HasSubstr("check ")));
+  EXPECT_THAT(
+      context().loadString(text, "g.mlir").function("f").emit(Stage::Loops, {"3x2xf32", "2xi64"}),
+      HasSubstr("check cmp.ult("));
+  std::vector<int64_t> idx{2, 0};
+  Tensor y = fn({Tensor::borrow(w.data(), DType::F32, {3, 2}),
+                 Tensor::borrow(idx.data(), DType::I64, {2})})[0];
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{2, 2}));
+}
+
+} // namespace
+} // namespace frank::test

@@ -72,6 +72,10 @@ cl::list<std::string> outputs("output", cl::desc("Write result N to @file.npy (r
                               cl::sub(runCmd), cl::cat(category));
 cl::opt<uint64_t> seed("seed", cl::desc("Seed for =random inputs"), cl::init(0), cl::sub(runCmd),
                        cl::sub(benchCmd), cl::cat(category));
+cl::opt<bool> boundsChecks("bounds-checks",
+                           cl::desc("Check data-dependent indices (gathers) at run time (default "
+                                    "true; =false is faster)"),
+                           cl::init(true), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
 cl::opt<int64_t> printMax("print-max-elements", cl::desc("Elements printed per result"),
                           cl::init(1024), cl::sub(runCmd), cl::cat(category));
 
@@ -141,7 +145,7 @@ int linkCommand() {
 }
 
 int runCommand() {
-  Context ctx;
+  Context ctx(ContextOptions{boundsChecks});
   Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   std::vector<Arg> args = parseInputs(fn);
@@ -180,7 +184,7 @@ int64_t argumentBytes(const std::vector<Arg> &args, const std::vector<std::vecto
 }
 
 int benchCommand(int benchArgc, char **benchArgv) {
-  Context ctx;
+  Context ctx(ContextOptions{boundsChecks});
   Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   std::vector<Arg> args = parseInputs(fn);

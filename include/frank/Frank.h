@@ -110,11 +110,17 @@ struct LinkOptions {
   bool componentLibrary = true;
 };
 
+struct ContextOptions {
+  /// Check every data-dependent index (gathers, tensor.extract) before reading: an index out of
+  /// range is an error naming the op, instead of a read outside the tensor. Off is faster.
+  bool boundsChecks = true;
+};
+
 /// Owns the kernel cache. Kernels are keyed by the module's content hash, the function, the
 /// argument signature, the mode and the host CPU; concurrent first calls compile once.
 class Context {
 public:
-  Context();
+  explicit Context(ContextOptions options = {});
   ~Context();
   /// Parses, links (iree-link semantics: declarations bound to public functions of the module
   /// whose symbol they name, transitively, signatures checked) and verifies a component.

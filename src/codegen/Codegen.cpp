@@ -60,6 +60,7 @@ private:
     std::vector<llvm::Type *> params(p_.buffers.size(), b_.getPtrTy());
     params.push_back(b_.getPtrTy()); // dims
     params.push_back(b_.getPtrTy()); // scalars
+    params.push_back(b_.getPtrTy()); // status, written by a failed check
     auto *type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     auto *fn =
         llvm::Function::Create(type, llvm::Function::InternalLinkage, p_.name + ".body", *module_);
@@ -77,6 +78,7 @@ private:
     }
     dims_ = fn->getArg(p_.buffers.size());
     scalars_ = fn->getArg(p_.buffers.size() + 1);
+    status_ = fn->getArg(p_.buffers.size() + 2);
     for (size_t i = 0; i < p_.buffers.size(); ++i)
       bufferPtrs_.push_back(fn->getArg(i));
     entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", fn);
@@ -99,7 +101,8 @@ private:
 
   void emitEntry(llvm::Function *body) {
     auto *type = llvm::FunctionType::get(
-        b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()}, false);
+        b_.getVoidTy(), {b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy(), b_.getPtrTy()},
+        false);
     auto *fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, p_.name, *module_);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
     auto *bb = llvm::BasicBlock::Create(ctx_, "entry", fn);
@@ -121,6 +124,7 @@ private:
     }
     args.push_back(fn->getArg(1));
     args.push_back(fn->getArg(2));
+    args.push_back(fn->getArg(4));
     b_.CreateCall(body, args);
     b_.CreateRetVoid();
   }
@@ -401,6 +405,22 @@ private:
       return;
     }
     case StmtKind::For: emitFor(*s); return;
+    case StmtKind::Check: {
+      // On failure: status = {id + 1, observed, bound}, and the kernel returns.
+      llvm::Value *ok = emitExpr(s->value);
+      auto *failBB = llvm::BasicBlock::Create(ctx_, "check.fail", fn_);
+      auto *okBB = llvm::BasicBlock::Create(ctx_, "check.ok", fn_);
+      b_.CreateCondBr(ok, okBB, failBB, llvm::MDBuilder(ctx_).createBranchWeights(1 << 20, 1));
+      b_.SetInsertPoint(failBB);
+      llvm::Value *observed = b_.CreateSExtOrTrunc(emitExpr(s->index), b_.getInt64Ty());
+      llvm::Value *bound = b_.CreateSExtOrTrunc(emitExpr(s->bound), b_.getInt64Ty());
+      b_.CreateStore(b_.getInt64(s->buffer + 1), status_);
+      b_.CreateStore(observed, b_.CreateConstGEP1_64(b_.getInt64Ty(), status_, 1));
+      b_.CreateStore(bound, b_.CreateConstGEP1_64(b_.getInt64Ty(), status_, 2));
+      b_.CreateRetVoid();
+      b_.SetInsertPoint(okBB);
+      return;
+    }
     case StmtKind::If: {
       llvm::Value *cond = emitExpr(s->value);
       auto *thenBB = llvm::BasicBlock::Create(ctx_, "then", fn_);
@@ -457,7 +477,7 @@ private:
   std::unique_ptr<llvm::Module> module_;
   llvm::Function *fn_ = nullptr;
   llvm::BasicBlock *entryBlock_ = nullptr;
-  llvm::Value *dims_ = nullptr, *scalars_ = nullptr;
+  llvm::Value *dims_ = nullptr, *scalars_ = nullptr, *status_ = nullptr;
   std::vector<llvm::Value *> bufferPtrs_;
   std::vector<std::unordered_map<std::string, llvm::Value *>> scopes_;
 };

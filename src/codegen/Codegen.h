@@ -1,7 +1,9 @@
 // \file Loop IR to an LLVM module. The kernel's entry point is
-//   void NAME(void *const *buffers, const int64_t *dims, const uint64_t *scalars, void *ws)
+//   void NAME(void *const *buffers, const int64_t *dims, const uint64_t *scalars, void *ws,
+//             int64_t *status)
 // with input then output buffer pointers, the runtime dims (generic mode), one 8-byte slot per
-// scalar argument, and the workspace for temporaries.
+// scalar argument, the workspace for temporaries, and three zeroed slots a failed check fills
+// with {check id + 1, observed value, bound} before the kernel returns early.
 #pragma once
 
 #include "loops/LoopIR.h"

@@ -138,6 +138,15 @@ Stmt store(int buffer, Expr index, Expr value) {
   return makeStmt(std::move(n));
 }
 
+Stmt check(Expr condition, int id, Expr observed, Expr bound) {
+  StmtNode n{StmtKind::Check};
+  n.buffer = id;
+  n.value = std::move(condition);
+  n.index = std::move(observed);
+  n.bound = std::move(bound);
+  return makeStmt(std::move(n));
+}
+
 // ---- Printing ----------------------------------------------------------------------------
 
 static const char *infixOf(OpKind op) {
@@ -229,6 +238,10 @@ static void printStmt(const Stmt &s, const Program &p, int indent, std::string &
   case StmtKind::Store:
     out += fmt::format("{}{}[{}] = {}\n", pad, p.buffers[s->buffer].name, print(s->index, &p),
                        print(s->value, &p));
+    return;
+  case StmtKind::Check:
+    out += fmt::format("{}check {} else fail #{}({}, {})\n", pad, print(s->value, &p), s->buffer,
+                       print(s->index, &p), print(s->bound, &p));
     return;
   case StmtKind::If:
     out += fmt::format("{}if {} {{\n", pad, print(s->value, &p));

@@ -11,6 +11,8 @@
 //   loop the vectorizer should take; `Parallel` marks a loop whose iterations are independent.
 // - A `Binary` node with `reassoc` may be reassociated with others of its kind (reduction
 //   accumulation only); all other float arithmetic is evaluated as written.
+// - `Check` stops the kernel when its condition is false, reporting check `buffer` (an index into
+//   Program::checks) with the values of `index` and `value` (e.g. the index and the bound).
 // - `DimParam` and `ScalarParam` read the kernel's runtime arguments: the dims of the inputs
 //   (generic mode) and the scalar arguments (f32 eps, or unspecialized integers).
 #pragma once
@@ -69,7 +71,7 @@ Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
 std::optional<int64_t> asConstant(const Expr &e);
 
-enum class StmtKind : uint8_t { Block, For, Let, Local, Assign, Store, If };
+enum class StmtKind : uint8_t { Block, For, Let, Local, Assign, Store, If, Check };
 enum class ForKind : uint8_t { Serial, Parallel, Vectorize };
 
 struct StmtNode;
@@ -82,9 +84,10 @@ struct StmtNode {
   std::string name; // For: loop var; Let/Local/Assign: the variable
   ElemKind type = ElemKind::Index;
   ForKind forKind = ForKind::Serial;
-  Expr value;                 // Let/Local/Assign/Store value; For extent; If condition
-  Expr index;                 // Store
-  int buffer = -1;            // Store
+  Expr value;                 // Let/Local/Assign/Store value; For extent; If/Check condition
+  Expr index;                 // Store; Check: the observed value
+  Expr bound;                 // Check: the bound it was checked against
+  int buffer = -1;            // Store; Check: the check's id
   std::vector<Stmt> body;     // Block, For, If-then
   std::vector<Stmt> elseBody; // If
 };
@@ -95,6 +98,8 @@ Stmt let(const std::string &name, Expr value);
 Stmt local(const std::string &name, Expr init);
 Stmt assign(const std::string &name, Expr value);
 Stmt store(int buffer, Expr index, Expr value);
+/// Stops the kernel with check `id` unless `condition`; reports `observed` and `bound`.
+Stmt check(Expr condition, int id, Expr observed, Expr bound);
 
 enum class BufferRole : uint8_t { Input, Output, Temp };
 
@@ -107,8 +112,15 @@ struct Buffer {
   Expr workspaceOffset; // Temp: byte offset in the workspace
 };
 
+/// What a failed Check reports: where, and a message with {} for the observed value and bound.
+struct CheckInfo {
+  Location loc;
+  std::string message;
+};
+
 /// One kernel: its buffers, runtime parameters and body.
 struct Program {
+  std::vector<CheckInfo> checks;
   std::string name;
   std::vector<Buffer> buffers;
   int numDimParams = 0;

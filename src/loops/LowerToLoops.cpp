@@ -21,7 +21,8 @@ struct TensorStorage {
 
 class Lowering {
 public:
-  Lowering(const FuncOp &fn, Mode mode, const std::string &name) : fn_(fn), mode_(mode) {
+  Lowering(const FuncOp &fn, Mode mode, const std::string &name, bool boundsChecks)
+      : fn_(fn), mode_(mode), boundsChecks_(boundsChecks) {
     out_.program.name = name;
   }
 
@@ -248,7 +249,8 @@ private:
     case OpKind::LinalgFill:
     case OpKind::LinalgGeneric: lowerDestinationOp(op); return;
     case OpKind::TensorExtract:
-      scalars_[op.result()] = bindLet(op.result(), extractExpr(op, {}), out_.program.body);
+      scalars_[op.result()] =
+          bindLet(op.result(), extractExpr(op, {}, out_.program.body), out_.program.body);
       return;
     case OpKind::AssumeInt: scalars_[op.result()] = scalarOf(op.operands[0]); return;
     case OpKind::TensorExpandShape:
@@ -464,7 +466,8 @@ private:
         continue;
       }
       if (bodyOp->kind == OpKind::TensorExtract) {
-        values[bodyOp->result()] = bindLet(bodyOp->result(), extractExpr(*bodyOp, values), inner);
+        values[bodyOp->result()] =
+            bindLet(bodyOp->result(), extractExpr(*bodyOp, values, inner), inner);
         continue;
       }
       if (bodyOp->kind == OpKind::ScfIf) {
@@ -505,12 +508,25 @@ private:
     return var(name, e->type);
   }
 
-  // tensor.extract: a load at the row-major position of the indices.
-  Expr extractExpr(const Op &op, const std::unordered_map<const Value *, Expr> &values) {
+  // tensor.extract: a load at the row-major position of the indices, each checked against its
+  // dim first when bounds checks are on (an unsigned compare catches negative indices too).
+  Expr extractExpr(const Op &op, const std::unordered_map<const Value *, Expr> &values,
+                   std::vector<Stmt> &stmts) {
     const TensorStorage &t = storageOf(op.operands[0]);
     std::vector<Expr> coords;
-    for (size_t i = 1; i < op.operands.size(); ++i)
-      coords.push_back(lookupBody(values, op.operands[i]));
+    for (size_t i = 1; i < op.operands.size(); ++i) {
+      Expr c = lookupBody(values, op.operands[i]);
+      coords.push_back(c);
+      if (!boundsChecks_)
+        continue;
+      auto &checks = out_.program.checks;
+      checks.push_back(
+          {op.loc, fmt::format("index {{}} is out of bounds for dim {} of '%{}', which "
+                               "has size {{}}",
+                               i - 1, op.operands[0]->name)});
+      Expr dim = t.dims[i - 1];
+      stmts.push_back(check(cmp("ult", c, dim), static_cast<int>(checks.size()) - 1, c, dim));
+    }
     return load(t.buffer, linearIndex(coords, t.dims), op.operands[0]->type.elem);
   }
 
@@ -741,6 +757,7 @@ private:
 
   const FuncOp &fn_;
   Mode mode_;
+  bool boundsChecks_;
   LoweredKernel out_;
   std::unordered_map<const Value *, TensorStorage> tensors_;
   std::unordered_map<const Value *, Expr> scalars_;
@@ -751,8 +768,9 @@ private:
 
 } // namespace
 
-LoweredKernel lowerToLoops(const FuncOp &fn, Mode mode, const std::string &kernelName) {
-  return Lowering(fn, mode, kernelName).run();
+LoweredKernel lowerToLoops(const FuncOp &fn, Mode mode, const std::string &kernelName,
+                           bool boundsChecks) {
+  return Lowering(fn, mode, kernelName, boundsChecks).run();
 }
 
 } // namespace frank

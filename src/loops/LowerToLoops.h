@@ -33,6 +33,9 @@ struct LoweredKernel {
   std::vector<Constraint> constraints;
 };
 
-LoweredKernel lowerToLoops(const FuncOp &fn, Mode mode, const std::string &kernelName);
+/// `boundsChecks` adds a check before every data-dependent read (tensor.extract, and so every
+/// gather): an index outside its dim stops the kernel with an error instead of reading outside.
+LoweredKernel lowerToLoops(const FuncOp &fn, Mode mode, const std::string &kernelName,
+                           bool boundsChecks = true);
 
 } // namespace frank
