@@ -498,3 +498,27 @@ TEST(BoundsChecks, GatherIndexOutOfRangeIsALocatedError) {
 
 } // namespace
 } // namespace frank::test
+
+namespace frank::test {
+namespace {
+
+TEST(ScfFor, CarriesTensorsAndScalarsAndUpdatesInPlace) {
+  Function fn = context().load(std::string(FRANK_TESTS_DIR) + "/data/scf_for.mlir").function("f");
+  std::vector<float> x(5 * 4);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(i);
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    auto r = fn({borrow(x, {5, 4}), Scalar::index(0)}, mode);
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t j = 0; j < 4; ++j)
+        EXPECT_EQ(r[0].as<float>()[i * 4 + j], x[i * 4 + j] + static_cast<float>(i));
+    EXPECT_TRUE(r[1].shape().empty()) << "a scalar result is a rank-0 tensor";
+    EXPECT_EQ(r[1].as<float>()[0], 0.f + 1 + 2 + 3 + 4);
+  }
+  // The row update writes into the carried tensor: no temporary of the whole tensor.
+  std::string loops = fn.emit(Stage::Loops, {"5x4xf32", "index=0"});
+  EXPECT_THAT(loops, testing::Not(HasSubstr("f32[20] at workspace")));
+}
+
+} // namespace
+} // namespace frank::test

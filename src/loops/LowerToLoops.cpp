@@ -27,6 +27,7 @@ public:
   }
 
   LoweredKernel run() {
+    current_ = &out_.program.body;
     bindArguments();
     planOutputs();
     for (auto &op : fn_.body->ops)
@@ -110,11 +111,31 @@ private:
     }
   }
 
-  // `v` has one use, and so does everything it is a view of: writing in place is invisible.
-  bool soleUse(const Value *v) const {
-    if (countUses(*fn_.body, v) != 1)
+  // Writing `writer`'s result into `v`'s storage is invisible to the program: every other use
+  // of `v` (and of what `v` views) comes earlier in the same block and makes no alias of it.
+  bool canWriteInPlace(const Value *v, const Op *writer) const {
+    bool ok = true;
+    auto check = [&](const Op &user) {
+      for (const Value *operand : user.operands) {
+        if (operand != v || &user == writer)
+          continue;
+        ok &= !isView(&user) && user.parentBlock == writer->parentBlock &&
+              positionOf(user) < positionOf(*writer);
+      }
+    };
+    walk(*fn_.body, check);
+    if (!ok)
       return false;
-    return !isView(v->definingOp) || soleUse(v->definingOp->operands[0]);
+    const Op *def = v->definingOp;
+    return !isView(def) || canWriteInPlace(def->operands[0], def);
+  }
+
+  static size_t positionOf(const Op &op) {
+    const auto &ops = op.parentBlock->ops;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].get() == &op)
+        return i;
+    return ops.size();
   }
 
   // The value whose buffer `v` lives in (see the buffer plan in the header).
@@ -122,8 +143,10 @@ private:
     const Op *def = v->definingOp;
     if (isView(def))
       return storageRoot(def->operands[0]);
+    if (def && def->kind == OpKind::ScfFor) // a loop result lives in its carry
+      return def->regions[0]->arguments[v->index + 1].get();
     const Value *destination = destinationOf(def);
-    if (!destination || !soleUse(destination))
+    if (!destination || !canWriteInPlace(destination, def))
       return v;
     const Value *root = storageRoot(destination);
     return isArgument(root) ? v : root;
@@ -134,7 +157,7 @@ private:
     for (size_t k = 0; k < ret->operands.size(); ++k) {
       const Value *v = ret->operands[k];
       if (!v->type.isTensor())
-        fail(ret->loc, "unsupported: returning a scalar");
+        continue; // returned through a one-element output (see lowerReturn)
       const Value *root = storageRoot(v);
       bool shared = isArgument(root) || outputOfRoot_.count(root);
       if (!shared)
@@ -142,9 +165,20 @@ private:
     }
   }
 
+  static bool readsVariable(const Expr &e) {
+    if (e->kind == ExprKind::Var)
+      return true;
+    for (const Expr &a : e->args)
+      if (readsVariable(a))
+        return true;
+    return false;
+  }
+
   int bufferForRoot(const Value *root, const std::vector<Expr> &dims) {
     auto it = outputOfRoot_.find(root);
     Expr count = numElements(dims);
+    if (readsVariable(count))
+      fail(root->loc, "unsupported: a tensor whose size changes across 'scf.for' iterations");
     if (it != outputOfRoot_.end())
       return addBuffer({freshName("out" + std::to_string(it->second)), root->type.elem,
                         BufferRole::Output, it->second, count, nullptr});
@@ -208,7 +242,7 @@ private:
   }
 
   void lowerOp(const Op &op) {
-    auto &body = out_.program.body;
+    auto &body = *current_;
     if (op.kind == OpKind::ArithConstant && op.result()->type.isTensor()) {
       lowerDenseConstant(op);
       return;
@@ -249,8 +283,7 @@ private:
     case OpKind::LinalgFill:
     case OpKind::LinalgGeneric: lowerDestinationOp(op); return;
     case OpKind::TensorExtract:
-      scalars_[op.result()] =
-          bindLet(op.result(), extractExpr(op, {}, out_.program.body), out_.program.body);
+      scalars_[op.result()] = bindLet(op.result(), extractExpr(op, {}, *current_), *current_);
       return;
     case OpKind::AssumeInt: scalars_[op.result()] = scalarOf(op.operands[0]); return;
     case OpKind::TensorExpandShape:
@@ -262,7 +295,7 @@ private:
     case OpKind::ScfIf:
       fail(op.loc, "unsupported: 'scf.if' on tensors whose condition is not known when the kernel "
                    "is compiled (only i1 arguments and constants decide branches)");
-    case OpKind::ScfFor: fail(op.loc, "unsupported: 'scf.for' at function scope");
+    case OpKind::ScfFor: lowerFor(op); return;
     case OpKind::Return: lowerReturn(op); return;
     default: fail(op.loc, fmt::format("unsupported op '{}' at function scope", op.name()));
     }
@@ -328,12 +361,21 @@ private:
 
   void append(std::vector<Stmt> &stmts) {
     for (auto &s : stmts)
-      out_.program.body.push_back(s);
+      current_->push_back(s);
   }
 
   void lowerReturn(const Op &op) {
     for (size_t k = 0; k < op.operands.size(); ++k) {
       const Value *v = op.operands[k];
+      if (v->type.isScalar()) {
+        // A scalar result is a rank-0 output tensor.
+        int buffer = addBuffer({freshName(fmt::format("out{}", k)), v->type.elem,
+                                BufferRole::Output, static_cast<int>(k), intConst(1), nullptr});
+        current_->push_back(store(buffer, intConst(0), scalarOf(v)));
+        out_.outputShapes.push_back({});
+        out_.outputTypes.push_back(v->type.elem);
+        continue;
+      }
       const TensorStorage &t = storageOf(v);
       out_.outputShapes.push_back(t.dims);
       out_.outputTypes.push_back(v->type.elem);
@@ -571,7 +613,7 @@ private:
     if (dense.values.size() > 65536)
       fail(op.loc, "unsupported: dense constants of more than 65536 elements");
     for (size_t i = 0; i < dense.values.size(); ++i)
-      out_.program.body.push_back(
+      current_->push_back(
           store(t.buffer, intConst(static_cast<int64_t>(i)), value(dense.values[i])));
   }
 
@@ -599,6 +641,26 @@ private:
       w.dropped.push_back(drop);
     }
     return w;
+  }
+
+  // Windows whose offsets are only known at run time are checked before they are copied.
+  void checkWindow(const Op &op, const Window &w, const TensorStorage &full) {
+    for (size_t d = 0; d < w.offsets.size(); ++d) {
+      if (asConstant(w.offsets[d]) && asConstant(w.sizes[d]) && asConstant(full.dims[d]))
+        continue; // specialization checked it
+      Expr lastStep = asConstant(w.sizes[d]) ? intConst(*asConstant(w.sizes[d]) - 1)
+                                             : binary(OpKind::SubI, w.sizes[d], intConst(1));
+      Expr extent = add(w.offsets[d], mul(lastStep, intConst(w.strides[d])));
+      auto &checks = out_.program.checks;
+      checks.push_back({op.loc, fmt::format("the slice window ends at {{}} in dim {}, which has "
+                                            "size {{}}",
+                                            d)});
+      Expr ok = binary(OpKind::AndI, cmp("sge", w.offsets[d], intConst(0)),
+                       cmp("slt", extent, full.dims[d]));
+      if (!asConstant(w.sizes[d]) || *asConstant(w.sizes[d]) == 0)
+        ok = binary(OpKind::OrI, cmp("eq", w.sizes[d], intConst(0)), ok);
+      current_->push_back(check(ok, static_cast<int>(checks.size()) - 1, extent, full.dims[d]));
+    }
   }
 
   // Copies between a slice and its window of the full tensor, in either direction.
@@ -636,6 +698,7 @@ private:
           slice.dims.push_back(w.sizes[d]);
       slice.buffer = bufferForRoot(storageRoot(op.result()), slice.dims);
       tensors_[op.result()] = slice;
+      checkWindow(op, w, src);
       emitWindowCopy(w, src, slice, false);
       return;
     }
@@ -646,8 +709,9 @@ private:
       emitCopy(dst, result);
     }
     tensors_[op.result()] = result;
-    emitWindowCopy(windowOf(op, op.operands[0]->type.rank()), result, storageOf(op.operands[0]),
-                   true);
+    Window w = windowOf(op, op.operands[0]->type.rank());
+    checkWindow(op, w, result);
+    emitWindowCopy(w, result, storageOf(op.operands[0]), true);
   }
 
   // topk: per slice along `dimension`, K selection passes. Pass j keeps the best element that
@@ -734,6 +798,78 @@ private:
     append(nest);
   }
 
+  // scf.for: a loop over (ub - lb + step - 1) / step iterations. Scalar iter_args live in
+  // locals; each tensor iter_arg has a carry buffer that the body reads and that each yield
+  // writes (skipped when the yielded tensor already lives there, as with an in-place
+  // insert_slice). Tensor sizes may not change across iterations.
+  void lowerFor(const Op &op) {
+    const Block &body = *op.regions[0];
+    Expr lb = scalarOf(op.operands[0]), ub = scalarOf(op.operands[1]),
+         step = scalarOf(op.operands[2]);
+    if (auto c = asConstant(step); c && *c <= 0)
+      fail(op.loc, fmt::format("'scf.for' needs a positive step, found {}", *c));
+    std::vector<TensorStorage> carries;
+    std::vector<std::string> locals;
+    for (size_t i = 3; i < op.operands.size(); ++i) {
+      const Value *init = op.operands[i];
+      const Value *arg = body.arguments[i - 2].get();
+      if (init->type.isTensor()) {
+        const TensorStorage &from = storageOf(init);
+        TensorStorage carry{bufferForRoot(arg, from.dims), from.dims};
+        emitCopy(from, carry);
+        tensors_[arg] = carry;
+        carries.push_back(carry);
+        locals.push_back({});
+      } else {
+        std::string name = freshName(arg->name);
+        current_->push_back(local(name, scalarOf(init)));
+        scalars_[arg] = var(name, init->type.elem);
+        carries.push_back({});
+        locals.push_back(name);
+      }
+    }
+    std::string counter = freshName("iteration");
+    std::vector<Stmt> loopBody;
+    std::vector<Stmt> *outer = current_;
+    current_ = &loopBody;
+    std::string ivName = freshName(body.arguments[0]->name);
+    loopBody.push_back(let(ivName, add(lb, mul(var(counter, ElemKind::Index), step))));
+    scalars_[body.arguments[0].get()] = var(ivName, ElemKind::Index);
+    for (auto &inner : body.ops) {
+      if (inner->kind != OpKind::ScfYield) {
+        lowerOp(*inner);
+        continue;
+      }
+      for (size_t r = 0; r < inner->operands.size(); ++r) {
+        const Value *v = inner->operands[r];
+        if (!locals[r].empty()) {
+          loopBody.push_back(assign(locals[r], scalarOf(v)));
+          continue;
+        }
+        const TensorStorage &yielded = storageOf(v);
+        if (yielded.buffer != carries[r].buffer)
+          emitCopy(yielded, carries[r]);
+      }
+    }
+    current_ = outer;
+    Expr trips =
+        binary(OpKind::DivSI,
+               add(binary(OpKind::SubI, ub, lb), binary(OpKind::SubI, step, intConst(1))), step);
+    if (asConstant(lb) && asConstant(ub) && asConstant(step))
+      trips = intConst(std::max<int64_t>(
+          0, (*asConstant(ub) - *asConstant(lb) + *asConstant(step) - 1) / *asConstant(step)));
+    else
+      trips = binary(OpKind::MaxSI, trips, intConst(0));
+    current_->push_back(forLoop(counter, trips, ForKind::Serial, std::move(loopBody)));
+    for (size_t r = 0; r < op.results.size(); ++r) {
+      if (locals[r].empty())
+        tensors_[op.result(static_cast<int>(r))] = carries[r];
+      else
+        scalars_[op.result(static_cast<int>(r))] =
+            var(locals[r], op.result(static_cast<int>(r))->type.elem);
+    }
+  }
+
   std::vector<Expr> operandDims(const Op &op, int operand, const TensorStorage &result) {
     if (operand == static_cast<int>(op.operands.size()) - 1)
       return result.dims;
@@ -758,6 +894,7 @@ private:
   const FuncOp &fn_;
   Mode mode_;
   bool boundsChecks_;
+  std::vector<Stmt> *current_ = nullptr; // where lowered statements go (a loop body inside scf.for)
   LoweredKernel out_;
   std::unordered_map<const Value *, TensorStorage> tensors_;
   std::unordered_map<const Value *, Expr> scalars_;

@@ -42,6 +42,9 @@ public:
         i = inlineBranch(block, i, *constantOf(op.operands[0]) != 0);
         continue;
       }
+      if (op.kind == OpKind::ScfFor && shapes_)
+        for (size_t a = 3; a < op.operands.size(); ++a)
+          op.regions[0]->arguments[a - 2]->type = op.operands[a]->type;
       for (auto &region : op.regions)
         run(*region);
       std::optional<int64_t> folded = fold(op);
@@ -129,15 +132,23 @@ public:
     bool insert = op.kind == OpKind::TensorInsertSlice;
     const Type &full = insert ? op.operands[1]->type : op.operands[0]->type;
     size_t next = insert ? 2 : 1;
-    std::vector<int64_t> offsets = mixedValues(op, "static_offsets", next, "a slice offset");
+    // Offsets may stay unknown (a loop variable): the kernel checks those windows at run time.
+    std::vector<std::optional<int64_t>> offsets;
+    for (const Attribute &a : op.attr("static_offsets").list())
+      offsets.push_back(a.integer() == kDynamic ? constantOf(op.operands[next++])
+                                                : std::optional<int64_t>(a.integer()));
     std::vector<int64_t> sizes = mixedValues(op, "static_sizes", next, "a slice size");
     const AttrList &strides = op.attr("static_strides").list();
     for (int64_t d = 0; d < full.rank(); ++d) {
-      int64_t last = offsets[d] + (sizes[d] - 1) * strides[d].integer();
-      if (offsets[d] < 0 || sizes[d] < 0 || (sizes[d] > 0 && last >= full.shape[d]))
+      if (sizes[d] < 0)
+        fail(op.loc, fmt::format("slice dim {} has negative size {}", d, sizes[d]));
+      if (!offsets[d])
+        continue;
+      int64_t last = *offsets[d] + (sizes[d] - 1) * strides[d].integer();
+      if (*offsets[d] < 0 || (sizes[d] > 0 && last >= full.shape[d]))
         fail(op.loc, fmt::format("slice dim {} (offset {}, size {}, stride {}) is out of bounds "
                                  "for '{}'",
-                                 d, offsets[d], sizes[d], strides[d].integer(), full.str()));
+                                 d, *offsets[d], sizes[d], strides[d].integer(), full.str()));
     }
     const Type &declared = insert ? op.operands[0]->type : op.result()->type;
     std::vector<int64_t> sliceShape = droppedUnitDims(op, sizes, declared);
