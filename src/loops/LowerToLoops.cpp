@@ -4,6 +4,7 @@
 #include "ir/Ops.h"
 #include "transforms/Specialize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -163,6 +164,17 @@ private:
       if (!shared)
         outputOfRoot_[root] = static_cast<int>(k);
     }
+  }
+
+  void requireEqual(const Op &op, Expr a, Expr b, std::string message, bool lessOrEqual = false) {
+    auto ca = asConstant(a), cb = asConstant(b);
+    if (ca && cb) {
+      if (lessOrEqual ? *ca > *cb : *ca != *cb)
+        fail(op.loc, fmt::format(fmt::runtime(message), *ca, *cb));
+      return;
+    }
+    out_.constraints.push_back(
+        {std::move(a), std::move(b), op.loc, std::move(message), lessOrEqual});
   }
 
   static bool readsVariable(const Expr &e) {
@@ -456,7 +468,7 @@ private:
       values[arg] = e;
     }
     values[outArg] = accumulate ? var(accName, outElem) : load(result.buffer, outIndex, outElem);
-    BodyContext body{iv, outArg, accumulate && specialized()};
+    BodyContext body{iv, extents, outArg, accumulate && specialized()};
     Expr yielded = lowerScalarBlock(g.body(), values, body, inner);
     if (accumulate) {
       inner.push_back(assign(accName, yielded));
@@ -484,9 +496,10 @@ private:
   }
 
   struct BodyContext {
-    const std::vector<Expr> &iv; // loop variables, for linalg.index
-    const Value *accumulator;    // the outs block argument
-    bool reassociate;            // the accumulation may be reassociated
+    const std::vector<Expr> &iv;      // loop variables, for linalg.index
+    const std::vector<Expr> &extents; // their trip counts
+    const Value *accumulator;         // the outs block argument
+    bool reassociate;                 // the accumulation may be reassociated
   };
 
   // Lowers the scalar ops of a generic body (or of an scf.if region inside one) into lets, and
@@ -509,7 +522,7 @@ private:
       }
       if (bodyOp->kind == OpKind::TensorExtract) {
         values[bodyOp->result()] =
-            bindLet(bodyOp->result(), extractExpr(*bodyOp, values, inner), inner);
+            bindLet(bodyOp->result(), extractExpr(*bodyOp, values, inner, &context), inner);
         continue;
       }
       if (bodyOp->kind == OpKind::ScfIf) {
@@ -553,12 +566,24 @@ private:
   // tensor.extract: a load at the row-major position of the indices, each checked against its
   // dim first when bounds checks are on (an unsigned compare catches negative indices too).
   Expr extractExpr(const Op &op, const std::unordered_map<const Value *, Expr> &values,
-                   std::vector<Stmt> &stmts) {
+                   std::vector<Stmt> &stmts, const BodyContext *body = nullptr) {
     const TensorStorage &t = storageOf(op.operands[0]);
     std::vector<Expr> coords;
     for (size_t i = 1; i < op.operands.size(); ++i) {
       Expr c = lookupBody(values, op.operands[i]);
       coords.push_back(c);
+      // A loop index stays in bounds if its loop does: one check per kernel, always on.
+      if (body) {
+        auto loop = std::find(body->iv.begin(), body->iv.end(), c);
+        if (loop != body->iv.end()) {
+          requireEqual(op, body->extents[loop - body->iv.begin()], t.dims[i - 1],
+                       fmt::format("a loop of extent {{}} indexes dim {} of '%{}', which has "
+                                   "size {{}}",
+                                   i - 1, op.operands[0]->name),
+                       true);
+          continue;
+        }
+      }
       if (!boundsChecks_)
         continue;
       auto &checks = out_.program.checks;
@@ -583,6 +608,17 @@ private:
       for (const Attribute &a : op.attr("static_output_shape").list())
         view.dims.push_back(a.integer() == kDynamic ? scalarOf(op.operands[next++])
                                                     : intConst(a.integer()));
+      size_t dim = 0;
+      const AttrList &groups = op.attr("reassociation").list();
+      for (size_t g = 0; g < groups.size(); ++g) {
+        Expr product = intConst(1);
+        for (size_t k = 0; k < groups[g].list().size(); ++k)
+          product = mul(product, view.dims[dim++]);
+        requireEqual(op, src.dims[g], product,
+                     fmt::format("'tensor.expand_shape' splits dim {} of size {{}} into {{}} "
+                                 "elements",
+                                 g));
+      }
     } else {
       size_t dim = 0;
       for (const Attribute &group : op.attr("reassociation").list()) {
