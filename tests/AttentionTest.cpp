@@ -1,0 +1,322 @@
+// Attention components against their oracles: attention_gqa, attention_gqa_causal and
+// attention_gqa_decode (components/attention/attention_gqa.mlir) and attention_block
+// (components/attention/attention_block.mlir, linked with rope and attention_gqa), over many
+// shapes, in specialized and generic modes, with guard regions around every output.
+//
+// Tolerance for every comparison here (MLIR-SUBSET.md §10, attention and attention blocks):
+// rtol 1e-4, atol 1e-5. The kernels reassociate the QK and PV dot products and the softmax sum
+// (vector lanes, online softmax rescaling), and use a polynomial exp; the oracle accumulates in
+// double. Outputs are convex combinations of V rows (|v| <= 1), so the f32 error is a few ulp
+// times sqrt(D) or sqrt(Skv), ~1e-6 at the largest shapes here; for the block the projections
+// add sqrt(E)-sized f32 sums and rope's f32 angle, still well inside 1e-4 relative. The atol
+// covers outputs that cancel to near zero.
+//
+// Benchmark shapes: S5 (prefill, q [1,128,32,128], k/v [1,128,8,128]) and S6 (decode,
+// q [1,1,32,128], k/v [1,512,8,128]) are in the lists below; each runs in well under 2 s in
+// both modes.
+#include "TestSupport.h"
+#include "oracles/AttentionMoe.h"
+#include "oracles/Oracles.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace frank::test {
+namespace {
+
+Context &context() {
+  static Context ctx;
+  return ctx;
+}
+
+std::string modeName(Mode m) { return m == Mode::Specialized ? "specialized" : "generic"; }
+
+constexpr double kRtol = 1e-4, kAtol = 1e-5; // see the file comment
+
+// ---- attention_gqa, attention_gqa_causal, attention_gqa_decode -----------------------------
+
+struct AttnShape {
+  int64_t b, s, skv, h, hkv, d;
+};
+
+std::string attnName(const AttnShape &s) {
+  return fmt::format("b{}_s{}_skv{}_h{}_hkv{}_d{}", s.b, s.s, s.skv, s.h, s.hkv, s.d);
+}
+
+Module &attentionModule() {
+  static Module module = context().load(componentPath("attention/attention_gqa.mlir"));
+  return module;
+}
+
+void checkAttention(const char *function, const AttnShape &shape, Mode mode, bool causal) {
+  Function fn = attentionModule().function(function);
+  const int64_t nq = shape.b * shape.s * shape.h * shape.d;
+  const int64_t nkv = shape.b * shape.skv * shape.hkv * shape.d;
+  const uint64_t seed = 1 + shape.b * 7 + shape.s * 131 + shape.skv * 17 + shape.h * 3 + shape.d;
+  // Queries wider than keys, so that some softmax rows are peaked and some flat.
+  auto q = oracle::randomFloats(nq, seed, -2, 2);
+  auto k = oracle::randomFloats(nkv, seed + 1);
+  auto v = oracle::randomFloats(nkv, seed + 2);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.d));
+  std::vector<Arg> args{
+      Tensor::borrow(q.data(), DType::F32, {shape.b, shape.s, shape.h, shape.d}),
+      Tensor::borrow(k.data(), DType::F32, {shape.b, shape.skv, shape.hkv, shape.d}),
+      Tensor::borrow(v.data(), DType::F32, {shape.b, shape.skv, shape.hkv, shape.d}),
+      Scalar::f32(scale)};
+  Kernel kernel = fn.specialize(args, mode);
+  GuardedOutput out({shape.b, shape.s, shape.h, shape.d});
+  std::vector<Tensor> outputs{out.tensor()};
+  kernel.run(args, outputs);
+  EXPECT_EQ(out.guardsIntact(), "");
+  oracle::AttentionDims dims{shape.b, shape.s, shape.skv, shape.h, shape.hkv, shape.d};
+  auto expected = oracle::attentionGqa(q.data(), k.data(), v.data(), scale, dims, causal);
+  auto cmp = oracle::compare(out.data(), expected, kRtol, kAtol);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
+class AttentionGqaTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};
+
+TEST_P(AttentionGqaTest, MatchesOracle) {
+  auto [shape, mode] = GetParam();
+  checkAttention("attention_gqa", shape, mode, /*causal=*/false);
+}
+
+// GQA ratios H/Hkv of 1, 2, 3, 4 and 8; Skv equal to, above and below S; head dims 64 and 128
+// and odd ones; one query; the S5 benchmark shape last.
+const AttnShape kAttnShapes[] = {
+    {1, 1, 1, 1, 1, 1},        {1, 3, 5, 2, 2, 8},    {2, 7, 7, 4, 2, 16},   {1, 5, 3, 8, 2, 8},
+    {1, 9, 13, 8, 1, 32},      {2, 4, 4, 16, 2, 64},  {1, 17, 17, 4, 1, 64}, {1, 6, 11, 2, 1, 128},
+    {3, 2, 9, 3, 3, 5},        {1, 31, 31, 6, 2, 24}, {2, 1, 33, 4, 4, 16},  {1, 13, 40, 8, 4, 128},
+    {1, 16, 16, 8, 8, 64},     {1, 33, 17, 4, 2, 17}, {1, 64, 64, 8, 2, 64}, {1, 1, 1, 8, 1, 128},
+    {1, 128, 128, 32, 8, 128},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGqaTest,
+                         testing::Combine(testing::ValuesIn(kAttnShapes),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           return fmt::format("attention_gqa_{}_{}",
+                                              attnName(std::get<0>(info.param)),
+                                              modeName(std::get<1>(info.param)));
+                         });
+
+class AttentionCausalTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};
+
+TEST_P(AttentionCausalTest, MatchesOracle) {
+  auto [shape, mode] = GetParam();
+  checkAttention("attention_gqa_causal", shape, mode, /*causal=*/true);
+}
+
+// Skv >= S throughout (a query with no visible key is undefined); Skv > S is the chunked-prefill
+// case where the queries are the last S positions. S5 with the causal mask last.
+const AttnShape kCausalShapes[] = {
+    {1, 1, 1, 1, 1, 4},   {1, 4, 4, 2, 2, 8},     {1, 3, 7, 4, 2, 16},       {2, 5, 5, 8, 2, 8},
+    {1, 9, 20, 8, 1, 32}, {1, 16, 16, 4, 4, 64},  {1, 7, 30, 16, 2, 64},     {2, 12, 12, 2, 1, 128},
+    {1, 6, 6, 3, 1, 5},   {1, 10, 17, 6, 3, 24},  {1, 1, 9, 4, 2, 16},       {1, 31, 33, 8, 4, 16},
+    {3, 2, 2, 2, 1, 8},   {1, 40, 64, 8, 1, 128}, {1, 128, 128, 32, 8, 128},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCausalTest,
+                         testing::Combine(testing::ValuesIn(kCausalShapes),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           return fmt::format("attention_gqa_causal_{}_{}",
+                                              attnName(std::get<0>(info.param)),
+                                              modeName(std::get<1>(info.param)));
+                         });
+
+class AttentionDecodeTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};
+
+TEST_P(AttentionDecodeTest, MatchesOracle) {
+  auto [shape, mode] = GetParam();
+  checkAttention("attention_gqa_decode", shape, mode, /*causal=*/false);
+}
+
+// One query position against 1 to 513 keys; the S6 benchmark shape last.
+const AttnShape kDecodeShapes[] = {
+    {1, 1, 1, 1, 1, 1},    {1, 1, 7, 2, 2, 8},     {2, 1, 5, 4, 2, 16},     {1, 1, 33, 8, 2, 8},
+    {1, 1, 64, 8, 1, 32},  {1, 1, 100, 16, 2, 64}, {3, 1, 17, 4, 4, 128},   {1, 1, 2, 6, 3, 24},
+    {1, 1, 513, 8, 8, 64}, {2, 1, 31, 32, 8, 128}, {1, 1, 1, 8, 1, 128},    {4, 1, 9, 2, 1, 5},
+    {1, 1, 255, 4, 1, 64}, {1, 1, 47, 12, 4, 16},  {1, 1, 512, 32, 8, 128},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeTest,
+                         testing::Combine(testing::ValuesIn(kDecodeShapes),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           return fmt::format("attention_gqa_decode_{}_{}",
+                                              attnName(std::get<0>(info.param)),
+                                              modeName(std::get<1>(info.param)));
+                         });
+
+// The decode form views [B, S, H, D] as [B*S*Hkv, G, D] against key's [B*Hkv, Skv, D]; with
+// S != 1 those batch extents differ and the attention op's extent check must report it rather
+// than read out of bounds.
+TEST(AttentionDecode, SeveralQueriesAreAnError) {
+  Function fn = attentionModule().function("attention_gqa_decode");
+  EXPECT_THROW(fn.specialize({"1x2x4x8xf32", "1x5x2x8xf32", "1x5x2x8xf32", "f32"}), Error);
+}
+
+// ---- attention_block -----------------------------------------------------------------------
+
+struct BlockShape {
+  int64_t b, s, e, h, hkv; // D = E / H; Ekv = Hkv * D
+  bool bias = true;        // use_bias
+};
+
+std::string blockName(const BlockShape &s) {
+  return fmt::format("b{}_s{}_e{}_h{}_hkv{}_{}", s.b, s.s, s.e, s.h, s.hkv,
+                     s.bias ? "bias" : "nobias");
+}
+
+Module &blockModule() {
+  static Module module = context().load(componentPath("attention/attention_block.mlir"));
+  return module;
+}
+
+struct BlockData {
+  BlockShape shape;
+  int64_t ekv;
+  std::vector<float> x, wq, wk, wv, wo, bq, bk, bv, bo;
+  std::vector<int64_t> positions;
+  float freqBase = 10000.0f, freqScale = 1.0f;
+
+  explicit BlockData(const BlockShape &s, bool useBias) : shape(s) {
+    ekv = s.hkv * (s.e / s.h);
+    const uint64_t seed = 3 + s.b * 5 + s.s * 101 + s.e * 7 + s.h * 13 + s.hkv;
+    // Weights ~ U(-1.5/sqrt(E), 1.5/sqrt(E)) keep the projections O(0.5) at every E.
+    const float a = 1.5f / std::sqrt(static_cast<float>(s.e));
+    x = oracle::randomFloats(s.b * s.s * s.e, seed);
+    wq = oracle::randomFloats(s.e * s.e, seed + 1, -a, a);
+    wk = oracle::randomFloats(s.e * ekv, seed + 2, -a, a);
+    wv = oracle::randomFloats(s.e * ekv, seed + 3, -a, a);
+    wo = oracle::randomFloats(s.e * s.e, seed + 4, -a, a);
+    if (useBias) {
+      bq = oracle::randomFloats(s.e, seed + 5, -0.5f, 0.5f);
+      bk = oracle::randomFloats(ekv, seed + 6, -0.5f, 0.5f);
+      bv = oracle::randomFloats(ekv, seed + 7, -0.5f, 0.5f);
+      bo = oracle::randomFloats(s.e, seed + 8, -0.5f, 0.5f);
+    } else {
+      // Right-sized but NaN: without use_bias the block must not read them.
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      bq.assign(s.e, nan), bk.assign(ekv, nan), bv.assign(ekv, nan), bo.assign(s.e, nan);
+    }
+    // Positions differ per sequence and are not contiguous from 0: rope sees real angles.
+    positions.resize(s.b * s.s);
+    for (int64_t bi = 0; bi < s.b; ++bi)
+      for (int64_t si = 0; si < s.s; ++si)
+        positions[bi * s.s + si] = 11 * bi + 3 * si;
+    if (s.e % 3 == 0)
+      freqScale = 0.5f; // exercise freq_scale on some shapes
+  }
+
+  std::vector<Arg> args(bool useBias) {
+    const BlockShape &s = shape;
+    return {Tensor::borrow(x.data(), DType::F32, {s.b, s.s, s.e}),
+            Tensor::borrow(positions.data(), DType::I64, {s.b, s.s}),
+            Tensor::borrow(wq.data(), DType::F32, {s.e, s.e}),
+            Tensor::borrow(wk.data(), DType::F32, {s.e, ekv}),
+            Tensor::borrow(wv.data(), DType::F32, {s.e, ekv}),
+            Tensor::borrow(wo.data(), DType::F32, {s.e, s.e}),
+            Tensor::borrow(bq.data(), DType::F32, {static_cast<int64_t>(bq.size())}),
+            Tensor::borrow(bk.data(), DType::F32, {static_cast<int64_t>(bk.size())}),
+            Tensor::borrow(bv.data(), DType::F32, {static_cast<int64_t>(bv.size())}),
+            Tensor::borrow(bo.data(), DType::F32, {static_cast<int64_t>(bo.size())}),
+            Scalar::i1(useBias),
+            Scalar::index(s.h),
+            Scalar::index(s.hkv),
+            Scalar::index(s.e),
+            Scalar::f32(freqBase),
+            Scalar::f32(freqScale)};
+  }
+
+  std::vector<double> expected(bool useBias) const {
+    oracle::AttentionBlockDims dims{shape.b, shape.s, shape.e, ekv, shape.h, shape.hkv};
+    return oracle::attentionBlock(x.data(), positions.data(), wq.data(), wk.data(), wv.data(),
+                                  wo.data(), bq.data(), bk.data(), bv.data(), bo.data(), useBias,
+                                  dims, freqBase, freqScale);
+  }
+};
+
+class AttentionBlockTest : public testing::TestWithParam<std::tuple<BlockShape, Mode>> {};
+
+TEST_P(AttentionBlockTest, MatchesOracle) {
+  auto [shape, mode] = GetParam();
+  const bool useBias = shape.bias;
+  Function fn = blockModule().function("attention_block");
+  BlockData data(shape, useBias);
+  std::vector<Arg> args = data.args(useBias);
+  Kernel kernel = fn.specialize(args, mode);
+  GuardedOutput out({shape.b, shape.s, shape.e});
+  std::vector<Tensor> outputs{out.tensor()};
+  kernel.run(args, outputs);
+  EXPECT_EQ(out.guardsIntact(), "");
+  auto cmp = oracle::compare(out.data(), data.expected(useBias), kRtol, kAtol);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
+// Head dims (E / H) 4 to 128, GQA ratios 1, 2, 3, 4 and 8, one token, several sequences; half
+// with biases, half without (bias and no-bias are not crossed with every shape, to keep the
+// binary's compile time down: each specialized block kernel takes about a second to compile).
+const BlockShape kBlockShapes[] = {
+    {1, 1, 8, 2, 1, true},    {1, 1, 8, 2, 1, false},     {1, 3, 16, 4, 2, true},
+    {2, 5, 32, 4, 4, false},  {1, 7, 64, 8, 2, true},     {1, 4, 128, 2, 1, false},
+    {1, 6, 256, 2, 1, true},  {2, 3, 48, 3, 1, false},    {1, 9, 96, 4, 2, true},
+    {1, 2, 20, 2, 2, false},  {3, 4, 64, 8, 8, true},     {1, 11, 192, 12, 4, false},
+    {1, 1, 256, 4, 4, true},  {1, 16, 128, 16, 2, false}, {2, 8, 128, 1, 1, true},
+    {1, 13, 72, 6, 3, false},
+};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBlockTest,
+                         testing::Combine(testing::ValuesIn(kBlockShapes),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           return fmt::format("attention_block_{}_{}",
+                                              blockName(std::get<0>(info.param)),
+                                              modeName(std::get<1>(info.param)));
+                         });
+
+// Without use_bias the biases' extents are not checked either (§8.6): any tensors will do.
+TEST(AttentionBlock, BiasExtentsIgnoredWithoutBias) {
+  Function fn = blockModule().function("attention_block");
+  BlockShape shape{1, 5, 32, 4, 2};
+  BlockData data(shape, /*useBias=*/false);
+  std::vector<Arg> args = data.args(false);
+  std::vector<float> wrong(3, std::numeric_limits<float>::quiet_NaN());
+  for (int i = 6; i < 10; ++i)
+    args[i] = Tensor::borrow(wrong.data(), DType::F32, {3});
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(modeName(mode));
+    std::vector<Tensor> result = fn(args, mode);
+    ASSERT_EQ(result.size(), 1u);
+    auto cmp = oracle::compare(result[0].as<float>(), data.expected(false), kRtol, kAtol);
+    EXPECT_TRUE(cmp.ok) << cmp.describe();
+  }
+}
+
+// n_head must split E: 16 = 3 * 5 + 1 is reported by the head split's expand_shape check.
+TEST(AttentionBlock, HeadCountNotDividingEmbeddingIsAnError) {
+  Function fn = blockModule().function("attention_block");
+  BlockShape shape{1, 2, 16, 4, 2};
+  BlockData data(shape, /*useBias=*/true);
+  std::vector<Arg> args = data.args(true);
+  args[11] = Scalar::index(3);
+  EXPECT_THROW(fn.specialize(args), Error);
+}
+
+// n_embd restates the block's width (§8): a disagreement is reported.
+TEST(AttentionBlock, EmbeddingArgumentMustAgreeWithWidth) {
+  Function fn = blockModule().function("attention_block");
+  BlockShape shape{1, 2, 16, 4, 2};
+  BlockData data(shape, /*useBias=*/true);
+  std::vector<Arg> args = data.args(true);
+  args[13] =
+      Scalar::index(17); // n_embd; 17 / 4 * 4 still splits q, so only the width check sees it
+  EXPECT_THROW(fn.specialize(args), Error);
+}
+
+} // namespace
+} // namespace frank::test
