@@ -459,14 +459,9 @@ private:
     llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
     auto *latch = b_.CreateBr(header);
     iv->addIncoming(next, b_.GetInsertBlock());
-    if (s.forKind == ForKind::Vectorize) {
-      llvm::MDNode *enable =
-          llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
-                                   llvm::ConstantAsMetadata::get(b_.getTrue())});
-      llvm::MDNode *loopID = llvm::MDNode::getDistinct(ctx_, {nullptr, enable});
-      loopID->replaceOperandWith(0, loopID);
-      latch->setMetadata(llvm::LLVMContext::MD_loop, loopID);
-    }
+    // `Vectorize` stays a hint for readers of the loop IR: forcing it with loop metadata makes
+    // LLVM warn on stderr about loops its cost model rightly leaves scalar, and gains nothing.
+    (void)latch;
     b_.SetInsertPoint(exit);
   }
 

@@ -37,6 +37,11 @@ inline int64_t indexDim(const Op &op) { return op.attr("dim").integer(); }
 /// util.call: the callee symbol without '@'.
 inline const std::string &callee(const Op &op) { return op.attr("callee").string(); }
 
+/// The op as its author wrote it: a generic made from a named op answers with that op's name.
+inline std::string displayName(const Op &op) {
+  return op.hasAttr("origin") ? op.attr("origin").string() : std::string(op.name());
+}
+
 bool isTerminator(OpKind kind);
 /// Scalar ops whose result depends only on their operands (arith and math).
 bool isPureScalarOp(OpKind kind);

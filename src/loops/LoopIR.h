@@ -7,8 +7,9 @@
 //   overflow; the arithmetic ops reuse the tensor IR's OpKind with the same meaning.
 // - `Let` binds an immutable name for the rest of its enclosing block. `Local` declares a
 //   mutable scalar (a reduction accumulator) that `Assign` updates.
-// - `For` runs its body for var = 0 .. extent-1 in order. A `Vectorize` hint marks the innermost
-//   loop the vectorizer should take; `Parallel` marks a loop whose iterations are independent.
+// - `For` runs its body for var = 0 .. extent-1 in order. `Vectorize` marks the innermost loop
+//   the lowering expects LLVM's vectorizer to take (a hint for the reader; LLVM's cost model
+//   decides); `Parallel` marks a loop whose iterations are independent.
 // - A `Binary` node with `reassoc` may be reassociated with others of its kind (reduction
 //   accumulation only); all other float arithmetic is evaluated as written.
 // - `Check` stops the kernel when its condition is false, reporting check `buffer` (an index into

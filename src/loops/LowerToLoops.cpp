@@ -421,9 +421,10 @@ private:
         if (other != extents[d])
           out_.constraints.push_back(
               {extents[d], other, op.loc,
-               fmt::format("loop dim d{} of 'linalg.generic' has extent {{}} from {} but {{}} "
+               fmt::format("loop dim d{} of '{}' has extent {{}} from {} but {{}} "
                            "from {}",
-                           d, describeOperandDim(op, operand, dim), describeOperandDim(op, o, k))});
+                           d, displayName(op), describeOperandDim(op, operand, dim),
+                           describeOperandDim(op, o, k))});
       }
     }
     // Accumulate in a register when every reduction loop is inside every parallel loop.

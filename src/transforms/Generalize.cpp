@@ -383,6 +383,10 @@ void generalizeBlock(FuncOp &fn, Block &block) {
     default: continue;
     }
     size_t at = b.position(); // the named op now sits here
+    // Errors about the generics it became name the op the author wrote.
+    for (size_t k = i; k < at; ++k)
+      if (block.ops[k]->kind == OpKind::LinalgGeneric)
+        block.ops[k]->attrs["origin"] = Attribute{std::string(block.ops[at]->name())};
     replaceAllUses(*fn.body, block.ops[at]->result(), replacement);
     block.ops.erase(block.ops.begin() + at);
     i = at - 1;

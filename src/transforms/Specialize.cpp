@@ -337,9 +337,10 @@ private:
       for (auto [operand, dim] : sources[d]) {
         int64_t size = op.operands[operand]->type.shape[dim];
         if (size != extent)
-          fail(op.loc, fmt::format("loop dim d{} of 'linalg.generic' has extent {} from {} but "
+          fail(op.loc, fmt::format("loop dim d{} of '{}' has extent {} from {} but "
                                    "{} from {}",
-                                   d, extent, describeOperandDim(op, firstOperand, firstDim), size,
+                                   d, displayName(op), extent,
+                                   describeOperandDim(op, firstOperand, firstDim), size,
                                    describeOperandDim(op, operand, dim)));
       }
     }
