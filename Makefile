@@ -41,6 +41,7 @@ test: build
 
 bench: build
 	$(BUILD)/bin/frank-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	bench/component_shapes.sh
 
 clean:
 	rm -rf $(BUILD)
