@@ -10,13 +10,6 @@
 namespace frank::test {
 namespace {
 
-Context &context() {
-  static Context ctx;
-  return ctx;
-}
-
-std::string modeName(Mode m) { return m == Mode::Specialized ? "specialized" : "generic"; }
-
 // ---- rms_norm ------------------------------------------------------------------------------
 
 struct RmsShape {

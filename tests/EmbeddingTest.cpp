@@ -26,13 +26,6 @@
 namespace frank::test {
 namespace {
 
-Context &context() {
-  static Context ctx;
-  return ctx;
-}
-
-std::string modeName(Mode m) { return m == Mode::Specialized ? "specialized" : "generic"; }
-
 Module &embeddingModule() {
   static Module module = context().load(componentPath("embedding/embedding_lookup.mlir"));
   return module;

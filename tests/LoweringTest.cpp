@@ -11,11 +11,6 @@
 namespace frank::test {
 namespace {
 
-Context &context() {
-  static Context ctx;
-  return ctx;
-}
-
 std::vector<float> iota(int64_t n, float scale = 1) {
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)

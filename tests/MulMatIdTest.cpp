@@ -32,13 +32,6 @@
 namespace frank::test {
 namespace {
 
-Context &context() {
-  static Context ctx;
-  return ctx;
-}
-
-std::string modeName(Mode m) { return m == Mode::Specialized ? "specialized" : "generic"; }
-
 constexpr double kRtol = 1e-4, kAtol = 1e-5; // see the file comment
 
 Function mulMatIdFunction() {

@@ -15,11 +15,6 @@ namespace {
 
 using testing::HasSubstr;
 
-Context &context() {
-  static Context ctx;
-  return ctx;
-}
-
 std::vector<float> values(int64_t n, uint64_t seed) { return oracle::randomFloats(n, seed, -2, 2); }
 
 Tensor borrow(std::vector<float> &v, std::vector<int64_t> shape) {

@@ -11,6 +11,14 @@
 
 namespace frank::test {
 
+/// One context per test binary, so that tests reuse each other's kernels.
+inline Context &context() {
+  static Context ctx;
+  return ctx;
+}
+
+inline std::string modeName(Mode m) { return m == Mode::Specialized ? "specialized" : "generic"; }
+
 inline std::string componentPath(const std::string &relative) {
   return std::string(FRANK_TESTS_DIR) + "/../components/" + relative;
 }

@@ -115,6 +115,7 @@ private:
   void parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes);
   void parseGenericAttrs(Op &op);
   void parseIndexingMaps(Op &op);
+  Token parseDimensionAttr(Op &op);
   AttrList parseIntList(const char *what);
   AttrList parseReassociation();
   void parseMixedList(Op &op, const char *attr, const char *what);
@@ -865,6 +866,16 @@ void Parser::parseGenericAttrs(Op &op) {
     failAt(open, "'linalg.generic' needs 'iterator_types'");
 }
 
+// `dimension(<n>)`, stored as the op's "dimension" attribute; returns the number's token.
+Token Parser::parseDimensionAttr(Op &op) {
+  expectKeyword("dimension", fmt::format("in '{}'", op.name()));
+  expect(Tok::LParen, "after 'dimension'");
+  Token d = expect(Tok::Integer, fmt::format("as the dimension of '{}'", op.name()));
+  expect(Tok::RParen, "to close 'dimension('");
+  op.attrs["dimension"] = Attribute{integerValue(d, 64)};
+  return d;
+}
+
 AttrList Parser::parseIntList(const char *what) {
   expect(Tok::LSquare, fmt::format("to open {}", what));
   AttrList list;
@@ -1502,11 +1513,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     return;
   }
   case OpKind::LinalgSoftmax: {
-    expectKeyword("dimension", "in 'linalg.softmax'");
-    expect(Tok::LParen, "after 'dimension'");
-    Token d = expect(Tok::Integer, "as the softmax dimension");
-    expect(Tok::RParen, "to close 'dimension('");
-    op.attrs["dimension"] = Attribute{integerValue(d, 64)};
+    Token d = parseDimensionAttr(op);
     parseInsOuts(op, true);
     if (op.operands.size() != 2 || op.operands[0]->type != op.operands[1]->type ||
         !op.operands[0]->type.isTensor() || !isFloatElem(op.operands[0]->type.elem))
@@ -1580,11 +1587,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     return;
   }
   case OpKind::TopK: {
-    expectKeyword("dimension", "in 'iree_linalg_ext.topk'");
-    expect(Tok::LParen, "after 'dimension'");
-    Token d = expect(Tok::Integer, "as the topk dimension");
-    expect(Tok::RParen, "to close 'dimension('");
-    op.attrs["dimension"] = Attribute{integerValue(d, 64)};
+    parseDimensionAttr(op);
     parseInsOuts(op, true);
     int64_t ins = op.attr("num_inputs").integer();
     if ((ins != 1 && ins != 2) || op.operands.size() != static_cast<size_t>(ins) + 2)
