@@ -1,6 +1,7 @@
 // LLJIT, target machine and O3 pipeline.
 #include "Engine.h"
 #include "ir/Diagnostics.h"
+#include "runtime/Parallel.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -81,6 +82,12 @@ struct Engine::Impl {
                    lljit->getDataLayout().getGlobalPrefix()),
                "opening the process's symbols"));
     findVectorMath();
+    // The parallel runtime, by name, so that kernels (and cached objects) hold no host address.
+    llvm::orc::SymbolMap runtime;
+    runtime[lljit->mangleAndIntern("frank_parallel_for")] = llvm::orc::ExecutorSymbolDef(
+        llvm::orc::ExecutorAddr::fromPtr(&frank_parallel_for), llvm::JITSymbolFlags::Exported);
+    if (auto error = lljit->getMainJITDylib().define(llvm::orc::absoluteSymbols(runtime)))
+      internalError("defining the runtime's symbols: " + llvm::toString(std::move(error)));
   }
 
   void findVectorMath() {

@@ -6,6 +6,7 @@
 #include "ir/Verifier.h"
 #include "link/Linker.h"
 #include "parse/Parser.h"
+#include "runtime/Parallel.h"
 
 #include <llvm/ADT/Hashing.h>
 #include <llvm/Support/xxhash.h>
@@ -51,6 +52,9 @@ static DType dtypeOf(ElemKind k) {
   }
   return DType::F32;
 }
+
+int numThreads() { return runtime::numThreads(); }
+void setNumThreads(int threads) { runtime::setNumThreads(threads); }
 
 TypeSpec parseTypeSpec(const std::string &text) {
   TypeSpec spec;

@@ -134,6 +134,11 @@ private:
   std::shared_ptr<detail::ContextImpl> impl_;
 };
 
+/// Threads that kernels' parallel loops use, the caller included. The default is
+/// FRANK_NUM_THREADS, or else the number of hardware threads; 1 runs every kernel serially.
+int numThreads();
+void setNumThreads(int threads);
+
 /// Parses a command-line style type: "32x4096xf32" (tensor), "f32", "index=4", "i1=true".
 /// Returns the element type, the shape (empty and `isTensor` false for scalars) and the value.
 struct TypeSpec {

@@ -10,6 +10,8 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <functional>
+#include <set>
 #include <unordered_map>
 
 namespace frank {
@@ -441,6 +443,15 @@ private:
 
   void emitFor(const StmtNode &s) {
     llvm::Value *extent = emitExpr(s.value);
+    if (s.forKind == ForKind::Parallel) {
+      emitParallelFor(s, extent);
+      return;
+    }
+    emitLoop(s, b_.getInt64(0), extent);
+  }
+
+  // for name in [begin, end) { body }, at the insertion point.
+  void emitLoop(const StmtNode &s, llvm::Value *begin, llvm::Value *end) {
     llvm::BasicBlock *pre = b_.GetInsertBlock();
     auto *header = llvm::BasicBlock::Create(ctx_, s.name + ".header", fn_);
     auto *bodyBB = llvm::BasicBlock::Create(ctx_, s.name + ".body", fn_);
@@ -448,8 +459,8 @@ private:
     b_.CreateBr(header);
     b_.SetInsertPoint(header);
     llvm::PHINode *iv = b_.CreatePHI(b_.getInt64Ty(), 2, s.name);
-    iv->addIncoming(b_.getInt64(0), pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(iv, extent), bodyBB, exit);
+    iv->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, end), bodyBB, exit);
     b_.SetInsertPoint(bodyBB);
     scopes_.emplace_back();
     scopes_.back()[s.name] = iv;
@@ -457,12 +468,114 @@ private:
       emit(inner);
     scopes_.pop_back();
     llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
-    auto *latch = b_.CreateBr(header);
+    b_.CreateBr(header);
     iv->addIncoming(next, b_.GetInsertBlock());
     // `Vectorize` stays a hint for readers of the loop IR: forcing it with loop metadata makes
     // LLVM warn on stderr about loops its cost model rightly leaves scalar, and gains nothing.
-    (void)latch;
     b_.SetInsertPoint(exit);
+  }
+
+  // Names a statement tree reads or assigns.
+  static void collectNames(const std::vector<Stmt> &stmts, std::set<std::string> &names) {
+    std::function<void(const Expr &)> expr = [&](const Expr &e) {
+      if (!e)
+        return;
+      if (e->kind == ExprKind::Var)
+        names.insert(e->name);
+      for (const Expr &a : e->args)
+        expr(a);
+    };
+    for (const Stmt &st : stmts) {
+      if (st->kind == StmtKind::Assign)
+        names.insert(st->name);
+      expr(st->value);
+      expr(st->index);
+      expr(st->bound);
+      collectNames(st->body, names);
+      collectNames(st->elseBody, names);
+    }
+  }
+
+  // A parallel loop becomes a function over a [begin, end) chunk that frank_parallel_for calls
+  // from several threads. What the body reads from outside (buffers, params, lets, enclosing
+  // loop variables) travels in a context struct; an outer mutable local would be a data race.
+  void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
+    std::set<std::string> names;
+    collectNames(s.body, names);
+    std::vector<std::pair<std::string, llvm::Value *>> captured;
+    for (const std::string &name : names)
+      for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+        if (auto found = it->find(name); found != it->end()) {
+          if (llvm::isa<llvm::AllocaInst>(found->second))
+            internalError("a parallel loop updates the outer variable '" + name + "'");
+          captured.push_back({name, found->second});
+          break;
+        }
+    std::vector<llvm::Value *> fields = bufferPtrs_;
+    fields.push_back(dims_);
+    fields.push_back(scalars_);
+    fields.push_back(status_);
+    for (auto &[name, v] : captured)
+      fields.push_back(v);
+    std::vector<llvm::Type *> fieldTypes;
+    for (llvm::Value *v : fields)
+      fieldTypes.push_back(v->getType());
+    auto *contextType = llvm::StructType::get(ctx_, fieldTypes);
+
+    // The chunk function: void(i64 begin, i64 end, ptr context).
+    auto *chunkType = llvm::FunctionType::get(
+        b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, false);
+    auto *chunk = llvm::Function::Create(chunkType, llvm::Function::InternalLinkage,
+                                         fmt::format("{}.{}.chunk", p_.name, s.name), *module_);
+    chunk->addFnAttr(llvm::Attribute::NoUnwind);
+    // Save the builder state of the enclosing function.
+    llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
+    llvm::Function *savedFn = fn_;
+    llvm::BasicBlock *savedEntry = entryBlock_;
+    std::vector<llvm::Value *> savedBuffers = bufferPtrs_;
+    llvm::Value *savedDims = dims_, *savedScalars = scalars_, *savedStatus = status_;
+    auto savedScopes = std::move(scopes_);
+
+    fn_ = chunk;
+    entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", chunk);
+    b_.SetInsertPoint(entryBlock_);
+    llvm::Value *context = chunk->getArg(2);
+    auto field = [&](size_t i) {
+      return b_.CreateLoad(fieldTypes[i], b_.CreateStructGEP(contextType, context, i));
+    };
+    size_t next = 0;
+    for (auto &ptr : bufferPtrs_)
+      ptr = field(next++);
+    dims_ = field(next++);
+    scalars_ = field(next++);
+    status_ = field(next++);
+    scopes_.clear();
+    scopes_.emplace_back();
+    for (auto &[name, v] : captured)
+      scopes_.back()[name] = field(next++);
+    emitLoop(s, chunk->getArg(0), chunk->getArg(1));
+    b_.CreateRetVoid();
+
+    fn_ = savedFn;
+    entryBlock_ = savedEntry;
+    bufferPtrs_ = savedBuffers;
+    dims_ = savedDims;
+    scalars_ = savedScalars;
+    status_ = savedStatus;
+    scopes_ = std::move(savedScopes);
+    b_.restoreIP(saved);
+
+    // Fill the context and hand the loop to the runtime.
+    llvm::IRBuilder<> entry(entryBlock_, entryBlock_->begin());
+    llvm::AllocaInst *slot = entry.CreateAlloca(contextType, nullptr, s.name + ".context");
+    for (size_t i = 0; i < fields.size(); ++i)
+      b_.CreateStore(fields[i], b_.CreateStructGEP(contextType, slot, i));
+    auto runtime = module_->getOrInsertFunction(
+        "frank_parallel_for",
+        llvm::FunctionType::get(b_.getVoidTy(),
+                                {b_.getPtrTy(), b_.getPtrTy(), b_.getInt64Ty(), b_.getInt64Ty()},
+                                false));
+    b_.CreateCall(runtime, {chunk, slot, extent, emitExpr(s.bound)});
   }
 
   const Program &p_;

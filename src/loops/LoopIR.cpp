@@ -218,9 +218,10 @@ static void printStmt(const Stmt &s, const Program &p, int indent, std::string &
   switch (s->kind) {
   case StmtKind::Block: printStmts(s->body, p, indent, out); return;
   case StmtKind::For: {
-    const char *kind = s->forKind == ForKind::Parallel    ? " parallel"
-                       : s->forKind == ForKind::Vectorize ? " vectorized"
-                                                          : "";
+    std::string kind = s->forKind == ForKind::Vectorize ? " vectorized"
+                       : s->forKind == ForKind::Parallel
+                           ? fmt::format(" parallel(chunks of at least {})", print(s->bound, &p))
+                           : "";
     out += fmt::format("{}for {} in 0..{}{} {{\n", pad, s->name, print(s->value, &p), kind);
     printStmts(s->body, p, indent + 2, out);
     out += pad + "}\n";

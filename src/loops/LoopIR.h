@@ -87,7 +87,8 @@ struct StmtNode {
   ForKind forKind = ForKind::Serial;
   Expr value;                 // Let/Local/Assign/Store value; For extent; If/Check condition
   Expr index;                 // Store; Check: the observed value
-  Expr bound;                 // Check: the bound it was checked against
+  Expr bound;                 // Check: the bound it was checked against; parallel For: the
+                              // fewest iterations worth giving a thread
   int buffer = -1;            // Store; Check: the check's id
   std::vector<Stmt> body;     // Block, For, If-then
   std::vector<Stmt> elseBody; // If

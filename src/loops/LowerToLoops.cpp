@@ -334,6 +334,42 @@ private:
       emitGeneric(op, result);
   }
 
+  // The outermost loop of a specialized nest runs on several threads when it is a parallel dim
+  // and the nest is large: each thread gets at least kMinChunkElements points, since waking a
+  // thread costs microseconds. Generic mode stays single-threaded, as a baseline should.
+  static constexpr int64_t kMinParallelElements = 1 << 16;
+  static constexpr int64_t kMinChunkElements = 1 << 14;
+
+  // The loop to parallelize is the first of extent >= 2 under loops of extent 1 (a [1, 32, N]
+  // nest parallelizes over the 32); it must be a parallel dim.
+  void markParallel(std::vector<Stmt> &nest, const std::vector<Expr> &extents,
+                    const std::vector<bool> &reductions) const {
+    if (!specialized() || extents.empty())
+      return;
+    int64_t total = 1;
+    for (const Expr &e : extents) {
+      auto c = asConstant(e);
+      if (!c)
+        return;
+      total *= *c;
+    }
+    if (total < kMinParallelElements)
+      return;
+    std::vector<Stmt> *level = &nest;
+    for (size_t d = 0; d < extents.size(); ++d) {
+      if (reductions[d] || level->size() != 1 || (*level)[0]->kind != StmtKind::For)
+        return;
+      Stmt loop = (*level)[0];
+      int64_t extent = *asConstant(extents[d]);
+      if (extent >= 2) {
+        loop->forKind = ForKind::Parallel;
+        loop->bound = intConst(std::max<int64_t>(1, kMinChunkElements / (total / extent)));
+        return;
+      }
+      level = &loop->body;
+    }
+  }
+
   // Nested loops over `dims`, innermost vectorized in specialized mode; `inner` builds the body
   // from the loop variables.
   std::vector<Stmt>
@@ -483,12 +519,17 @@ private:
       bool vectorize = specialized() && d == innermost;
       stmts = {forLoop(names[d], extents[d], vectorize ? ForKind::Vectorize : ForKind::Serial,
                        std::move(stmts))};
+
       bool firstReduction = accumulate && g.isReduction(d) && (d == 0 || !g.isReduction(d - 1));
       if (firstReduction) {
         stmts.insert(stmts.begin(), local(accName, load(result.buffer, outIndex, outElem)));
         stmts.push_back(store(result.buffer, outIndex, var(accName, outElem)));
       }
     }
+    std::vector<bool> reductions;
+    for (int d = 0; d < numLoops; ++d)
+      reductions.push_back(g.isReduction(d));
+    markParallel(stmts, extents, reductions);
     if (numLoops == 0) {
       if (accumulate)
         internalError("reduction without loops");

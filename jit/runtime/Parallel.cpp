@@ -1,0 +1,165 @@
+// A fork-join pool for kernels' parallel loops. Waking a sleeping thread costs more than a whole
+// small kernel here (microseconds), so workers spin for a while after each loop before they
+// sleep, and loops below a minimum size never leave the calling thread.
+//
+// Protocol: the caller publishes a job and bumps `generation_`; every worker takes part in every
+// generation exactly once (claiming chunks until none are left) and then acknowledges it. The
+// caller returns only when all chunks are done and every worker has acknowledged, so no worker
+// can still be reading the job when the next one is written.
+#include "runtime/Parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define FRANK_PAUSE() _mm_pause()
+#else
+#define FRANK_PAUSE() ((void)0)
+#endif
+
+namespace frank::runtime {
+namespace {
+
+constexpr int kSpinIterations = 200000; // roughly 100 us of spinning before sleeping
+
+struct Job {
+  void (*body)(int64_t, int64_t, void *) = nullptr;
+  void *context = nullptr;
+  int64_t count = 0, chunk = 0, chunks = 0;
+  std::atomic<int64_t> next{0};    // next chunk to claim
+  std::atomic<int64_t> pending{0}; // chunks not finished yet
+};
+
+class Pool {
+public:
+  static Pool &instance() {
+    static Pool pool;
+    return pool;
+  }
+
+  int threads() const { return threads_.load(std::memory_order_relaxed); }
+  void setThreads(int n) {
+    n = std::max(1, n);
+    std::lock_guard<std::mutex> run(runMutex_); // not while a loop is running
+    ensureWorkers(n - 1);
+    threads_.store(n, std::memory_order_relaxed);
+  }
+
+  void run(void (*body)(int64_t, int64_t, void *), void *context, int64_t count, int64_t minChunk) {
+    int threads = this->threads();
+    int64_t chunks = std::min<int64_t>(threads, count / std::max<int64_t>(minChunk, 1));
+    std::unique_lock<std::mutex> run(runMutex_, std::try_to_lock);
+    if (chunks < 2 || !run.owns_lock()) {
+      body(0, count, context);
+      return;
+    }
+    ensureWorkers(threads - 1);
+    Job &job = job_;
+    job.body = body;
+    job.context = context;
+    job.count = count;
+    job.chunks = chunks;
+    job.chunk = (count + chunks - 1) / chunks;
+    job.next.store(0, std::memory_order_relaxed);
+    job.pending.store(chunks, std::memory_order_relaxed);
+    acknowledged_.store(0, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(sleepMutex_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    work(job);
+    const int workers = static_cast<int>(workers_.size());
+    while (job.pending.load(std::memory_order_acquire) != 0 ||
+           acknowledged_.load(std::memory_order_acquire) != workers)
+      FRANK_PAUSE();
+  }
+
+private:
+  Pool() {
+    int n = static_cast<int>(std::thread::hardware_concurrency());
+    if (const char *env = std::getenv("FRANK_NUM_THREADS"))
+      n = std::atoi(env);
+    threads_.store(std::max(1, n), std::memory_order_relaxed);
+  }
+
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(sleepMutex_);
+      stop_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (std::thread &t : workers_)
+      t.join();
+  }
+
+  // Called with runMutex_ held and no job running, so the new worker's first generation to
+  // take part in is the next one.
+  void ensureWorkers(int n) {
+    while (static_cast<int>(workers_.size()) < n) {
+      uint64_t current = generation_.load(std::memory_order_acquire);
+      workers_.emplace_back([this, current] { workerLoop(current); });
+    }
+  }
+
+  // Claims chunks until none are left.
+  static void work(Job &job) {
+    for (;;) {
+      int64_t c = job.next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= job.chunks)
+        return;
+      int64_t begin = c * job.chunk, end = std::min(job.count, begin + job.chunk);
+      if (begin < end)
+        job.body(begin, end, job.context);
+      job.pending.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  void workerLoop(uint64_t seen) {
+    for (;;) {
+      int spins = 0;
+      while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+        FRANK_PAUSE();
+        ++spins;
+      }
+      if (generation_.load(std::memory_order_acquire) == seen) {
+        std::unique_lock<std::mutex> lock(sleepMutex_);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      }
+      seen = generation_.load(std::memory_order_acquire);
+      if (stop_)
+        return;
+      work(job_);
+      acknowledged_.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+
+  std::atomic<int> threads_{1};
+  std::mutex runMutex_; // one loop on the pool at a time
+  Job job_;
+  std::mutex sleepMutex_;
+  std::condition_variable wake_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> acknowledged_{0};
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+} // namespace
+
+int numThreads() { return Pool::instance().threads(); }
+void setNumThreads(int threads) { Pool::instance().setThreads(threads); }
+
+} // namespace frank::runtime
+
+extern "C" void frank_parallel_for(void (*body)(int64_t, int64_t, void *), void *context,
+                                   int64_t count, int64_t minChunk) {
+  frank::runtime::Pool::instance().run(body, context, count, minChunk);
+}

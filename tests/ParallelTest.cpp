@@ -1,0 +1,136 @@
+// The parallel runtime and parallel loops: every iteration runs exactly once, results do not
+// depend on the thread count, and concurrent callers are safe.
+#include "runtime/Parallel.h"
+#include "TestSupport.h"
+#include "oracles/Oracles.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+namespace frank::test {
+namespace {
+
+// Restores the thread count a test changes.
+class ThreadCount {
+public:
+  explicit ThreadCount(int n) : saved_(numThreads()) { setNumThreads(n); }
+  ~ThreadCount() { setNumThreads(saved_); }
+
+private:
+  int saved_;
+};
+
+TEST(ParallelFor, EveryIterationRunsExactlyOnce) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadCount count(threads);
+    for (int64_t n : {0, 1, 2, 7, 1000, 100003})
+      for (int64_t minChunk : {1, 16, 5000}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        frank_parallel_for(
+            [](int64_t begin, int64_t end, void *context) {
+              auto &h = *static_cast<std::vector<std::atomic<int>> *>(context);
+              for (int64_t i = begin; i < end; ++i)
+                h[i].fetch_add(1);
+            },
+            &hits, n, minChunk);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << ", n " << n << ", index " << i;
+      }
+  }
+}
+
+TEST(ParallelFor, ManyCallersAtOnce) {
+  ThreadCount count(2);
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 6; ++t)
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 200; ++rep)
+        frank_parallel_for(
+            [](int64_t begin, int64_t end, void *context) {
+              static_cast<std::atomic<int64_t> *>(context)->fetch_add(end - begin);
+            },
+            &total, 4096, 64);
+    });
+  for (auto &c : callers)
+    c.join();
+  EXPECT_EQ(total.load(), 6 * 200 * 4096);
+}
+
+std::vector<Arg> rmsArgs(std::vector<float> &x, std::vector<float> &w, int64_t rows, int64_t cols) {
+  x = oracle::randomFloats(rows * cols, 3);
+  w = oracle::randomFloats(cols, 4);
+  return {Tensor::borrow(x.data(), DType::F32, {rows, cols}),
+          Tensor::borrow(w.data(), DType::F32, {cols}), Scalar::f32(1e-6f)};
+}
+
+// Each output element is computed by one thread with the same arithmetic, so the thread count
+// cannot change a single bit.
+TEST(ParallelLoops, ResultsDoNotDependOnTheThreadCount) {
+  Function rms =
+      context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  Function swiglu = context().load(componentPath("activation/swiglu.mlir")).function("swiglu");
+  std::vector<float> x, w;
+  auto args = rmsArgs(x, w, 32, 4096);
+  auto g = oracle::randomFloats(32 * 14336, 5), u = oracle::randomFloats(32 * 14336, 6);
+  std::vector<Arg> sargs{Tensor::borrow(g.data(), DType::F32, {1, 32, 14336}),
+                         Tensor::borrow(u.data(), DType::F32, {1, 32, 14336})};
+  std::vector<Tensor> serial, parallel;
+  {
+    ThreadCount one(1);
+    serial = {rms(args)[0], swiglu(sargs)[0]};
+  }
+  {
+    ThreadCount two(2);
+    parallel = {rms(args)[0], swiglu(sargs)[0]};
+  }
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(std::memcmp(serial[i].data(), parallel[i].data(), serial[i].byteSize()), 0);
+  auto cmp = oracle::compare(parallel[0].as<float>(),
+                             oracle::rmsNorm(x.data(), w.data(), 1e-6f, 32, 4096), 1e-5, 1e-6);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
+TEST(ParallelLoops, OnlyLargeSpecializedNestsGoParallel) {
+  Function rms =
+      context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  EXPECT_THAT(rms.emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"}),
+              testing::HasSubstr("for d0 in 0..32 parallel(chunks of at least 4)"));
+  EXPECT_THAT(rms.emit(Stage::Loops, {"1x4096xf32", "4096xf32", "f32"}),
+              testing::Not(testing::HasSubstr("parallel")))
+      << "a decode row is too small to share";
+  EXPECT_THAT(rms.emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"}, Mode::Generic),
+              testing::Not(testing::HasSubstr("parallel")))
+      << "generic mode is the single-threaded baseline";
+  Function swiglu = context().load(componentPath("activation/swiglu.mlir")).function("swiglu");
+  EXPECT_THAT(swiglu.emit(Stage::Loops, {"1x32x14336xf32", "1x32x14336xf32"}),
+              testing::HasSubstr("for d1 in 0..32 parallel"))
+      << "past the unit batch dim";
+}
+
+TEST(ParallelLoops, KernelsCalledFromManyThreads) {
+  ThreadCount two(2);
+  Function rms =
+      context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  std::vector<float> x, w;
+  auto args = rmsArgs(x, w, 64, 2048);
+  auto expected = oracle::rmsNorm(x.data(), w.data(), 1e-6f, 64, 2048);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 25; ++rep)
+        if (!oracle::compare(rms(args)[0].as<float>(), expected, 1e-5, 1e-6).ok)
+          ++failures;
+    });
+  for (auto &c : callers)
+    c.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+} // namespace
+} // namespace frank::test
