@@ -6,6 +6,7 @@
 #include "ir/Verifier.h"
 #include "link/Linker.h"
 #include "parse/Parser.h"
+#include "runtime/Memory.h"
 #include "runtime/Parallel.h"
 
 #include <llvm/ADT/Hashing.h>
@@ -273,9 +274,7 @@ thread_local size_t tlsWorkspaceSize = 0;
 void *workspace(size_t bytes) {
   if (bytes > tlsWorkspaceSize) {
     size_t rounded = (bytes + 4095) / 4096 * 4096;
-    tlsWorkspace.reset(static_cast<char *>(std::aligned_alloc(64, rounded)));
-    if (!tlsWorkspace)
-      throw Error(fmt::format("error: cannot allocate a {}-byte workspace", bytes));
+    tlsWorkspace.reset(static_cast<char *>(runtime::allocate(rounded)));
     tlsWorkspaceSize = rounded;
   }
   return tlsWorkspace.get();

@@ -1,5 +1,6 @@
 // Host tensors: element-type helpers and owned, aligned tensor storage.
 #include "frank/Tensor.h"
+#include "runtime/Memory.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -7,11 +8,6 @@
 #include <new>
 
 namespace frank {
-
-namespace {
-// Wide enough for any vector load the generated kernels issue, and a cache line.
-constexpr size_t kStorageAlignment = 64;
-} // namespace
 
 size_t dtypeSize(DType type) {
   switch (type) {
@@ -67,14 +63,8 @@ Tensor Tensor::zeros(DType type, std::vector<int64_t> shape) {
     elementCount *= static_cast<size_t>(dim);
   }
   size_t byteCount = elementCount * dtypeSize(type);
-  // aligned_alloc requires a multiple of the alignment; never 0 so that data() is never null.
-  size_t allocSize =
-      byteCount == 0 ? kStorageAlignment
-                     : (byteCount + kStorageAlignment - 1) / kStorageAlignment * kStorageAlignment;
-  void *memory = std::aligned_alloc(kStorageAlignment, allocSize);
-  if (!memory)
-    throw std::bad_alloc();
-  std::memset(memory, 0, allocSize);
+  void *memory = runtime::allocate(byteCount);
+  std::memset(memory, 0, byteCount);
 
   Tensor tensor;
   tensor.storage_ = std::shared_ptr<void>(memory, [](void *p) { std::free(p); });
