@@ -3,6 +3,7 @@
 #include "ir/Clone.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "transforms/FoldCopies.h"
 #include "transforms/Fusion.h"
 #include "transforms/Generalize.h"
 #include "transforms/Inline.h"
@@ -78,6 +79,10 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
     verifyFunction(*fn);
     after("specialize", *fn, t);
     if (options.fuse) {
+      t = clock::now();
+      foldCopiesIntoExtracts(*fn);
+      verifyFunction(*fn);
+      after("fold-copies", *fn, t);
       t = clock::now();
       fuseElementwise(*fn);
       verifyFunction(*fn);

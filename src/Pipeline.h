@@ -6,6 +6,8 @@
 //   bind-flags        i1 arguments bound and the branches they decide folded (generic mode)
 //   specialize        argument shapes, integer and i1 values bound, every type static
 //                     (specialized mode only)
+//   fold-copies       extracts read through permuting copies, which then vanish
+//                     (specialized only)
 //   fuse-elementwise  elementwise producers folded into their consumers (specialized only)
 //   lower-to-loops    buffer plan and one loop nest per tensor op
 //

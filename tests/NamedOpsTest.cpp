@@ -517,3 +517,23 @@ TEST(ScfFor, CarriesTensorsAndScalarsAndUpdatesInPlace) {
 
 } // namespace
 } // namespace frank::test
+
+namespace frank::test {
+namespace {
+
+// mul_mat_id transposes its weights expert-first and gathers from the copy; the gather reads the
+// weights in place instead, and the copy is gone (results: MulMatIdTest).
+TEST(FoldCopies, GatherReadsThroughATranspose) {
+  Function fn = context().load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+  std::vector<std::string> types{"16x8x4xf32", "8x2x3xf32", "2x3xi32"};
+  std::string loops = fn.emit(Stage::Loops, types);
+  EXPECT_THAT(loops, testing::Not(HasSubstr("temp "))) << "no buffer between weights and gather";
+  EXPECT_THAT(loops, HasSubstr("= weights[")) << "the gather reads the weights in place";
+  EXPECT_THAT(fn.emit(Stage::Loops, types, Mode::Generic), HasSubstr("temp "))
+      << "generic mode keeps the copy";
+  EXPECT_THAT(fn.emit(Stage::Specialized, types, Mode::Specialized, true),
+              HasSubstr("IR Dump After fold-copies"));
+}
+
+} // namespace
+} // namespace frank::test
