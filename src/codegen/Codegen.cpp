@@ -522,7 +522,22 @@ private:
       fieldTypes.push_back(v->getType());
     auto *contextType = llvm::StructType::get(ctx_, fieldTypes);
 
-    // The chunk function: void(i64 begin, i64 end, ptr context).
+    // The chunk function, void(i64 begin, i64 end, ptr context), unpacks the context into an
+    // always-inline body whose buffer parameters are noalias, as the kernel's own body's are:
+    // pointers loaded from memory would lose that, and with it hoisting and vectorization.
+    std::vector<llvm::Type *> implParams{b_.getInt64Ty(), b_.getInt64Ty()};
+    implParams.insert(implParams.end(), fieldTypes.begin(), fieldTypes.end());
+    auto *impl = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), implParams, false),
+                                        llvm::Function::InternalLinkage,
+                                        fmt::format("{}.{}.body", p_.name, s.name), *module_);
+    impl->addFnAttr(llvm::Attribute::AlwaysInline);
+    impl->addFnAttr(llvm::Attribute::NoUnwind);
+    size_t numPointers = bufferPtrs_.size() + 3; // buffers, dims, scalars, status
+    for (size_t i = 0; i < numPointers; ++i) {
+      impl->addParamAttr(2 + i, llvm::Attribute::NoAlias);
+      if (i < p_.buffers.size() && p_.buffers[i].role == BufferRole::Input)
+        impl->addParamAttr(2 + i, llvm::Attribute::ReadOnly);
+    }
     auto *chunkType = llvm::FunctionType::get(
         b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, false);
     auto *chunk = llvm::Function::Create(chunkType, llvm::Function::InternalLinkage,
@@ -536,24 +551,28 @@ private:
     llvm::Value *savedDims = dims_, *savedScalars = scalars_, *savedStatus = status_;
     auto savedScopes = std::move(scopes_);
 
-    fn_ = chunk;
-    entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", chunk);
+    fn_ = impl;
+    entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", impl);
     b_.SetInsertPoint(entryBlock_);
-    llvm::Value *context = chunk->getArg(2);
-    auto field = [&](size_t i) {
-      return b_.CreateLoad(fieldTypes[i], b_.CreateStructGEP(contextType, context, i));
-    };
-    size_t next = 0;
+    size_t next = 2;
     for (auto &ptr : bufferPtrs_)
-      ptr = field(next++);
-    dims_ = field(next++);
-    scalars_ = field(next++);
-    status_ = field(next++);
+      ptr = impl->getArg(next++);
+    dims_ = impl->getArg(next++);
+    scalars_ = impl->getArg(next++);
+    status_ = impl->getArg(next++);
     scopes_.clear();
     scopes_.emplace_back();
     for (auto &[name, v] : captured)
-      scopes_.back()[name] = field(next++);
-    emitLoop(s, chunk->getArg(0), chunk->getArg(1));
+      scopes_.back()[name] = impl->getArg(next++);
+    emitLoop(s, impl->getArg(0), impl->getArg(1));
+    b_.CreateRetVoid();
+
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", chunk));
+    std::vector<llvm::Value *> implArgs{chunk->getArg(0), chunk->getArg(1)};
+    for (size_t i = 0; i < fields.size(); ++i)
+      implArgs.push_back(
+          b_.CreateLoad(fieldTypes[i], b_.CreateStructGEP(contextType, chunk->getArg(2), i)));
+    b_.CreateCall(impl, implArgs);
     b_.CreateRetVoid();
 
     fn_ = savedFn;
