@@ -537,3 +537,30 @@ TEST(FoldCopies, GatherReadsThroughATranspose) {
 
 } // namespace
 } // namespace frank::test
+
+namespace frank::test {
+namespace {
+
+// Several chunks of a parallel gather fail at once: one of them reports, whole.
+TEST(BoundsChecks, ParallelFailuresReportOneWholeError) {
+  setNumThreads(2);
+  Function fn =
+      context().load(componentPath("embedding/embedding_lookup.mlir")).function("embedding_lookup");
+  std::vector<float> table(50 * 2048, 1.f);
+  std::vector<int64_t> ids(128, 3);
+  ids[5] = 77;    // in the first half of the rows
+  ids[100] = 900; // in the second half
+  std::vector<Arg> args{Tensor::borrow(table.data(), DType::F32, {50, 2048}),
+                        Tensor::borrow(ids.data(), DType::I64, {1, 128})};
+  EXPECT_THAT(fn.emit(Stage::Loops, {"50x2048xf32", "1x128xi64"}), HasSubstr("parallel"));
+  for (int rep = 0; rep < 20; ++rep)
+    EXPECT_THAT(
+        [&] { fn(args); },
+        testing::ThrowsMessage<Error>(testing::AnyOf(
+            HasSubstr("error: index 77 is out of bounds for dim 0 of '%weight', which has size 50"),
+            HasSubstr(
+                "error: index 900 is out of bounds for dim 0 of '%weight', which has size 50"))));
+}
+
+} // namespace
+} // namespace frank::test

@@ -416,9 +416,18 @@ private:
       b_.SetInsertPoint(failBB);
       llvm::Value *observed = b_.CreateSExtOrTrunc(emitExpr(s->index), b_.getInt64Ty());
       llvm::Value *bound = b_.CreateSExtOrTrunc(emitExpr(s->bound), b_.getInt64Ty());
-      b_.CreateStore(b_.getInt64(s->buffer + 1), status_);
+      // Chunks of a parallel loop may fail at once: the first to claim the status reports.
+      llvm::Value *claim = b_.CreateAtomicCmpXchg(
+          status_, b_.getInt64(0), b_.getInt64(s->buffer + 1), llvm::MaybeAlign(8),
+          llvm::AtomicOrdering::Monotonic, llvm::AtomicOrdering::Monotonic);
+      auto *reportBB = llvm::BasicBlock::Create(ctx_, "check.report", fn_);
+      auto *leaveBB = llvm::BasicBlock::Create(ctx_, "check.leave", fn_);
+      b_.CreateCondBr(b_.CreateExtractValue(claim, 1), reportBB, leaveBB);
+      b_.SetInsertPoint(reportBB);
       b_.CreateStore(observed, b_.CreateConstGEP1_64(b_.getInt64Ty(), status_, 1));
       b_.CreateStore(bound, b_.CreateConstGEP1_64(b_.getInt64Ty(), status_, 2));
+      b_.CreateBr(leaveBB);
+      b_.SetInsertPoint(leaveBB);
       b_.CreateRetVoid();
       b_.SetInsertPoint(okBB);
       return;
