@@ -180,6 +180,9 @@ Engine &Engine::instance() {
 
 const std::string &Engine::cpuName() const { return impl_->cpu; }
 const std::string &Engine::cpuFeatures() const { return impl_->features; }
+loops::Target Engine::target() const {
+  return impl_->avx512 ? loops::Target::avx512() : loops::Target::avx2();
+}
 
 EntryFn
 Engine::compile(const loops::Program &program, const CodegenOptions &options,

@@ -5,6 +5,7 @@
 
 #include "codegen/Codegen.h"
 #include "loops/LoopIR.h"
+#include "loops/Strategy.h"
 
 #include <functional>
 #include <memory>
@@ -35,6 +36,8 @@ public:
   /// Host CPU name and features: part of every kernel cache key.
   const std::string &cpuName() const;
   const std::string &cpuFeatures() const;
+  /// The vector registers of the host, for strategy selection.
+  loops::Target target() const;
 
   ~Engine();
 

@@ -118,6 +118,7 @@ struct KernelImpl {
 
 struct ContextImpl {
   ContextOptions options;
+  loops::ConfigOverride config; // options.loweringConfig, parsed
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const KernelImpl>>> kernels;
   CacheStats stats;
@@ -431,14 +432,23 @@ const std::vector<std::string> &Kernel::explanation() const { return impl_->expl
 
 // ---- Function ------------------------------------------------------------------------------
 
+static PipelineOptions pipelineOptions(const detail::ContextImpl &ctx, Mode mode) {
+  PipelineOptions options;
+  options.mode = mode;
+  options.lowering.boundsChecks = ctx.options.boundsChecks;
+  options.lowering.target = jit::Engine::instance().target();
+  options.lowering.config = ctx.config;
+  return options;
+}
+
 static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
                         const std::string &name, const std::vector<ArgSpec> &specs, Mode mode) {
   jit::Engine &engine = jit::Engine::instance();
   detail::ContextImpl &ctx = *module->context;
-  std::string key =
-      fmt::format("{}|{}|{}|{}|checks={}|{}|{}", module->contentHash, name,
-                  mode == Mode::Generic ? "generic" : "specialized", signatureOf(specs, mode),
-                  ctx.options.boundsChecks, engine.cpuName(), engine.cpuFeatures());
+  std::string key = fmt::format("{}|{}|{}|{}|checks={}|config={}|{}|{}", module->contentHash, name,
+                                mode == Mode::Generic ? "generic" : "specialized",
+                                signatureOf(specs, mode), ctx.options.boundsChecks,
+                                ctx.options.loweringConfig, engine.cpuName(), engine.cpuFeatures());
   std::promise<std::shared_ptr<const detail::KernelImpl>> promise;
   std::shared_future<std::shared_ptr<const detail::KernelImpl>> future;
   bool compileHere = false;
@@ -462,9 +472,7 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
       impl->mode = mode;
       impl->functionName = name;
       std::vector<ArgSpec> kernelSpecs = specs;
-      PipelineOptions options;
-      options.mode = mode;
-      options.boundsChecks = ctx.options.boundsChecks;
+      PipelineOptions options = pipelineOptions(ctx, mode);
       options.explain = &impl->explain;
       if (debugLevel() >= 2)
         options.printAfter = [](const std::string &pass, const std::string &ir) {
@@ -520,9 +528,7 @@ std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes
     return printModule(*module_->ir);
   std::vector<ArgSpec> specs = specsFromStrings(fn, argTypes, mode);
   std::string log;
-  PipelineOptions options;
-  options.mode = mode;
-  options.boundsChecks = module_->context->options.boundsChecks;
+  PipelineOptions options = pipelineOptions(*module_->context, mode);
   auto dump = [&](const std::string &pass, const std::string &ir) {
     log += fmt::format("// -----// IR Dump After {} //----- //\n{}\n", pass, ir);
   };
@@ -593,6 +599,7 @@ std::string Module::print() const { return printModule(*impl_->ir); }
 
 Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
   impl_->options = options;
+  impl_->config = loops::parseConfig(options.loweringConfig);
 }
 Context::~Context() = default;
 

@@ -91,7 +91,7 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
   }
 
   t = clock::now();
-  LoweredKernel kernel = lowerToLoops(*fn, options.mode, kernelName, options.boundsChecks);
+  LoweredKernel kernel = lowerToLoops(*fn, options.mode, kernelName, options.lowering);
   if (timing)
     fmt::print(stderr, "frank: {:<18} {:8.3f} ms\n", "lower-to-loops",
                std::chrono::duration<double, std::milli>(clock::now() - t).count());

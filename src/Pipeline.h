@@ -25,7 +25,7 @@ namespace frank {
 struct PipelineOptions {
   Mode mode = Mode::Specialized;
   bool fuse = true;
-  bool boundsChecks = true;
+  LoweringOptions lowering; // bounds checks, target, strategy overrides
   /// Called after each pass with the pass name and the IR it produced.
   std::function<void(const std::string &pass, const std::string &ir)> printAfter;
   /// Receives the specializer's account of what was baked in.

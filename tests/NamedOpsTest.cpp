@@ -479,7 +479,9 @@ TEST(BoundsChecks, GatherIndexOutOfRangeIsALocatedError) {
     }
   }
   // Switched off, the kernel has no check (and in-range indices still gather correctly).
-  Context unchecked(ContextOptions{false});
+  ContextOptions options;
+  options.boundsChecks = false;
+  Context unchecked(options);
   Function fn = unchecked.loadString(text, "g.mlir").function("f");
   EXPECT_THAT(fn.emit(Stage::Loops, {"3x2xf32", "2xi64"}), testing::Not(HasSubstr("check ")));
   EXPECT_THAT(

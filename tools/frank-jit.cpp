@@ -76,6 +76,20 @@ cl::opt<bool> boundsChecks("bounds-checks",
                            cl::desc("Check data-dependent indices (gathers) at run time (default "
                                     "true; =false is faster)"),
                            cl::init(true), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
+cl::opt<std::string> loweringConfig(
+    "config",
+    cl::desc("Override the strategy of every contraction: comma-separated pipeline=loops|"
+             "contraction.outer|contraction.dot, tile=MxN, k-block=K"),
+    cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+    cl::cat(category));
+
+ContextOptions contextOptions() {
+  ContextOptions options;
+  options.boundsChecks = boundsChecks;
+  options.loweringConfig = loweringConfig;
+  return options;
+}
+
 cl::opt<int64_t> printMax("print-max-elements", cl::desc("Elements printed per result"),
                           cl::init(1024), cl::sub(runCmd), cl::cat(category));
 
@@ -117,7 +131,7 @@ std::vector<Arg> parseInputs(const Function &fn) {
 }
 
 int compileCommand() {
-  Context ctx;
+  Context ctx(contextOptions());
   Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   checkInputCount(fn);
@@ -145,7 +159,7 @@ int linkCommand() {
 }
 
 int runCommand() {
-  Context ctx(ContextOptions{boundsChecks});
+  Context ctx(contextOptions());
   Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   std::vector<Arg> args = parseInputs(fn);
@@ -184,7 +198,7 @@ int64_t argumentBytes(const std::vector<Arg> &args, const std::vector<std::vecto
 }
 
 int benchCommand(int benchArgc, char **benchArgv) {
-  Context ctx(ContextOptions{boundsChecks});
+  Context ctx(contextOptions());
   Module module = loadModule(ctx);
   Function fn = lookup(ctx, module);
   std::vector<Arg> args = parseInputs(fn);

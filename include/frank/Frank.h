@@ -114,6 +114,11 @@ struct ContextOptions {
   /// Check every data-dependent index (gathers, tensor.extract) before reading: an index out of
   /// range is an error naming the op, instead of a read outside the tensor. Off is faster.
   bool boundsChecks = true;
+  /// Hand-set lowering choices for every contraction, as `frank-jit --config=` takes them:
+  /// comma-separated `pipeline=loops|contraction.outer|contraction.dot`, `tile=MxN` (register
+  /// tile), `k-block=K` (0: none). Empty: the strategy selection decides. Checked when the
+  /// context is made.
+  std::string loweringConfig;
 };
 
 /// Owns the kernel cache. Kernels are keyed by the module's content hash, the function, the

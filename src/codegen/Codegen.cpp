@@ -52,6 +52,10 @@ private:
     }
     return nullptr;
   }
+  llvm::Type *typeOf(ElemKind kind, int lanes) {
+    llvm::Type *t = typeOf(kind);
+    return lanes == 1 ? t : llvm::FixedVectorType::get(t, lanes);
+  }
   // i1 lives in memory as one byte.
   llvm::Type *memTypeOf(ElemKind kind) {
     return kind == ElemKind::I1 ? b_.getInt8Ty() : typeOf(kind);
@@ -213,7 +217,8 @@ private:
   // x = n*ln2 + r, a degree-6 polynomial for e^r (Cephes), and 2^n built in the exponent bits.
   // Accurate to about 2 ulp; overflow gives +inf, underflow 0, NaN propagates.
   llvm::Value *inlineExpF32(llvm::Value *x) {
-    auto c = [&](double v) { return llvm::ConstantFP::get(b_.getFloatTy(), v); };
+    llvm::Type *type = x->getType(); // f32 or a vector of f32
+    auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
     auto fmul = [&](llvm::Value *a, llvm::Value *b) {
       return floatBinary(llvm::Instruction::FMul, a, b, false);
     };
@@ -224,10 +229,9 @@ private:
       return floatBinary(llvm::Instruction::FSub, a, b, false);
     };
     llvm::Value *clamped =
-        b_.CreateIntrinsic(llvm::Intrinsic::minnum, {b_.getFloatTy()}, {x, c(88.3762626647949)});
-    clamped = b_.CreateIntrinsic(llvm::Intrinsic::maxnum, {b_.getFloatTy()},
-                                 {clamped, c(-87.3365447505531)});
-    llvm::Value *n = b_.CreateIntrinsic(llvm::Intrinsic::floor, {b_.getFloatTy()},
+        b_.CreateIntrinsic(llvm::Intrinsic::minnum, {type}, {x, c(88.3762626647949)});
+    clamped = b_.CreateIntrinsic(llvm::Intrinsic::maxnum, {type}, {clamped, c(-87.3365447505531)});
+    llvm::Value *n = b_.CreateIntrinsic(llvm::Intrinsic::floor, {type},
                                         {fadd(fmul(clamped, c(1.44269504088896341)), c(0.5))});
     llvm::Value *r = fsub(fsub(clamped, fmul(n, c(0.693359375))), fmul(n, c(-2.12194440e-4)));
     llvm::Value *r2 = fmul(r, r);
@@ -236,9 +240,14 @@ private:
          {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1})
       poly = fadd(fmul(poly, r), c(k));
     llvm::Value *er = fadd(fadd(fmul(poly, r2), r), c(1.0));
-    llvm::Value *ni = b_.CreateFPToSI(n, b_.getInt32Ty());
-    llvm::Value *bits = b_.CreateShl(b_.CreateAdd(ni, b_.getInt32(127)), 23);
-    llvm::Value *pow2n = b_.CreateBitCast(bits, b_.getFloatTy());
+    llvm::Type *intType =
+        type->isVectorTy() ? static_cast<llvm::Type *>(
+                                 llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type)))
+                           : b_.getInt32Ty();
+    llvm::Value *ni = b_.CreateFPToSI(n, intType);
+    llvm::Value *bits = b_.CreateShl(b_.CreateAdd(ni, llvm::ConstantInt::get(intType, 127)),
+                                     llvm::ConstantInt::get(intType, 23));
+    llvm::Value *pow2n = b_.CreateBitCast(bits, type);
     llvm::Value *result = fmul(er, pow2n);
     llvm::Value *inf = c(std::numeric_limits<float>::infinity());
     result = b_.CreateSelect(b_.CreateFCmpOGT(x, c(88.72283935546875)), inf, result);
@@ -250,7 +259,7 @@ private:
     switch (op) {
     case OpKind::NegF: return b_.CreateFNeg(x);
     case OpKind::Exp:
-      if (options_.vectorMath && x->getType()->isFloatTy())
+      if (options_.vectorMath && x->getType()->getScalarType()->isFloatTy())
         return inlineExpF32(x);
       return intrinsic(llvm::Intrinsic::exp, {x});
     case OpKind::Exp2: return intrinsic(llvm::Intrinsic::exp2, {x});
@@ -314,7 +323,7 @@ private:
   }
 
   llvm::Value *emitCast(const ExprNode &e, llvm::Value *x) {
-    llvm::Type *to = typeOf(e.type);
+    llvm::Type *to = typeOf(e.type, e.lanes);
     switch (e.op) {
     case OpKind::IndexCast: return b_.CreateSExtOrTrunc(x, to);
     case OpKind::SIToFP: return b_.CreateSIToFP(x, to);
@@ -363,9 +372,19 @@ private:
       const Buffer &buf = p_.buffers[e->intValue];
       llvm::Type *mem = memTypeOf(buf.elem);
       llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[e->intValue], emitExpr(e->args[0]));
+      llvm::Type *loaded = e->lanes == 1 ? mem : llvm::FixedVectorType::get(mem, e->lanes);
       llvm::Value *v =
-          b_.CreateAlignedLoad(mem, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
-      return buf.elem == ElemKind::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
+          b_.CreateAlignedLoad(loaded, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
+      return buf.elem == ElemKind::I1 ? b_.CreateTrunc(v, typeOf(ElemKind::I1, e->lanes)) : v;
+    }
+    case ExprKind::Broadcast: return b_.CreateVectorSplat(e->lanes, emitExpr(e->args[0]));
+    case ExprKind::ReduceAdd: {
+      llvm::Value *v = emitExpr(e->args[0]);
+      llvm::Value *sum =
+          b_.CreateFAddReduce(llvm::ConstantFP::getNegativeZero(v->getType()->getScalarType()), v);
+      if (auto *inst = llvm::dyn_cast<llvm::Instruction>(sum))
+        setFlags(inst, true);
+      return sum;
     }
     }
     internalError("unknown loop IR expression");
@@ -390,7 +409,7 @@ private:
     }
     case StmtKind::Local: {
       llvm::IRBuilder<> entry(entryBlock_, entryBlock_->begin());
-      llvm::AllocaInst *slot = entry.CreateAlloca(typeOf(s->type), nullptr, s->name);
+      llvm::AllocaInst *slot = entry.CreateAlloca(typeOf(s->type, s->lanes), nullptr, s->name);
       b_.CreateStore(emitExpr(s->value), slot);
       scopes_.back()[s->name] = slot;
       return;
@@ -401,7 +420,8 @@ private:
       llvm::Type *mem = memTypeOf(buf.elem);
       llvm::Value *value = emitExpr(s->value);
       if (buf.elem == ElemKind::I1)
-        value = b_.CreateZExt(value, mem);
+        value = b_.CreateZExt(
+            value, s->value->lanes == 1 ? mem : llvm::FixedVectorType::get(mem, s->value->lanes));
       llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[s->buffer], emitExpr(s->index));
       b_.CreateAlignedStore(value, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return;

@@ -19,8 +19,9 @@ Expr floatConst(double v, ElemKind type) {
   n.floatValue = v;
   return make(n);
 }
-Expr var(const std::string &name, ElemKind type) {
+Expr var(const std::string &name, ElemKind type, int lanes) {
   ExprNode n{ExprKind::Var, type};
+  n.lanes = lanes;
   n.name = name;
   return make(n);
 }
@@ -34,8 +35,24 @@ Expr scalarParam(int index, ElemKind type) {
   n.intValue = index;
   return make(n);
 }
+// Elementwise nodes take the widest operand's lanes; scalars among vectors are broadcast.
+static int widen(std::vector<Expr> &args, size_t first = 0) {
+  int lanes = 1;
+  for (size_t i = first; i < args.size(); ++i)
+    lanes = std::max(lanes, args[i]->lanes);
+  for (size_t i = first; i < args.size(); ++i) {
+    if (args[i]->lanes == lanes)
+      continue;
+    if (args[i]->lanes != 1)
+      internalError("loop IR mixes vectors of different widths");
+    args[i] = broadcast(args[i], lanes);
+  }
+  return lanes;
+}
+
 Expr unary(OpKind op, Expr a) {
   ExprNode n{ExprKind::Unary, a->type};
+  n.lanes = a->lanes;
   n.op = op;
   n.args = {std::move(a)};
   return make(n);
@@ -45,30 +62,56 @@ Expr binary(OpKind op, Expr a, Expr b, bool reassoc) {
   n.op = op;
   n.reassoc = reassoc;
   n.args = {std::move(a), std::move(b)};
+  n.lanes = widen(n.args);
   return make(n);
 }
 Expr cmp(const std::string &pred, Expr a, Expr b) {
   ExprNode n{ExprKind::Cmp, ElemKind::I1};
   n.name = pred;
   n.args = {std::move(a), std::move(b)};
+  n.lanes = widen(n.args);
   return make(n);
 }
 Expr select(Expr c, Expr a, Expr b) {
   ExprNode n{ExprKind::Select, a->type};
   n.args = {std::move(c), std::move(a), std::move(b)};
+  n.lanes = widen(n.args);
   return make(n);
 }
 Expr cast(OpKind op, Expr a, ElemKind to) {
   ExprNode n{ExprKind::Cast, to};
+  n.lanes = a->lanes;
   n.op = op;
   n.args = {std::move(a)};
   return make(n);
 }
-Expr load(int buffer, Expr index, ElemKind type) {
+Expr load(int buffer, Expr index, ElemKind type, int lanes) {
   ExprNode n{ExprKind::Load, type};
   n.intValue = buffer;
+  n.lanes = lanes;
   n.args = {std::move(index)};
   return make(n);
+}
+Expr broadcast(Expr scalar, int lanes) {
+  if (scalar->lanes != 1)
+    internalError("broadcast of a vector");
+  if (lanes == 1)
+    return scalar;
+  ExprNode n{ExprKind::Broadcast, scalar->type};
+  n.lanes = lanes;
+  n.args = {std::move(scalar)};
+  return make(n);
+}
+Expr reduceAdd(Expr vector) {
+  if (vector->lanes == 1)
+    return vector;
+  ExprNode n{ExprKind::ReduceAdd, vector->type};
+  n.reassoc = true;
+  n.args = {std::move(vector)};
+  return make(n);
+}
+std::string typeName(ElemKind type, int lanes) {
+  return lanes == 1 ? std::string(elemName(type)) : fmt::format("{}x{}", elemName(type), lanes);
 }
 
 std::optional<int64_t> asConstant(const Expr &e) {
@@ -117,16 +160,19 @@ Stmt forLoop(const std::string &v, Expr extent, ForKind kind, std::vector<Stmt> 
 }
 Stmt let(const std::string &name, Expr value) {
   StmtNode n{StmtKind::Let, name, value->type};
+  n.lanes = value->lanes;
   n.value = std::move(value);
   return makeStmt(std::move(n));
 }
 Stmt local(const std::string &name, Expr init) {
   StmtNode n{StmtKind::Local, name, init->type};
+  n.lanes = init->lanes;
   n.value = std::move(init);
   return makeStmt(std::move(n));
 }
 Stmt assign(const std::string &name, Expr value) {
   StmtNode n{StmtKind::Assign, name, value->type};
+  n.lanes = value->lanes;
   n.value = std::move(value);
   return makeStmt(std::move(n));
 }
@@ -204,8 +250,13 @@ std::string print(const Expr &e, const Program *program) {
   case ExprKind::Load: {
     std::string buf =
         program ? program->buffers[e->intValue].name : fmt::format("b{}", e->intValue);
+    if (e->lanes > 1)
+      return fmt::format("{}[{} : {}]", buf, print(e->args[0], program), e->lanes);
     return fmt::format("{}[{}]", buf, print(e->args[0], program));
   }
+  case ExprKind::Broadcast:
+    return fmt::format("broadcast<{}>({})", e->lanes, print(e->args[0], program));
+  case ExprKind::ReduceAdd: return fmt::format("reduce_add({})", print(e->args[0], program));
   }
   return "?";
 }
@@ -215,6 +266,8 @@ static void printStmts(const std::vector<Stmt> &stmts, const Program &p, int ind
 
 static void printStmt(const Stmt &s, const Program &p, int indent, std::string &out) {
   std::string pad(indent, ' ');
+  if (!s->comment.empty())
+    out += fmt::format("{}// {}\n", pad, s->comment);
   switch (s->kind) {
   case StmtKind::Block: printStmts(s->body, p, indent, out); return;
   case StmtKind::For: {
@@ -228,10 +281,12 @@ static void printStmt(const Stmt &s, const Program &p, int indent, std::string &
     return;
   }
   case StmtKind::Let:
-    out += fmt::format("{}let {}: {} = {}\n", pad, s->name, elemName(s->type), print(s->value, &p));
+    out += fmt::format("{}let {}: {} = {}\n", pad, s->name, typeName(s->type, s->lanes),
+                       print(s->value, &p));
     return;
   case StmtKind::Local:
-    out += fmt::format("{}var {}: {} = {}\n", pad, s->name, elemName(s->type), print(s->value, &p));
+    out += fmt::format("{}var {}: {} = {}\n", pad, s->name, typeName(s->type, s->lanes),
+                       print(s->value, &p));
     return;
   case StmtKind::Assign:
     out += fmt::format("{}{} = {}\n", pad, s->name, print(s->value, &p));

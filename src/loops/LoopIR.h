@@ -16,6 +16,12 @@
 //   Program::checks) with the values of `index` and `value` (e.g. the index and the bound).
 // - `DimParam` and `ScalarParam` read the kernel's runtime arguments: the dims of the inputs
 //   (generic mode) and the scalar arguments (f32 eps, or unspecialized integers).
+// - Vectors: an expression has `lanes` (1 for a scalar). A Load with lanes L reads L consecutive
+//   elements from its scalar index, a Store of an L-lane value writes them. Elementwise nodes
+//   take the lanes of their operands, and a scalar operand mixed with a vector is broadcast
+//   (`Broadcast`, inserted by the constructors). `ReduceAdd` sums the lanes of a vector in any
+//   order. Vectors are written by strategies that block for registers; everything else is
+//   scalar code that LLVM's vectorizer widens.
 #pragma once
 
 #include "ir/IR.h"
@@ -37,7 +43,9 @@ enum class ExprKind : uint8_t {
   Cmp,
   Select,
   Cast,
-  Load
+  Load,
+  Broadcast,
+  ReduceAdd
 };
 
 struct ExprNode;
@@ -47,6 +55,7 @@ struct ExprNode {
   ExprNode(ExprKind k, ElemKind t) : kind(k), type(t) {}
   ExprKind kind;
   ElemKind type;        // result type; Index for addresses and loop variables
+  int lanes = 1;        // vector width of the result; 1 for scalars
   int64_t intValue = 0; // IntConst; param number for DimParam/ScalarParam; buffer for Load
   double floatValue = 0;
   std::string name;         // Var; predicate for Cmp
@@ -57,7 +66,7 @@ struct ExprNode {
 
 Expr intConst(int64_t v, ElemKind type = ElemKind::Index);
 Expr floatConst(double v, ElemKind type);
-Expr var(const std::string &name, ElemKind type);
+Expr var(const std::string &name, ElemKind type, int lanes = 1);
 Expr dimParam(int index);
 Expr scalarParam(int index, ElemKind type);
 Expr unary(OpKind op, Expr a);
@@ -65,7 +74,12 @@ Expr binary(OpKind op, Expr a, Expr b, bool reassoc = false);
 Expr cmp(const std::string &pred, Expr a, Expr b);
 Expr select(Expr c, Expr a, Expr b);
 Expr cast(OpKind op, Expr a, ElemKind to);
-Expr load(int buffer, Expr index, ElemKind type);
+Expr load(int buffer, Expr index, ElemKind type, int lanes = 1);
+Expr broadcast(Expr scalar, int lanes);
+/// The sum of a vector's lanes, in any order.
+Expr reduceAdd(Expr vector);
+/// A type as the loop IR prints it: f32, or f32x8 for a vector.
+std::string typeName(ElemKind type, int lanes);
 
 /// Index arithmetic that folds constants (0 + x, 1 * x, c1 * c2).
 Expr add(Expr a, Expr b);
@@ -84,6 +98,7 @@ struct StmtNode {
   StmtKind kind;
   std::string name; // For: loop var; Let/Local/Assign: the variable
   ElemKind type = ElemKind::Index;
+  int lanes = 1; // Let/Local: the variable's vector width
   ForKind forKind = ForKind::Serial;
   Expr value;                 // Let/Local/Assign/Store value; For extent; If/Check condition
   Expr index;                 // Store; Check: the observed value
@@ -92,6 +107,7 @@ struct StmtNode {
   int buffer = -1;            // Store; Check: the check's id
   std::vector<Stmt> body;     // Block, For, If-then
   std::vector<Stmt> elseBody; // If
+  std::string comment;        // printed above the statement (a strategy's choice, say)
 };
 
 Stmt block(std::vector<Stmt> body);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -22,8 +23,8 @@ struct TensorStorage {
 
 class Lowering {
 public:
-  Lowering(const FuncOp &fn, Mode mode, const std::string &name, bool boundsChecks)
-      : fn_(fn), mode_(mode), boundsChecks_(boundsChecks) {
+  Lowering(const FuncOp &fn, Mode mode, const std::string &name, const LoweringOptions &options)
+      : fn_(fn), mode_(mode), boundsChecks_(options.boundsChecks), options_(options) {
     out_.program.name = name;
   }
 
@@ -463,6 +464,11 @@ private:
                            describeOperandDim(op, o, k))});
       }
     }
+    Strategy strategy = chooseStrategy(g, extents, result);
+    if (strategy.isContraction()) {
+      emitContraction(g, result, strategy, extents);
+      return;
+    }
     // Accumulate in a register when every reduction loop is inside every parallel loop.
     bool hasReduction = !g.allParallel();
     bool reductionsInnermost = true;
@@ -534,6 +540,241 @@ private:
       if (accumulate)
         internalError("reduction without loops");
     }
+    if (!stmts.empty())
+      stmts[0]->comment = strategyComment(op, strategy);
+    append(stmts);
+  }
+
+  static std::string strategyComment(const Op &op, const Strategy &s) {
+    return fmt::format("{}{}: {}", displayName(op), op.loc.known() ? " at " + op.loc.str() : "",
+                       describe(s));
+  }
+
+  // Row-major element strides of an operand along each loop dim, when its dims are constants.
+  static std::optional<std::vector<int64_t>> stridesOf(const AffineMap &map,
+                                                       const std::vector<Expr> &dims) {
+    std::vector<int64_t> strides(map.numDims, 0);
+    int64_t stride = 1;
+    for (size_t r = map.results.size(); r-- > 0;) {
+      auto extent = asConstant(dims[r]);
+      if (!extent)
+        return std::nullopt;
+      if (!map.results[r].isConstant)
+        strides[map.results[r].value] += stride;
+      stride *= *extent;
+    }
+    return strides;
+  }
+
+  // Arithmetic the vector code generator takes lane by lane.
+  static bool isVectorBody(const Block &body) {
+    for (auto &bodyOp : body.ops) {
+      switch (bodyOp->kind) {
+      case OpKind::AddF:
+      case OpKind::SubF:
+      case OpKind::MulF:
+      case OpKind::DivF:
+      case OpKind::MaximumF:
+      case OpKind::MinimumF:
+      case OpKind::NegF:
+      case OpKind::LinalgYield: break;
+      case OpKind::ArithConstant:
+        if (!isFloatElem(bodyOp->result()->type.elem))
+          return false;
+        break;
+      default: return false;
+      }
+    }
+    return true;
+  }
+
+  // The body yields `acc + x` (either order) and reads the accumulator nowhere else.
+  static bool addAccumulates(const Block &body) {
+    const Value *acc = body.arguments.back().get();
+    const Op &yield = *body.ops.back();
+    if (yield.operands.size() != 1 || countUses(body, acc) != 1)
+      return false;
+    for (auto &bodyOp : body.ops)
+      if (bodyOp->kind == OpKind::AddF && bodyOp->result() == yield.operands[0])
+        return bodyOp->operands[0] == acc || bodyOp->operands[1] == acc;
+    return false;
+  }
+
+  Strategy chooseStrategy(GenericView &g, const std::vector<Expr> &extents,
+                          const TensorStorage &result) {
+    NestShape nest;
+    ElemKind elem = g.op.result()->type.elem;
+    nest.elemBits = elemBits(elem);
+    bool constant = specialized();
+    bool sameTypes = elem == ElemKind::F32 || elem == ElemKind::F64;
+    for (int d = 0; d < g.numLoops(); ++d) {
+      nest.reduction.push_back(g.isReduction(d));
+      auto c = asConstant(extents[d]);
+      constant = constant && c;
+      nest.extents.push_back(c.value_or(0));
+    }
+    for (int i = 0; i <= g.numInputs(); ++i) {
+      const Value *operand = i < g.numInputs() ? g.input(i) : g.output();
+      std::optional<std::vector<int64_t>> strides(std::vector<int64_t>(g.numLoops(), 0));
+      if (operand->type.isTensor()) {
+        sameTypes = sameTypes && operand->type.elem == elem;
+        strides = stridesOf(g.map(i), i < g.numInputs() ? storageOf(operand).dims : result.dims);
+      }
+      constant = constant && strides;
+      nest.strides.push_back(strides.value_or(std::vector<int64_t>{}));
+    }
+    if (!constant)
+      nest.extents.clear();
+    nest.vectorBody = sameTypes && isVectorBody(g.body());
+    nest.addAccumulates = addAccumulates(g.body());
+    return selectStrategy(nest, options_.target,
+                          specialized() ? options_.config : ConfigOverride{});
+  }
+
+  static bool mapUses(const AffineMap &map, int dim) {
+    return dim >= 0 && std::any_of(map.results.begin(), map.results.end(),
+                                   [&](auto &r) { return !r.isConstant && r.value == dim; });
+  }
+
+  // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:
+  //   outer: [other parallel dims] n blocks [k blocks] m blocks { tile }
+  //   dot:   [other parallel dims] m blocks n blocks { tile }
+  // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
+  // innermost) over the body instantiated once per accumulator, and stores them.
+  void emitContraction(GenericView &g, const TensorStorage &result, const Strategy &s,
+                       const std::vector<Expr> &extents) {
+    const Op &op = g.op;
+    const bool outer = s.pipeline == Pipeline::ContractionOuter;
+    const int lanes = s.lanes;
+    const int vectorDim = outer ? s.dimN : s.dimK;
+    const int numLoops = g.numLoops();
+    auto extent = [&](int d) { return *asConstant(extents[d]); };
+    std::vector<Expr> vars(numLoops);
+    for (int d = 0; d < numLoops; ++d)
+      vars[d] = var(freshName(fmt::format("d{}", d)), ElemKind::Index);
+    Expr mBlock = var(freshName("m_block"), ElemKind::Index);
+    Expr nBlock = var(freshName("n_block"), ElemKind::Index);
+    Expr kBlock = var(freshName("k_block"), ElemKind::Index);
+    // The loop coordinates of accumulator (r, c).
+    auto coordinates = [&](int r, int c) {
+      std::vector<Expr> iv = vars;
+      if (s.dimM >= 0)
+        iv[s.dimM] = add(mul(mBlock, intConst(s.tileM)), intConst(r));
+      int nStep = outer ? lanes : 1;
+      if (s.dimN >= 0)
+        iv[s.dimN] = add(mul(nBlock, intConst(s.tileN * nStep)), intConst(c * nStep));
+      if (outer && s.blockK)
+        iv[s.dimK] = add(mul(kBlock, intConst(s.blockK)), vars[s.dimK]);
+      if (!outer)
+        iv[s.dimK] = mul(vars[s.dimK], intConst(lanes));
+      return iv;
+    };
+
+    ElemKind elem = op.result()->type.elem;
+    const Value *outArg = g.body().arguments.back().get();
+    std::vector<Stmt> init, step, fini;
+    std::map<std::tuple<int, int, int>, Expr> loaded; // (input, row or -1, column or -1)
+    for (int r = 0; r < s.tileM; ++r)
+      for (int c = 0; c < s.tileN; ++c) {
+        std::vector<Expr> iv = coordinates(r, c);
+        std::unordered_map<const Value *, Expr> values;
+        for (int i = 0; i < g.numInputs(); ++i) {
+          const Value *arg = g.body().arguments[i].get();
+          const Value *operand = g.input(i);
+          if (countUses(g.body(), arg) == 0)
+            continue;
+          if (!operand->type.isTensor()) {
+            values[arg] = scalarOf(operand);
+            continue;
+          }
+          const AffineMap &map = g.map(i);
+          auto key =
+              std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
+          auto &e = loaded[key];
+          if (!e) {
+            const TensorStorage &t = storageOf(operand);
+            int width = mapUses(map, vectorDim) ? lanes : 1;
+            e = bindLet(arg, load(t.buffer, accessIndex(map, iv, t.dims), elem, width), step);
+          }
+          values[arg] = e;
+        }
+        std::string acc = freshName("acc");
+        values[outArg] = var(acc, elem, lanes);
+        Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
+        if (outer) {
+          init.push_back(local(acc, load(result.buffer, outIndex, elem, lanes)));
+          fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
+        } else {
+          init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
+          Expr sum = reduceAdd(var(acc, elem, lanes));
+          fini.push_back(store(result.buffer, outIndex,
+                               binary(OpKind::AddF, load(result.buffer, outIndex, elem), sum)));
+        }
+        BodyContext body{iv, extents, outArg, true};
+        step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
+      }
+
+    // Reduction loops around the step, k innermost.
+    std::vector<int> reductionOrder;
+    for (int d = 0; d < numLoops; ++d)
+      if (g.isReduction(d) && d != s.dimK)
+        reductionOrder.push_back(d);
+    if (s.dimK >= 0)
+      reductionOrder.push_back(s.dimK);
+    std::vector<Stmt> stmts = std::move(step);
+    for (auto d = reductionOrder.rbegin(); d != reductionOrder.rend(); ++d) {
+      int64_t trips = extent(*d);
+      if (*d == s.dimK)
+        trips = outer ? (s.blockK ? s.blockK : trips) : trips / lanes;
+      stmts = {forLoop(vars[*d]->name, intConst(trips), ForKind::Serial, std::move(stmts))};
+    }
+    std::vector<Stmt> tile = std::move(init);
+    tile.insert(tile.end(), stmts.begin(), stmts.end());
+    tile.insert(tile.end(), fini.begin(), fini.end());
+    stmts = std::move(tile);
+
+    // Block loops, then the other parallel dims, inside out; the outermost with at least two
+    // iterations runs in parallel when the nest is large enough.
+    std::vector<std::pair<Expr, int64_t>> loops; // (variable, trips), outside in
+    for (int d = 0; d < numLoops; ++d)
+      if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
+        loops.push_back({vars[d], extent(d)});
+    int64_t mTrips = s.dimM >= 0 ? extent(s.dimM) / s.tileM : 0;
+    int64_t nTrips = s.dimN >= 0 ? extent(s.dimN) / (s.tileN * (outer ? lanes : 1)) : 0;
+    if (outer) {
+      if (nTrips)
+        loops.push_back({nBlock, nTrips});
+      if (s.blockK)
+        loops.push_back({kBlock, extent(s.dimK) / s.blockK});
+      if (mTrips)
+        loops.push_back({mBlock, mTrips});
+    } else {
+      if (mTrips)
+        loops.push_back({mBlock, mTrips});
+      if (nTrips)
+        loops.push_back({nBlock, nTrips});
+    }
+    int64_t total = 1;
+    for (int d = 0; d < numLoops; ++d)
+      total *= extent(d);
+    int parallel = -1;
+    for (size_t l = 0; l < loops.size() && parallel < 0; ++l) {
+      if (loops[l].first == kBlock)
+        break;
+      if (loops[l].second >= 2)
+        parallel = int(l);
+    }
+    for (size_t l = loops.size(); l-- > 0;) {
+      bool isParallel = int(l) == parallel && total >= kMinParallelElements;
+      stmts = {forLoop(loops[l].first->name, intConst(loops[l].second),
+                       isParallel ? ForKind::Parallel : ForKind::Serial, std::move(stmts))};
+      if (isParallel)
+        stmts[0]->bound = intConst(std::max<int64_t>(
+            1, kMinChunkElements / std::max<int64_t>(1, total / loops[l].second)));
+    }
+    if (stmts.size() > 1)
+      stmts = {block(std::move(stmts))};
+    stmts[0]->comment = strategyComment(op, s);
     append(stmts);
   }
 
@@ -602,7 +843,7 @@ private:
   Expr bindLet(const Value *v, Expr e, std::vector<Stmt> &stmts) {
     std::string name = freshName(v->name);
     stmts.push_back(let(name, e));
-    return var(name, e->type);
+    return var(name, e->type, e->lanes);
   }
 
   // tensor.extract: a load at the row-major position of the indices, each checked against its
@@ -972,6 +1213,7 @@ private:
   const FuncOp &fn_;
   Mode mode_;
   bool boundsChecks_;
+  const LoweringOptions &options_;
   std::vector<Stmt> *current_ = nullptr; // where lowered statements go (a loop body inside scf.for)
   LoweredKernel out_;
   std::unordered_map<const Value *, TensorStorage> tensors_;
@@ -984,8 +1226,8 @@ private:
 } // namespace
 
 LoweredKernel lowerToLoops(const FuncOp &fn, Mode mode, const std::string &kernelName,
-                           bool boundsChecks) {
-  return Lowering(fn, mode, kernelName, boundsChecks).run();
+                           const LoweringOptions &options) {
+  return Lowering(fn, mode, kernelName, options).run();
 }
 
 } // namespace frank

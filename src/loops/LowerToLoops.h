@@ -12,6 +12,7 @@
 
 #include "Signature.h"
 #include "loops/LoopIR.h"
+#include "loops/Strategy.h"
 
 namespace frank {
 
@@ -33,9 +34,16 @@ struct LoweredKernel {
   std::vector<Constraint> constraints;
 };
 
-/// `boundsChecks` adds a check before every data-dependent read (tensor.extract, and so every
-/// gather): an index outside its dim stops the kernel with an error instead of reading outside.
+struct LoweringOptions {
+  /// A check before every data-dependent read (tensor.extract, and so every gather): an index
+  /// outside its dim stops the kernel with an error instead of reading outside.
+  bool boundsChecks = true;
+  loops::Target target;         // the vector registers strategies may block for
+  loops::ConfigOverride config; // hand-set strategy choices (`--config=`)
+};
+
+/// Each generic's strategy (loops/Strategy.h) prints as a comment above its nest.
 LoweredKernel lowerToLoops(const FuncOp &fn, Mode mode, const std::string &kernelName,
-                           bool boundsChecks = true);
+                           const LoweringOptions &options = {});
 
 } // namespace frank

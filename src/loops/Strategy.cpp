@@ -1,0 +1,279 @@
+// Strategy selection: pure functions of the nest's shape and the target.
+#include "loops/Strategy.h"
+#include "ir/Diagnostics.h"
+
+#include <llvm/ADT/StringExtras.h>
+#include <llvm/ADT/StringRef.h>
+
+namespace frank::loops {
+
+const char *pipelineName(Pipeline p) {
+  switch (p) {
+  case Pipeline::Loops: return "loops";
+  case Pipeline::Elementwise: return "elementwise";
+  case Pipeline::RowReduction: return "row-reduction";
+  case Pipeline::ContractionOuter: return "contraction.outer";
+  case Pipeline::ContractionDot: return "contraction.dot";
+  }
+  return "?";
+}
+
+ConfigOverride parseConfig(const std::string &text) {
+  ConfigOverride config;
+  auto bad = [&](const std::string &what) -> Error {
+    return Error(fmt::format("error: --config='{}': {}", text, what));
+  };
+  llvm::SmallVector<llvm::StringRef> items;
+  llvm::StringRef(text).split(items, ',', -1, false);
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.trim().split('=');
+    if (value.empty())
+      throw bad(fmt::format("'{}' is not key=value", item.str()));
+    if (key == "pipeline") {
+      std::optional<Pipeline> found;
+      for (Pipeline p : {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
+                         Pipeline::ContractionOuter, Pipeline::ContractionDot})
+        if (value == pipelineName(p))
+          found = p;
+      if (!found)
+        throw bad(fmt::format("unknown pipeline '{}' (loops, contraction.outer, contraction.dot)",
+                              value.str()));
+      config.pipeline = found;
+    } else if (key == "tile") {
+      auto [m, n] = value.split('x');
+      int tm = 0, tn = 0;
+      if (m.getAsInteger(10, tm) || n.getAsInteger(10, tn) || tm < 1 || tn < 1 || tm > 16 ||
+          tn > 16)
+        throw bad(fmt::format("tile '{}' is not MxN with 1 <= M, N <= 16", value.str()));
+      config.tileM = tm;
+      config.tileN = tn;
+    } else if (key == "k-block") {
+      int64_t k = 0;
+      if (value.getAsInteger(10, k) || k < 0)
+        throw bad(fmt::format("k-block '{}' is not a non-negative integer", value.str()));
+      config.blockK = k;
+    } else {
+      throw bad(fmt::format("unknown key '{}' (pipeline, tile, k-block)", key.str()));
+    }
+  }
+  return config;
+}
+
+namespace {
+
+bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
+
+// Register tiles in order of preference: the most FMAs per load that fit the registers.
+// `extra(mr, nr)` counts the registers a tile needs beyond its accumulators.
+void chooseTile(Strategy &s, int64_t rows, int64_t cols, int registers, int maxN,
+                const std::function<int(int, int)> &extra) {
+  double best = -1;
+  for (int nr = 1; nr <= maxN; ++nr)
+    for (int mr = 1; mr <= 8; ++mr) {
+      if (!divides(mr, rows) || !divides(nr, cols) || mr * nr + extra(mr, nr) > registers)
+        continue;
+      double score = double(mr * nr) / (mr + nr) + 1e-3 * mr * nr;
+      if (score > best) {
+        best = score;
+        s.tileM = mr;
+        s.tileN = nr;
+      }
+    }
+}
+
+int64_t extentOr1(const NestShape &nest, int dim) { return dim < 0 ? 1 : nest.extents[dim]; }
+
+// The parallel dim other than `exclude` with the smallest non-zero output stride.
+int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t> &outStrides) {
+  int best = -1;
+  for (size_t d = 0; d < nest.extents.size(); ++d) {
+    if (nest.reduction[d] || int(d) == exclude || outStrides[d] == 0 || nest.extents[d] < 2)
+      continue;
+    if (best < 0 || outStrides[d] < outStrides[best])
+      best = int(d);
+  }
+  return best;
+}
+
+std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target &target,
+                                 std::string &why) {
+  const auto &out = nest.strides.back();
+  int n = -1;
+  for (size_t d = 0; d < nest.extents.size(); ++d)
+    if (!nest.reduction[d] && out[d] == 1)
+      n = int(d);
+  if (n < 0 || nest.extents[n] % lanes != 0) {
+    why = "the output is not contiguous along a parallel dim of whole vectors";
+    return std::nullopt;
+  }
+  bool someBroadcast = false;
+  for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
+    if (nest.strides[i][n] > 1) {
+      why = fmt::format("input #{} is strided along d{}", i, n);
+      return std::nullopt;
+    }
+    someBroadcast |= nest.strides[i][n] == 0;
+  }
+  if (!someBroadcast) {
+    why = "no input is shared across the output's contiguous dim";
+    return std::nullopt;
+  }
+  Strategy s;
+  s.pipeline = Pipeline::ContractionOuter;
+  s.lanes = lanes;
+  s.dimN = n;
+  s.dimM = nextOutputDim(nest, n, out);
+  int reductions = 0;
+  for (size_t d = 0; d < nest.extents.size(); ++d)
+    if (nest.reduction[d]) {
+      ++reductions;
+      s.dimK = int(d);
+    }
+  if (reductions != 1)
+    s.dimK = -1;
+  // Accumulators, NR vectors of B and one broadcast element of A.
+  chooseTile(s, extentOr1(nest, s.dimM), nest.extents[n] / lanes, target.vectorRegisters, 4,
+             [](int, int nr) { return nr + 1; });
+  return s;
+}
+
+std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &target,
+                               std::string &why) {
+  if (!nest.addAccumulates) {
+    why = "the body is not a sum of products";
+    return std::nullopt;
+  }
+  const auto &out = nest.strides.back();
+  int k = -1;
+  for (size_t d = 0; d < nest.extents.size() && k < 0; ++d) {
+    if (!nest.reduction[d] || nest.extents[d] % lanes != 0)
+      continue;
+    // Two operands read along k: a product to block (one alone is a row reduction).
+    bool contiguous = true;
+    int readers = 0;
+    for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
+      contiguous &= nest.strides[i][d] <= 1;
+      readers += nest.strides[i][d] == 1;
+    }
+    if (contiguous && readers >= 2)
+      k = int(d);
+  }
+  if (k < 0) {
+    why = "no reduction dim of whole vectors along which two inputs are contiguous";
+    return std::nullopt;
+  }
+  Strategy s;
+  s.pipeline = Pipeline::ContractionDot;
+  s.lanes = lanes;
+  s.dimK = k;
+  s.dimN = nextOutputDim(nest, -1, out);
+  s.dimM = s.dimN < 0 ? -1 : nextOutputDim(nest, s.dimN, out);
+  // Accumulators, the loads of the smaller side (the other side is a memory operand) and one
+  // register for the FMA's result in flight.
+  chooseTile(s, extentOr1(nest, s.dimM), extentOr1(nest, s.dimN), target.vectorRegisters, 6,
+             [](int mr, int nr) { return std::min(mr, nr) + 1; });
+  return s;
+}
+
+// The largest k block that divides k and keeps the B panel (k-block x NR vectors) in 16 KiB
+// of L1, when there are several m blocks to reuse it.
+int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
+  if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 ||
+      extentOr1(nest, s.dimM) / s.tileM < 2)
+    return 0;
+  int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
+  int64_t k = nest.extents[s.dimK];
+  if (k * panelRow <= (16 << 10))
+    return 0;
+  for (int64_t block = (16 << 10) / panelRow; block >= 16; --block)
+    if (block < k && k % block == 0)
+      return block;
+  return 0;
+}
+
+void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
+  if (config.tileM)
+    s.tileM = *config.tileM;
+  if (config.tileN)
+    s.tileN = *config.tileN;
+  if (config.blockK)
+    s.blockK = *config.blockK;
+  int64_t cols = s.pipeline == Pipeline::ContractionOuter ? nest.extents[s.dimN] / s.lanes
+                                                          : extentOr1(nest, s.dimN);
+  if (!divides(s.tileM, extentOr1(nest, s.dimM)) || !divides(s.tileN, cols))
+    throw Error(fmt::format("error: --config: tile {}x{} does not divide the {} nest "
+                            "({} rows, {} {})",
+                            s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),
+                            cols,
+                            s.pipeline == Pipeline::ContractionOuter ? "vectors" : "columns"));
+  if (s.blockK && (s.dimK < 0 || s.pipeline != Pipeline::ContractionOuter ||
+                   nest.extents[s.dimK] % s.blockK != 0))
+    throw Error(fmt::format("error: --config: k-block {} does not divide the nest's one "
+                            "reduction dim",
+                            s.blockK));
+}
+
+} // namespace
+
+Strategy selectStrategy(const NestShape &nest, const Target &target, const ConfigOverride &config) {
+  Strategy base;
+  bool hasReduction = false, reductionsInnermost = true;
+  for (size_t d = 0; d < nest.reduction.size(); ++d) {
+    if (nest.reduction[d])
+      hasReduction = true;
+    else if (hasReduction)
+      reductionsInnermost = false;
+  }
+  if (nest.extents.empty() && !nest.reduction.empty())
+    base.why = "its extents are runtime values";
+  else if (!hasReduction)
+    base.pipeline = Pipeline::Elementwise;
+  else if (reductionsInnermost)
+    base.pipeline = Pipeline::RowReduction;
+  else
+    base.why = "a reduction encloses a parallel loop";
+
+  bool wantsContraction = config.pipeline && (*config.pipeline == Pipeline::ContractionOuter ||
+                                              *config.pipeline == Pipeline::ContractionDot);
+  if ((config.pipeline && !wantsContraction) || !hasReduction || nest.extents.empty())
+    return base;
+  std::string whyNot;
+  if (!nest.vectorBody)
+    whyNot = "its body has ops the vector code generator does not take";
+  int lanes = std::max(1, target.vectorBits / nest.elemBits);
+  std::optional<Strategy> chosen;
+  std::string whyOuter, whyDot;
+  if (whyNot.empty() && (!config.pipeline || *config.pipeline == Pipeline::ContractionOuter))
+    chosen = tryOuter(nest, lanes, target, whyOuter);
+  if (whyNot.empty() && !chosen &&
+      (!config.pipeline || *config.pipeline == Pipeline::ContractionDot))
+    chosen = tryDot(nest, lanes, target, whyDot);
+  if (!chosen) {
+    if (whyNot.empty())
+      whyNot = whyDot.empty() ? whyOuter : fmt::format("{}; {}", whyOuter, whyDot);
+    if (wantsContraction)
+      throw Error(fmt::format("error: --config: pipeline {} does not apply: {}",
+                              pipelineName(*config.pipeline), whyNot));
+    if (base.pipeline == Pipeline::Loops)
+      base.why = whyNot;
+    return base;
+  }
+  chosen->blockK = chooseBlockK(nest, *chosen);
+  if (!config.empty())
+    applyOverride(nest, *chosen, config);
+  return *chosen;
+}
+
+std::string describe(const Strategy &s) {
+  if (!s.isContraction())
+    return s.why.empty() ? pipelineName(s.pipeline)
+                         : fmt::format("{} ({})", pipelineName(s.pipeline), s.why);
+  auto dim = [](int d) { return d < 0 ? std::string("-") : fmt::format("d{}", d); };
+  std::string text = fmt::format("{} m={} n={} k={} tile={}x{} lanes={}", pipelineName(s.pipeline),
+                                 dim(s.dimM), dim(s.dimN), dim(s.dimK), s.tileM, s.tileN, s.lanes);
+  if (s.blockK)
+    text += fmt::format(" k-block={}", s.blockK);
+  return text;
+}
+
+} // namespace frank::loops

@@ -1,0 +1,94 @@
+// \file How each linalg.generic becomes loops: a named pipeline and its lowering configuration,
+// chosen from the op's iteration space, its operands' strides at the specialized shapes and the
+// target's vector registers. The choice is plain data: it prints into the loop IR above the nest
+// it built (`--emit=loops`), it can be overridden by hand (`--config=`), and tests check it
+// without compiling anything.
+//
+// Pipelines:
+// - loops: the nest as the op writes it, innermost loop left to LLVM's vectorizer (generic
+//   mode, and anything no other pipeline takes);
+// - elementwise: all-parallel nests; row-reduction: reductions innermost, accumulated in a
+//   register (both are `loops` with a name that says what they are);
+// - contraction.outer: register-blocked outer products for contractions whose output and
+//   "B" operand are contiguous along a parallel dim n (matmul, attention's P x V): a tile of
+//   MR rows of dim m by NR vectors along n stays in registers across the whole reduction,
+//   each step broadcasting one element of "A" per row and loading NR vectors of "B";
+//   optionally blocked over k so the B panel stays in L1 while all m blocks pass over it;
+// - contraction.dot: register-blocked dot products for contractions whose operands are
+//   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
+//   along k, summed across lanes once at the end.
+#pragma once
+
+#include "ir/IR.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace frank::loops {
+
+/// What the lowering may assume about the machine.
+struct Target {
+  int vectorBits = 256; // widest vector register (AVX2: 256, AVX-512: 512)
+  int vectorRegisters = 16;
+  static Target avx2() { return {256, 16}; }
+  static Target avx512() { return {512, 32}; }
+};
+
+enum class Pipeline : uint8_t {
+  Loops,
+  Elementwise,
+  RowReduction,
+  ContractionOuter,
+  ContractionDot
+};
+
+const char *pipelineName(Pipeline p);
+
+struct Strategy {
+  Pipeline pipeline = Pipeline::Loops;
+  int dimM = -1, dimN = -1, dimK = -1; // loop dims of the contraction's register tile
+  int lanes = 1;                       // vector width along the vectorized dim
+  int tileM = 1;                       // register tile: rows of dim m
+  int tileN = 1;                       // vectors along n (outer) or columns of n (dot)
+  int64_t blockK = 0;                  // cache block of dim k; 0 for none
+  std::string why;                     // for `loops`: why nothing better applies
+
+  bool isContraction() const {
+    return pipeline == Pipeline::ContractionOuter || pipeline == Pipeline::ContractionDot;
+  }
+};
+
+/// The facts the choice depends on, gathered by the lowering from one generic.
+struct NestShape {
+  std::vector<int64_t> extents; // per loop dim; empty when any extent is not a constant
+  std::vector<bool> reduction;  // per loop dim
+  /// Per tensor input, then the output: the element stride along each loop dim (0 when the
+  /// operand does not depend on it).
+  std::vector<std::vector<int64_t>> strides;
+  int elemBits = 32;
+  bool vectorBody = false;     // only arithmetic the vector code generator handles
+  bool addAccumulates = false; // the body yields `acc + f(inputs)` and reads acc nowhere else
+};
+
+/// Hand-set choices; every field left empty defers to the selection.
+struct ConfigOverride {
+  std::optional<Pipeline> pipeline; // `loops` turns the contraction pipelines off
+  std::optional<int> tileM, tileN;
+  std::optional<int64_t> blockK;
+  bool empty() const { return !pipeline && !tileM && !tileN && !blockK; }
+};
+
+/// Parses `--config=` text: comma-separated `pipeline=NAME`, `tile=MxN`, `k-block=K`
+/// (0 for none). Throws frank::Error naming what is wrong.
+ConfigOverride parseConfig(const std::string &text);
+
+/// Picks the pipeline for one generic. An override that does not fit the nest (a tile that
+/// does not divide its dims, a contraction pipeline for a nest that is not one) is an error.
+Strategy selectStrategy(const NestShape &nest, const Target &target,
+                        const ConfigOverride &config = {});
+
+/// One line, e.g. "contraction.outer m=d0 n=d1 k=d2 tile=4x2 lanes=8 k-block=256".
+std::string describe(const Strategy &s);
+
+} // namespace frank::loops
