@@ -292,7 +292,8 @@ static void printStmt(const Stmt &s, const Program &p, int indent, std::string &
     out += fmt::format("{}{} = {}\n", pad, s->name, print(s->value, &p));
     return;
   case StmtKind::Store:
-    out += fmt::format("{}{}[{}] = {}\n", pad, p.buffers[s->buffer].name, print(s->index, &p),
+    out += fmt::format("{}{}[{}{}] = {}\n", pad, p.buffers[s->buffer].name, print(s->index, &p),
+                       s->value->lanes > 1 ? fmt::format(" : {}", s->value->lanes) : "",
                        print(s->value, &p));
     return;
   case StmtKind::Check:

@@ -195,10 +195,13 @@ private:
     if (it != outputOfRoot_.end())
       return addBuffer({freshName("out" + std::to_string(it->second)), root->type.elem,
                         BufferRole::Output, it->second, count, nullptr});
-    Buffer temp{freshName(root->name), root->type.elem, BufferRole::Temp, 0, count,
-                workspaceBytes_};
+    return addTemp(root->name, root->type.elem, count);
+  }
+
+  int addTemp(const std::string &name, ElemKind elem, Expr count) {
+    Buffer temp{freshName(name), elem, BufferRole::Temp, 0, count, workspaceBytes_};
     // Keep every temporary 64-byte aligned.
-    Expr bytes = mul(count, intConst(std::max(1, elemBits(root->type.elem) / 8)));
+    Expr bytes = mul(count, intConst(std::max(1, elemBits(elem) / 8)));
     Expr rounded = binary(
         OpKind::MulI, binary(OpKind::DivSI, add(bytes, intConst(63)), intConst(64)), intConst(64));
     if (auto c = asConstant(bytes))
@@ -638,6 +641,8 @@ private:
 
   // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:
   //   outer: [other parallel dims] n blocks [k blocks] m blocks { tile }
+  // With packing, each (n block, k block) first copies its panel of B to a region of its own,
+  // where the m blocks then read it contiguously (each parallel n block packs its own panels).
   //   dot:   [other parallel dims] m blocks n blocks { tile }
   // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
   // innermost) over the body instantiated once per accumulator, and stores them.
@@ -655,11 +660,11 @@ private:
     Expr mBlock = var(freshName("m_block"), ElemKind::Index);
     Expr nBlock = var(freshName("n_block"), ElemKind::Index);
     Expr kBlock = var(freshName("k_block"), ElemKind::Index);
-    // The loop coordinates of accumulator (r, c).
-    auto coordinates = [&](int r, int c) {
+    // The loop coordinates of accumulator (r, c) of a tile starting at row `firstRow`.
+    auto coordinates = [&](const Expr &firstRow, int r, int c) {
       std::vector<Expr> iv = vars;
       if (s.dimM >= 0)
-        iv[s.dimM] = add(mul(mBlock, intConst(s.tileM)), intConst(r));
+        iv[s.dimM] = add(firstRow, intConst(r));
       int nStep = outer ? lanes : 1;
       if (s.dimN >= 0)
         iv[s.dimN] = add(mul(nBlock, intConst(s.tileN * nStep)), intConst(c * nStep));
@@ -671,67 +676,110 @@ private:
     };
 
     ElemKind elem = op.result()->type.elem;
-    const Value *outArg = g.body().arguments.back().get();
-    std::vector<Stmt> init, step, fini;
-    std::map<std::tuple<int, int, int>, Expr> loaded; // (input, row or -1, column or -1)
-    for (int r = 0; r < s.tileM; ++r)
+    // Packed B: panel after panel of (k-block x NR vectors), each contiguous.
+    const int64_t panelK = s.blockK ? s.blockK : (s.dimK >= 0 ? extent(s.dimK) : 0);
+    const int64_t panelRow = int64_t(s.tileN) * lanes;
+    int packed = -1;
+    Stmt pack;
+    if (s.packInput >= 0) {
+      const Value *operand = g.input(s.packInput);
+      const TensorStorage &t = storageOf(operand);
+      packed = addTemp("packed_" + operand->name, elem, intConst(panelK * extent(s.dimN)));
+      const Expr &panel = nBlock;
+      Expr row = var(freshName("row"), ElemKind::Index);
+      std::vector<Stmt> copies;
       for (int c = 0; c < s.tileN; ++c) {
-        std::vector<Expr> iv = coordinates(r, c);
-        std::unordered_map<const Value *, Expr> values;
-        for (int i = 0; i < g.numInputs(); ++i) {
-          const Value *arg = g.body().arguments[i].get();
-          const Value *operand = g.input(i);
-          if (countUses(g.body(), arg) == 0)
-            continue;
-          if (!operand->type.isTensor()) {
-            values[arg] = scalarOf(operand);
-            continue;
-          }
-          const AffineMap &map = g.map(i);
-          auto key =
-              std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
-          auto &e = loaded[key];
-          if (!e) {
-            const TensorStorage &t = storageOf(operand);
-            int width = mapUses(map, vectorDim) ? lanes : 1;
-            e = bindLet(arg, load(t.buffer, accessIndex(map, iv, t.dims), elem, width), step);
-          }
-          values[arg] = e;
-        }
-        std::string acc = freshName("acc");
-        values[outArg] = var(acc, elem, lanes);
-        Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
-        if (outer) {
-          init.push_back(local(acc, load(result.buffer, outIndex, elem, lanes)));
-          fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
-        } else {
-          init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
-          Expr sum = reduceAdd(var(acc, elem, lanes));
-          fini.push_back(store(result.buffer, outIndex,
-                               binary(OpKind::AddF, load(result.buffer, outIndex, elem), sum)));
-        }
-        BodyContext body{iv, extents, outArg, true};
-        step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
+        std::vector<Expr> iv = vars;
+        iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
+        iv[s.dimK] = s.blockK ? add(mul(kBlock, intConst(s.blockK)), row) : row;
+        Expr to = add(add(mul(panel, intConst(panelK * panelRow)), mul(row, intConst(panelRow))),
+                      intConst(c * lanes));
+        copies.push_back(store(
+            packed, to, load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
       }
-
-    // Reduction loops around the step, k innermost.
-    std::vector<int> reductionOrder;
-    for (int d = 0; d < numLoops; ++d)
-      if (g.isReduction(d) && d != s.dimK)
-        reductionOrder.push_back(d);
-    if (s.dimK >= 0)
-      reductionOrder.push_back(s.dimK);
-    std::vector<Stmt> stmts = std::move(step);
-    for (auto d = reductionOrder.rbegin(); d != reductionOrder.rend(); ++d) {
-      int64_t trips = extent(*d);
-      if (*d == s.dimK)
-        trips = outer ? (s.blockK ? s.blockK : trips) : trips / lanes;
-      stmts = {forLoop(vars[*d]->name, intConst(trips), ForKind::Serial, std::move(stmts))};
+      pack = forLoop(row->name, intConst(panelK), ForKind::Serial, std::move(copies));
+      pack->comment =
+          fmt::format("pack this block's {}x{} panel of '%{}'", panelK, panelRow, operand->name);
     }
-    std::vector<Stmt> tile = std::move(init);
-    tile.insert(tile.end(), stmts.begin(), stmts.end());
-    tile.insert(tile.end(), fini.begin(), fini.end());
-    stmts = std::move(tile);
+    const Value *outArg = g.body().arguments.back().get();
+    // A tile of `rows` x NR accumulators: declared, run through the reduction, stored.
+    auto buildTile = [&](int rows, const Expr &firstRow) {
+      std::vector<Stmt> init, step, fini;
+      std::map<std::tuple<int, int, int>, Expr> loaded; // (input, row or -1, column or -1)
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < s.tileN; ++c) {
+          std::vector<Expr> iv = coordinates(firstRow, r, c);
+          std::unordered_map<const Value *, Expr> values;
+          for (int i = 0; i < g.numInputs(); ++i) {
+            const Value *arg = g.body().arguments[i].get();
+            const Value *operand = g.input(i);
+            if (countUses(g.body(), arg) == 0)
+              continue;
+            if (!operand->type.isTensor()) {
+              values[arg] = scalarOf(operand);
+              continue;
+            }
+            const AffineMap &map = g.map(i);
+            auto key =
+                std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
+            auto &e = loaded[key];
+            if (!e && i == s.packInput) {
+              Expr at = add(add(mul(nBlock, intConst(panelK * panelRow)),
+                                mul(vars[s.dimK], intConst(panelRow))),
+                            intConst(c * lanes));
+              e = bindLet(arg, load(packed, at, elem, lanes), step);
+            } else if (!e) {
+              const TensorStorage &t = storageOf(operand);
+              int width = mapUses(map, vectorDim) ? lanes : 1;
+              e = bindLet(arg, load(t.buffer, accessIndex(map, iv, t.dims), elem, width), step);
+            }
+            values[arg] = e;
+          }
+          std::string acc = freshName("acc");
+          values[outArg] = var(acc, elem, lanes);
+          Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
+          if (outer) {
+            init.push_back(local(acc, load(result.buffer, outIndex, elem, lanes)));
+            fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
+          } else {
+            init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
+            Expr sum = reduceAdd(var(acc, elem, lanes));
+            fini.push_back(store(result.buffer, outIndex,
+                                 binary(OpKind::AddF, load(result.buffer, outIndex, elem), sum)));
+          }
+          BodyContext body{iv, extents, outArg, true};
+          step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
+        }
+
+      // Reduction loops around the step, k innermost.
+      std::vector<int> reductionOrder;
+      for (int d = 0; d < numLoops; ++d)
+        if (g.isReduction(d) && d != s.dimK)
+          reductionOrder.push_back(d);
+      if (s.dimK >= 0)
+        reductionOrder.push_back(s.dimK);
+      std::vector<Stmt> stmts = std::move(step);
+      for (auto d = reductionOrder.rbegin(); d != reductionOrder.rend(); ++d) {
+        int64_t trips = extent(*d);
+        if (*d == s.dimK)
+          trips = outer ? (s.blockK ? s.blockK : trips) : trips / lanes;
+        stmts = {forLoop(vars[*d]->name, intConst(trips), ForKind::Serial, std::move(stmts))};
+      }
+      std::vector<Stmt> tile = std::move(init);
+      tile.insert(tile.end(), stmts.begin(), stmts.end());
+      tile.insert(tile.end(), fini.begin(), fini.end());
+      return tile;
+    };
+    // Rows left over when MR does not divide M: one shorter tile after the m blocks.
+    const int64_t mRows = s.dimM >= 0 ? extent(s.dimM) : s.tileM;
+    std::vector<Stmt> leftover;
+    if (mRows % s.tileM)
+      leftover = buildTile(int(mRows % s.tileM), intConst(mRows - mRows % s.tileM));
+    std::vector<Stmt> stmts;
+    if (mRows >= s.tileM)
+      stmts = buildTile(s.tileM, mul(mBlock, intConst(s.tileM)));
+    else
+      std::swap(stmts, leftover);
 
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
     // iterations runs in parallel when the nest is large enough.
@@ -739,7 +787,7 @@ private:
     for (int d = 0; d < numLoops; ++d)
       if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
         loops.push_back({vars[d], extent(d)});
-    int64_t mTrips = s.dimM >= 0 ? extent(s.dimM) / s.tileM : 0;
+    int64_t mTrips = s.dimM >= 0 ? mRows / s.tileM : 0; // 0: no m loop
     int64_t nTrips = s.dimN >= 0 ? extent(s.dimN) / (s.tileN * (outer ? lanes : 1)) : 0;
     if (outer) {
       if (nTrips)
@@ -760,17 +808,31 @@ private:
     int parallel = -1;
     for (size_t l = 0; l < loops.size() && parallel < 0; ++l) {
       if (loops[l].first == kBlock)
-        break;
+        break; // never split a reduction
       if (loops[l].second >= 2)
         parallel = int(l);
     }
+    // The leftover tile runs in the loops inside the m blocks, after them.
+    bool insideM = mTrips > 0;
     for (size_t l = loops.size(); l-- > 0;) {
       bool isParallel = int(l) == parallel && total >= kMinParallelElements;
-      stmts = {forLoop(loops[l].first->name, intConst(loops[l].second),
-                       isParallel ? ForKind::Parallel : ForKind::Serial, std::move(stmts))};
-      if (isParallel)
-        stmts[0]->bound = intConst(std::max<int64_t>(
-            1, kMinChunkElements / std::max<int64_t>(1, total / loops[l].second)));
+      auto wrap = [&](std::vector<Stmt> body) {
+        Stmt loop = forLoop(loops[l].first->name, intConst(loops[l].second),
+                            isParallel ? ForKind::Parallel : ForKind::Serial, std::move(body));
+        if (isParallel)
+          loop->bound = intConst(std::max<int64_t>(
+              1, kMinChunkElements / std::max<int64_t>(1, total / loops[l].second)));
+        return loop;
+      };
+      stmts = {wrap(std::move(stmts))};
+      if (loops[l].first == mBlock) {
+        insideM = false;
+        stmts.insert(stmts.end(), leftover.begin(), leftover.end());
+        if (pack)
+          stmts.insert(stmts.begin(), pack);
+      } else if (insideM && !leftover.empty()) {
+        leftover = {wrap(std::move(leftover))};
+      }
     }
     if (stmts.size() > 1)
       stmts = {block(std::move(stmts))};

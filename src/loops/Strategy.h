@@ -13,7 +13,9 @@
 //   "B" operand are contiguous along a parallel dim n (matmul, attention's P x V): a tile of
 //   MR rows of dim m by NR vectors along n stays in registers across the whole reduction,
 //   each step broadcasting one element of "A" per row and loading NR vectors of "B";
-//   optionally blocked over k so the B panel stays in L1 while all m blocks pass over it;
+//   optionally blocked over k so the B panel stays in L1 while all m blocks pass over it, and
+//   with B packed panel by panel into contiguous memory first when its rows are far apart (a
+//   large power-of-two row stride maps every row of a panel to the same cache sets);
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
 //   along k, summed across lanes once at the end.
@@ -52,6 +54,7 @@ struct Strategy {
   int tileM = 1;                       // register tile: rows of dim m
   int tileN = 1;                       // vectors along n (outer) or columns of n (dot)
   int64_t blockK = 0;                  // cache block of dim k; 0 for none
+  int packInput = -1;                  // the input packed into panels (outer), or -1
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
@@ -76,11 +79,12 @@ struct ConfigOverride {
   std::optional<Pipeline> pipeline; // `loops` turns the contraction pipelines off
   std::optional<int> tileM, tileN;
   std::optional<int64_t> blockK;
-  bool empty() const { return !pipeline && !tileM && !tileN && !blockK; }
+  std::optional<bool> pack;
+  bool empty() const { return !pipeline && !tileM && !tileN && !blockK && !pack; }
 };
 
 /// Parses `--config=` text: comma-separated `pipeline=NAME`, `tile=MxN`, `k-block=K`
-/// (0 for none). Throws frank::Error naming what is wrong.
+/// (0 for none), `pack=0|1`. Throws frank::Error naming what is wrong.
 ConfigOverride parseConfig(const std::string &text);
 
 /// Picks the pipeline for one generic. An override that does not fit the nest (a tile that
@@ -88,7 +92,7 @@ ConfigOverride parseConfig(const std::string &text);
 Strategy selectStrategy(const NestShape &nest, const Target &target,
                         const ConfigOverride &config = {});
 
-/// One line, e.g. "contraction.outer m=d0 n=d1 k=d2 tile=4x2 lanes=8 k-block=256".
+/// One line, e.g. "contraction.outer m=d0 n=d1 k=d2 tile=4x2 lanes=8 k-block=256 pack=#1".
 std::string describe(const Strategy &s);
 
 } // namespace frank::loops
