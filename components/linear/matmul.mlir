@@ -12,9 +12,9 @@
 //   %y = util.call @linear_components.matmul(%x, %w)
 //       : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
 
-#x_mk = affine_map < (m, n, k)->(m, k)>
-#w_nk = affine_map < (m, n, k)->(n, k)>
-#y_mn = affine_map < (m, n, k)->(m, n)>
+#x_mk = affine_map<(m, n, k) -> (m, k)>
+#w_nk = affine_map<(m, n, k) -> (n, k)>
+#y_mn = affine_map<(m, n, k) -> (m, n)>
 
 module @linear_components {
 
@@ -38,37 +38,21 @@ module @linear_components {
       %x: tensor<?x?xf32>,  // [M, K]
       %w: tensor<?x?xf32>   // [N, K]
   ) -> tensor<?x?xf32> {    // [M, N]
-    % c0 = arith.constant 0 : index % zero = arith.constant 0.0 : f32 % m = tensor.dim % x,
-      % c0 : tensor <? x ? xf32 > % n = tensor.dim % w, % c0
-                : tensor <
-        ? x ? xf32 > % empty = tensor.empty(% m, % n)
-            : tensor <
-              ? x
-              ? xf32 > % acc =
-                    linalg.fill ins(% zero
-                                    : f32) outs(% empty
-                                                : tensor <
-                                                ? x
-                                                ? xf32 >)->tensor <
-                    ? x
-                    ? xf32 > % y =
-                          linalg.generic{indexing_maps = [ #x_mk, #w_nk, #y_mn ],
-                                         iterator_types =
-                                             [ "parallel", "parallel",
-                                               "reduction" ]} ins(% x, % w
-                                                                  : tensor < ? x ? xf32 >,
-                                                                    tensor <     ? x
-                                                                    ? xf32 >) outs(% acc
-                                                                                   : tensor <
-                                                                                   ? x
-                                                                                   ? xf32 >) {
-      ^bb0(% a
-           : f32, % b
-           : f32, % sum
-           : f32)
-          : %
-          p = arith.mulf % a,
-          % b : f32 % s = arith.addf % sum, % p : f32 linalg.yield % s : f32
-      } -> tensor < ? x ? xf32 > util.return % y : tensor < ? x ? xf32 >
+    %c0 = arith.constant 0 : index
+    %zero = arith.constant 0.0 : f32
+    %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+    %n = tensor.dim %w, %c0 : tensor<?x?xf32>
+    %empty = tensor.empty(%m, %n) : tensor<?x?xf32>
+    %acc = linalg.fill ins(%zero : f32) outs(%empty : tensor<?x?xf32>) -> tensor<?x?xf32>
+    %y = linalg.generic {indexing_maps = [#x_mk, #w_nk, #y_mn],
+                         iterator_types = ["parallel", "parallel", "reduction"]}
+        ins(%x, %w : tensor<?x?xf32>, tensor<?x?xf32>)
+        outs(%acc : tensor<?x?xf32>) {
+    ^bb0(%a: f32, %b: f32, %sum: f32):
+      %p = arith.mulf %a, %b : f32
+      %s = arith.addf %sum, %p : f32
+      linalg.yield %s : f32
+    } -> tensor<?x?xf32>
+    util.return %y : tensor<?x?xf32>
   }
 }
