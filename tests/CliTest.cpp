@@ -681,3 +681,38 @@ TEST(CliErrors, UnknownEmitStage) {
   EXPECT_FAILURE(r);
   EXPECT_EQ(r.err, "frank-jit: for the --emit option: Cannot find option named 'bogus'!\n");
 }
+
+namespace frank::test {
+namespace {
+
+TEST(CliConfig, OverrideShowsInLoopsAndKeepsResults) {
+  const std::string matmul = kComponents + "/linear/matmul.mlir";
+  ToolResult r = runTool({"compile", matmul, "--function=matmul", "--input=10x64xf32",
+                          "--input=64x32xf32", "--emit=loops", "--config=tile=3x2,pack=0"});
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.out, testing::HasSubstr("contraction.outer m=d0 n=d1 k=d2 tile=3x2 lanes=8"));
+  // x = 1 everywhere and w[k, n] = n: every output is 64 * n, whatever the tile.
+  std::string w;
+  for (int k = 0; k < 2; ++k)
+    for (int n = 0; n < 16; ++n)
+      w += fmt::format("{}{}", w.empty() ? "" : ",", n);
+  r = runTool({"run", matmul, "--function=matmul", "--input=3x2xf32=1,1,1,1,1,1",
+               "--input=2x16xf32=" + w, "--config=tile=2x1"});
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.out, testing::HasSubstr("[0 2 4 6 8 10 12 14 16 18 20 22 24 26 28 30]"));
+}
+
+TEST(CliConfig, BadOverrideIsAnError) {
+  ToolResult r =
+      runTool({"compile", kComponents + "/linear/matmul.mlir", "--function=matmul",
+               "--input=10x64xf32", "--input=64x32xf32", "--emit=loops", "--config=tile=3y2"});
+  EXPECT_FAILURE(r);
+  EXPECT_THAT(r.err, testing::HasSubstr("error: --config='tile=3y2': tile '3y2' is not MxN"));
+  r = runTool({"compile", kComponents + "/linear/matmul.mlir", "--function=matmul",
+               "--input=10x64xf32", "--input=64x32xf32", "--emit=loops", "--config=tile=11x1"});
+  EXPECT_FAILURE(r);
+  EXPECT_THAT(r.err, testing::HasSubstr("does not fit"));
+}
+
+} // namespace
+} // namespace frank::test

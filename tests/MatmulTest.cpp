@@ -1,0 +1,127 @@
+// linear/matmul.mlir against a double oracle, over shapes that exercise every part of the
+// contraction pipelines: whole and leftover register tiles, packed and unpacked B, k blocks,
+// the dot form (matmul_transpose_b) and the matrix-vector case, in both modes; then the same
+// results under every hand-set strategy (`loweringConfig`), so an override never changes what a
+// kernel computes.
+//
+// Tolerance: rtol 1e-4, atol 1e-5 per element, as for mul_mat_id (MulMatIdTest.cpp explains
+// it): weights uniform in +-1/sqrt(K) and inputs in [-1, 1] keep every output's scale at 1/3
+// whatever K, so the f32 rounding of a K-term sum, accumulated in any order, stays ten times
+// under the atol up to K = 4096.
+#include "TestSupport.h"
+#include "oracles/Oracles.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace frank::test {
+namespace {
+
+constexpr double kRtol = 1e-4, kAtol = 1e-5;
+
+struct Shape {
+  int64_t m, k, n;
+};
+
+std::string shapeName(const Shape &s) { return fmt::format("m{}_k{}_n{}", s.m, s.k, s.n); }
+
+/// y = x w with w [K, N], or x w^T with w [N, K], in double.
+std::vector<double> matmulOracle(const std::vector<float> &x, const std::vector<float> &w,
+                                 const Shape &s, bool transposeB) {
+  std::vector<double> y(s.m * s.n, 0.0);
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < s.k; ++p)
+        sum += double(x[i * s.k + p]) * (transposeB ? w[j * s.k + p] : w[p * s.n + j]);
+      y[i * s.n + j] = sum;
+    }
+  return y;
+}
+
+/// Runs `function` of linear/matmul.mlir in `ctx` and checks it against the oracle.
+void checkMatmul(Context &ctx, const std::string &function, const Shape &s, Mode mode) {
+  bool transposeB = function == "matmul_transpose_b";
+  Module module = ctx.load(componentPath("linear/matmul.mlir"));
+  std::vector<float> x = oracle::randomFloats(s.m * s.k, 11 + s.m);
+  float bound = 1.0f / std::sqrt(float(s.k));
+  std::vector<float> w = oracle::randomFloats(s.k * s.n, 29 + s.n, -bound, bound);
+  Tensor xt = Tensor::borrow(x.data(), DType::F32, {s.m, s.k});
+  Tensor wt =
+      Tensor::borrow(w.data(), DType::F32,
+                     transposeB ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n});
+  GuardedOutput out({s.m, s.n});
+  Kernel kernel = module.function(function).specialize({xt, wt}, mode);
+  std::vector<Tensor> outputs{out.tensor()};
+  kernel.run({xt, wt}, outputs);
+  auto result = oracle::compare(out.data(), matmulOracle(x, w, s, transposeB), kRtol, kAtol);
+  EXPECT_TRUE(result.ok) << function << " " << shapeName(s) << ": " << result.describe();
+  EXPECT_EQ(out.guardsIntact(), "") << function << " " << shapeName(s);
+}
+
+const Shape kShapes[] = {
+    {1, 1, 1},      {1, 8, 8},     {3, 5, 7},       {7, 16, 24},    {13, 64, 40},
+    {17, 100, 32},  {2, 300, 64},  {6, 512, 96},    {37, 512, 128}, {128, 256, 256},
+    {33, 1024, 48}, {1, 4096, 64}, {64, 2048, 512},
+};
+
+class MatmulTest : public testing::TestWithParam<std::tuple<Shape, std::string, Mode>> {};
+
+TEST_P(MatmulTest, MatchesOracle) {
+  auto [shape, function, mode] = GetParam();
+  checkMatmul(context(), function, shape, mode);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
+                         testing::Combine(testing::ValuesIn(kShapes),
+                                          testing::Values("matmul", "matmul_transpose_b"),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           return fmt::format("{}_{}_{}", std::get<1>(info.param),
+                                              shapeName(std::get<0>(info.param)),
+                                              modeName(std::get<2>(info.param)));
+                         });
+
+// Every override that fits gives the oracle's answer; the strategy it asked for is the one the
+// loop IR reports.
+class MatmulConfigTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(MatmulConfigTest, OverridesKeepResults) {
+  ContextOptions options;
+  options.loweringConfig = GetParam();
+  Context ctx(options);
+  for (Shape s : {Shape{37, 512, 128}, Shape{64, 1024, 256}}) {
+    checkMatmul(ctx, "matmul", s, Mode::Specialized);
+    if (GetParam().find("pack") == std::string::npos &&
+        GetParam().find("k-block") == std::string::npos)
+      checkMatmul(ctx, "matmul_transpose_b", s, Mode::Specialized);
+  }
+  std::string loops = ctx.load(componentPath("linear/matmul.mlir"))
+                          .function("matmul")
+                          .emit(Stage::Loops, {"37x512xf32", "512x128xf32"});
+  if (GetParam() == "pipeline=loops")
+    EXPECT_THAT(loops, testing::Not(testing::HasSubstr("contraction")));
+  else
+    EXPECT_THAT(loops, testing::HasSubstr("contraction.outer"));
+  if (GetParam().find("tile=") != std::string::npos) {
+    EXPECT_THAT(loops, testing::HasSubstr(GetParam().substr(GetParam().find("tile="), 8)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
+                         testing::Values("pipeline=loops", "tile=1x1", "tile=5x2", "tile=3x4",
+                                         "tile=8x1,k-block=64", "pack=0", "pack=1,k-block=256",
+                                         "tile=7x2,k-block=128,pack=1"),
+                         [](const auto &info) {
+                           std::string name = info.param;
+                           for (char &c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c)))
+                               c = '_';
+                           return name;
+                         });
+
+} // namespace
+} // namespace frank::test

@@ -1,0 +1,153 @@
+// Strategy selection as data: golden choices for the benchmark nests on AVX2 and AVX-512
+// targets, the reasons a nest stays plain loops, `--config` parsing and its errors, and the
+// strategy lines the loop IR prints for the components. Nothing here compiles a kernel.
+#include "loops/Strategy.h"
+#include "TestSupport.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace frank::test {
+namespace {
+
+using loops::NestShape;
+using loops::Target;
+
+/// y[m, n] += x[m, k] * w[k, n]: dims (m, n, k).
+NestShape matmulNest(int64_t m, int64_t k, int64_t n) {
+  NestShape nest;
+  nest.extents = {m, n, k};
+  nest.reduction = {false, false, true};
+  nest.strides = {{k, 0, 1}, {0, 1, n}, {n, 1, 0}};
+  nest.vectorBody = true;
+  nest.addAccumulates = true;
+  return nest;
+}
+
+/// y[m, n] += x[m, k] * w[n, k]: both inputs contiguous along k.
+NestShape transposedNest(int64_t m, int64_t k, int64_t n) {
+  NestShape nest = matmulNest(m, k, n);
+  nest.strides = {{k, 0, 1}, {0, k, 1}, {n, 1, 0}};
+  return nest;
+}
+
+std::string choose(const NestShape &nest, Target target = Target::avx2(),
+                   const std::string &config = "") {
+  return loops::describe(loops::selectStrategy(nest, target, loops::parseConfig(config)));
+}
+
+TEST(Strategy, GoldenContractions) {
+  // S7 on AVX2: 16 registers; B's rows are 16 KiB apart, so it is packed.
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+  // With 32 registers of 16 lanes the tile grows.
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=64 pack=#1");
+  // One row (GEMV): nothing to reuse a panel, so neither packing nor k blocks.
+  EXPECT_EQ(choose(matmulNest(1, 4096, 4096)), "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
+  // Rows the tile does not divide go to a leftover tile, not to a smaller tile.
+  EXPECT_EQ(choose(matmulNest(37, 512, 128)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+  // Q K^T: both operands contiguous along the reduction.
+  EXPECT_EQ(choose(transposedNest(512, 128, 128)),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+}
+
+TEST(Strategy, WhyPlainLoops) {
+  NestShape rowSum;
+  rowSum.extents = {32, 4096};
+  rowSum.reduction = {false, true};
+  rowSum.strides = {{4096, 1}, {1, 0}};
+  rowSum.vectorBody = true;
+  rowSum.addAccumulates = true;
+  EXPECT_EQ(choose(rowSum), "row-reduction");
+
+  NestShape scale;
+  scale.extents = {32, 4096};
+  scale.reduction = {false, false};
+  scale.strides = {{4096, 1}, {4096, 1}};
+  EXPECT_EQ(choose(scale), "elementwise");
+
+  NestShape runtime = matmulNest(1, 1, 1);
+  runtime.extents.clear();
+  EXPECT_EQ(choose(runtime), "loops (its extents are runtime values)");
+
+  // N = 12 is not whole vectors and K = 12 neither: nothing to block.
+  EXPECT_THAT(choose(matmulNest(4, 12, 12)), testing::HasSubstr("row-reduction"));
+
+  NestShape transcendental = matmulNest(64, 64, 64);
+  transcendental.vectorBody = false;
+  EXPECT_EQ(choose(transcendental), "row-reduction");
+
+  // A reduction outside a parallel loop, with B strided along the output's contiguous dim.
+  NestShape strided = matmulNest(64, 64, 64);
+  strided.reduction = {false, true, false};
+  strided.strides = {{64, 0, 1}, {0, 64, 1}, {64, 0, 1}};
+  EXPECT_THAT(choose(strided), testing::StartsWith("loops ("));
+}
+
+TEST(Strategy, OverridesApply) {
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "tile=6x2,k-block=0,pack=0"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8");
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "pipeline=loops"), "row-reduction");
+  EXPECT_EQ(choose(transposedNest(64, 64, 64), Target::avx2(), "pipeline=contraction.dot,tile=2x2"),
+            "contraction.dot m=d0 n=d1 k=d2 tile=2x2 lanes=8");
+}
+
+TEST(Strategy, BadConfigsAreErrors) {
+  auto error = [](const std::string &config, const NestShape &nest) {
+    try {
+      loops::selectStrategy(nest, Target::avx2(), loops::parseConfig(config));
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  NestShape mm = matmulNest(64, 256, 256);
+  EXPECT_THAT(error("tile=4", mm), testing::HasSubstr("is not MxN"));
+  EXPECT_THAT(error("tile=0x2", mm), testing::HasSubstr("is not MxN"));
+  EXPECT_THAT(error("colour=blue", mm), testing::HasSubstr("unknown key 'colour'"));
+  EXPECT_THAT(error("pipeline=fast", mm), testing::HasSubstr("unknown pipeline 'fast'"));
+  EXPECT_THAT(error("k-block=-3", mm), testing::HasSubstr("not a non-negative integer"));
+  EXPECT_THAT(error("pack=yes", mm), testing::HasSubstr("is not 0 or 1"));
+  EXPECT_THAT(error("tile", mm), testing::HasSubstr("is not key=value"));
+  EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
+  EXPECT_THAT(error("tile=5x1", matmulNest(4, 256, 256)), testing::HasSubstr("does not fit"));
+  EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));
+  EXPECT_THAT(error("pipeline=contraction.dot", mm),
+              testing::HasSubstr("pipeline contraction.dot does not apply"));
+  EXPECT_THAT(error("pack=1", matmulNest(1, 256, 256)), testing::HasSubstr("pack=1 needs"));
+  // A bad config is refused when the context is made.
+  ContextOptions options;
+  options.loweringConfig = "tile=x";
+  EXPECT_THROW(Context{options}, Error);
+}
+
+TEST(Strategy, LoopIrNamesEachNestsStrategy) {
+  Module attention = context().load(componentPath("attention/attention_gqa.mlir"));
+  std::string loops =
+      attention.function("attention_gqa")
+          .emit(Stage::Loops, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
+  EXPECT_THAT(loops, testing::HasSubstr("// iree_linalg_ext.attention at "));
+  EXPECT_THAT(loops, testing::HasSubstr(": contraction.dot m=d1 n=d2 k=d3 tile=4x2 lanes=8\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = broadcast<8>(0f)\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(" + reduce_add(acc_"));
+
+  Module linear = context().load(componentPath("linear/matmul.mlir"));
+  loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
+  EXPECT_THAT(loops, testing::HasSubstr("// pack this block's 128x32 panel of '%w'"));
+  EXPECT_THAT(loops, testing::HasSubstr("temp packed_w: f32[524288]"));
+
+  Module rms = context().load(componentPath("normalization/rms_norm.mlir"));
+  loops = rms.function("rms_norm_linalg").emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"});
+  EXPECT_THAT(loops, testing::HasSubstr(": row-reduction\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(": elementwise\n"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("contraction")));
+  loops = rms.function("rms_norm_linalg")
+              .emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"}, Mode::Generic);
+  EXPECT_THAT(loops, testing::HasSubstr("loops (its extents are runtime values)"));
+}
+
+} // namespace
+} // namespace frank::test
