@@ -4,6 +4,7 @@
 #include "frank/Npy.h"
 #include "frank/Tensor.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
