@@ -17,6 +17,8 @@ run "S4" position/rope.mlir --function=rope --input=1x128x32x128xf32=random --in
 run "S5" attention/attention_gqa.mlir --function=attention_gqa --input=1x128x32x128xf32=random --input=1x128x8x128xf32=random --input=1x128x8x128xf32=random --input=f32=0.08838834764
 run "S5 causal" attention/attention_gqa.mlir --function=attention_gqa_causal --input=1x128x32x128xf32=random --input=1x128x8x128xf32=random --input=1x128x8x128xf32=random --input=f32=0.08838834764
 run "S6" attention/attention_gqa.mlir --function=attention_gqa_decode --input=1x1x32x128xf32=random --input=1x512x8x128xf32=random --input=1x512x8x128xf32=random --input=f32=0.08838834764
+run "S7" linear/matmul.mlir --function=matmul --input=128x4096xf32=random --input=4096x4096xf32=random
+run "S8" linear/matmul.mlir --function=matmul --input=1x4096xf32=random --input=4096x4096xf32=random
 run "S9 T=1" moe/mul_mat_id.mlir --function=mul_mat_id --input=3584x1024x8xf32=random --input=1024x2x1xf32=random --input=2x1xi32=3,5
 run "S9 T=32" moe/mul_mat_id.mlir --function=mul_mat_id --input=3584x1024x8xf32=random --input=1024x2x32xf32=random --input=2x32xi32=1,6,3,0,5,2,7,4,1,6,3,0,5,2,7,4,1,6,3,0,5,2,7,4,1,6,3,0,5,2,7,4,1,6,3,0,5,2,7,4,1,6,3,0,5,2,7,4,1,6,3,0,5,2,7,4,1,6,3,0,5,2,7,4
 run "S10 T=1" moe/moe_ffn_block.mlir --function=moe_ffn_block --input=1x1024xf32=random --input=8x1024xf32=random --input=3584x1024x8xf32=random --input=3584x1024x8xf32=random --input=1024x3584x8xf32=random --input=index=8 --input=index=2 --input=index=1024 --input=index=3584 --input=i1=true
