@@ -57,8 +57,9 @@ private:
     return lanes == 1 ? t : llvm::FixedVectorType::get(t, lanes);
   }
   // i1 lives in memory as one byte.
-  llvm::Type *memTypeOf(ElemKind kind) {
-    return kind == ElemKind::I1 ? b_.getInt8Ty() : typeOf(kind);
+  llvm::Type *memTypeOf(ElemKind kind, int lanes = 1) {
+    llvm::Type *t = kind == ElemKind::I1 ? b_.getInt8Ty() : typeOf(kind);
+    return lanes == 1 ? t : llvm::FixedVectorType::get(t, lanes);
   }
 
   // The kernel body takes each buffer as its own noalias pointer; the entry unpacks them.
@@ -372,9 +373,8 @@ private:
       const Buffer &buf = p_.buffers[e->intValue];
       llvm::Type *mem = memTypeOf(buf.elem);
       llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[e->intValue], emitExpr(e->args[0]));
-      llvm::Type *loaded = e->lanes == 1 ? mem : llvm::FixedVectorType::get(mem, e->lanes);
-      llvm::Value *v =
-          b_.CreateAlignedLoad(loaded, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
+      llvm::Value *v = b_.CreateAlignedLoad(memTypeOf(buf.elem, e->lanes), ptr,
+                                            llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return buf.elem == ElemKind::I1 ? b_.CreateTrunc(v, typeOf(ElemKind::I1, e->lanes)) : v;
     }
     case ExprKind::Broadcast: return b_.CreateVectorSplat(e->lanes, emitExpr(e->args[0]));
@@ -420,8 +420,7 @@ private:
       llvm::Type *mem = memTypeOf(buf.elem);
       llvm::Value *value = emitExpr(s->value);
       if (buf.elem == ElemKind::I1)
-        value = b_.CreateZExt(
-            value, s->value->lanes == 1 ? mem : llvm::FixedVectorType::get(mem, s->value->lanes));
+        value = b_.CreateZExt(value, memTypeOf(buf.elem, s->value->lanes));
       llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[s->buffer], emitExpr(s->index));
       b_.CreateAlignedStore(value, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return;

@@ -344,6 +344,12 @@ private:
   static constexpr int64_t kMinParallelElements = 1 << 16;
   static constexpr int64_t kMinChunkElements = 1 << 14;
 
+  // The fewest iterations of a parallel loop of `extent` trips, in a nest of `total` points,
+  // worth giving one thread.
+  static Expr minChunk(int64_t total, int64_t extent) {
+    return intConst(std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, total / extent)));
+  }
+
   // The loop to parallelize is the first of extent >= 2 under loops of extent 1 (a [1, 32, N]
   // nest parallelizes over the 32); it must be a parallel dim.
   void markParallel(std::vector<Stmt> &nest, const std::vector<Expr> &extents,
@@ -367,7 +373,7 @@ private:
       int64_t extent = *asConstant(extents[d]);
       if (extent >= 2) {
         loop->forKind = ForKind::Parallel;
-        loop->bound = intConst(std::max<int64_t>(1, kMinChunkElements / (total / extent)));
+        loop->bound = minChunk(total, extent);
         return;
       }
       level = &loop->body;
@@ -770,16 +776,15 @@ private:
       tile.insert(tile.end(), fini.begin(), fini.end());
       return tile;
     };
-    // Rows left over when MR does not divide M: one shorter tile after the m blocks.
+    // Rows left over when MR does not divide M: one shorter tile after the m blocks. The
+    // strategy never picks (nor accepts) a tile taller than M.
     const int64_t mRows = s.dimM >= 0 ? extent(s.dimM) : s.tileM;
+    if (mRows < s.tileM)
+      internalError("a register tile taller than its nest");
+    std::vector<Stmt> stmts = buildTile(s.tileM, mul(mBlock, intConst(s.tileM)));
     std::vector<Stmt> leftover;
     if (mRows % s.tileM)
       leftover = buildTile(int(mRows % s.tileM), intConst(mRows - mRows % s.tileM));
-    std::vector<Stmt> stmts;
-    if (mRows >= s.tileM)
-      stmts = buildTile(s.tileM, mul(mBlock, intConst(s.tileM)));
-    else
-      std::swap(stmts, leftover);
 
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
     // iterations runs in parallel when the nest is large enough.
@@ -820,8 +825,7 @@ private:
         Stmt loop = forLoop(loops[l].first->name, intConst(loops[l].second),
                             isParallel ? ForKind::Parallel : ForKind::Serial, std::move(body));
         if (isParallel)
-          loop->bound = intConst(std::max<int64_t>(
-              1, kMinChunkElements / std::max<int64_t>(1, total / loops[l].second)));
+          loop->bound = minChunk(total, loops[l].second);
         return loop;
       };
       stmts = {wrap(std::move(stmts))};

@@ -192,11 +192,17 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   return s;
 }
 
+// An outer-product nest with one reduction dim whose B panels serve several m blocks: the
+// case that k blocks and packing pay for.
+bool reusesPanels(const NestShape &nest, const Strategy &s) {
+  return s.pipeline == Pipeline::ContractionOuter && s.dimK >= 0 &&
+         extentOr1(nest, s.dimM) / s.tileM >= 2;
+}
+
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) in 16 KiB
 // of L1, when there are several m blocks to reuse it.
 int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
-  if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 ||
-      extentOr1(nest, s.dimM) / s.tileM < 2)
+  if (!reusesPanels(nest, s))
     return 0;
   int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
   int64_t k = nest.extents[s.dimK];
@@ -212,8 +218,7 @@ int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
 // else, the nest has no other parallel dim to repeat the packing in, several m blocks reuse
 // each panel, and its panels are not contiguous already.
 int choosePackInput(const NestShape &nest, const Strategy &s) {
-  if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 ||
-      extentOr1(nest, s.dimM) / s.tileM < 2)
+  if (!reusesPanels(nest, s))
     return -1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && int(d) != s.dimM && int(d) != s.dimN && nest.extents[d] > 1)
