@@ -21,6 +21,7 @@
 #include "oracles/Oracles.h"
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,9 +156,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdTest,
 
 // Only the selected experts are read: with every expert but one filled with NaN, routing every
 // token to the clean one gives finite results equal to the oracle's, and routing one slot to a
-// NaN expert poisons exactly that slot's outputs.
-TEST(MulMatIdRouting, ReadsOnlyTheSelectedExpert) {
-  const MoeDims d{11, 19, 4, 2, 5};
+// NaN expert poisons exactly that slot's outputs. With X = 8 and T a multiple of 8 the
+// specialized kernel is contraction.gather, which loads each weight line of all 8 experts and
+// permutes it: the NaNs are in the line, and must still never reach an output.
+class MulMatIdRouting : public testing::TestWithParam<MoeDims> {};
+
+TEST_P(MulMatIdRouting, ReadsOnlyTheSelectedExpert) {
+  const MoeDims d = GetParam();
   const float bound = 1.0f / std::sqrt(static_cast<float>(d.nIn));
   auto weights = oracle::randomFloats(d.nOut * d.nIn * d.experts, 3, -bound, bound);
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -189,6 +194,12 @@ TEST(MulMatIdRouting, ReadsOnlyTheSelectedExpert) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdRouting,
+                         testing::Values(MoeDims{11, 19, 4, 2, 5}, MoeDims{13, 19, 8, 2, 16}),
+                         [](const auto &info) {
+                           return fmt::format("x{}_t{}", info.param.experts, info.param.tokens);
+                         });
+
 // ---- errors --------------------------------------------------------------------------------
 
 // ids [k, T] must equal input's [k, T], input's n_in the weights' n_in; an expert id outside
@@ -217,6 +228,23 @@ TEST(MulMatIdErrors, MismatchesAndBadIdsAreErrors) {
              mode),
           Error)
           << "expert id " << bad;
+    }
+    // X = 8, T = 8: the contraction.gather kernel checks every id before its permutes.
+    for (int32_t bad : {8, -1, 1 << 30}) {
+      Tensor ids = Tensor::zeros(DType::I32, {2, 8});
+      ids.as<int32_t>()[11] = bad;
+      try {
+        fn({Tensor::zeros(DType::F32, {5, 3, 8}), Tensor::zeros(DType::F32, {3, 2, 8}), ids}, mode);
+        ADD_FAILURE() << "expert id " << bad << " was not caught";
+      } catch (const Error &e) {
+        // Specialized mode reports the folded gather's read of '%weights' (dim 2),
+        // generic mode the gather's read of '%weights_x' (dim 0): both at the gather.
+        EXPECT_THAT(e.what(), testing::HasSubstr("mul_mat_id.mlir:55:5: error: index"));
+        EXPECT_THAT(e.what(), testing::HasSubstr(fmt::format(
+                                  "index {} is out of bounds for dim {} of '%{}', which has size 8",
+                                  bad, mode == Mode::Specialized ? 2 : 0,
+                                  mode == Mode::Specialized ? "weights" : "weights_x")));
+      }
     }
   }
 }

@@ -31,6 +31,20 @@ NestShape transposedNest(int64_t m, int64_t k, int64_t n) {
   return nest;
 }
 
+/// mul_mat_id after the gather folds: out[o, e, t] += w[o, i, ids[e, t]] * x[i, e, t], dims
+/// (o, e, t, i); w [n_out, n_in, X] is read through the extract, ids [k, T] is input #1.
+NestShape mulMatIdNest(int64_t nOut, int64_t nIn, int64_t experts, int64_t used, int64_t tokens) {
+  NestShape nest;
+  nest.extents = {nOut, used, tokens, nIn};
+  nest.reduction = {false, false, false, true};
+  int64_t slots = used * tokens;
+  nest.strides = {{0, tokens, 1, slots}, {0, tokens, 1, 0}, {slots, tokens, 1, 0}};
+  nest.vectorBody = true;
+  nest.addAccumulates = true;
+  nest.gather = NestShape::Gather{{nIn * experts, 0, 0, experts}, 1, experts};
+  return nest;
+}
+
 std::string choose(const NestShape &nest, Target target = Target::avx2(),
                    const std::string &config = "") {
   return loops::describe(loops::selectStrategy(nest, target, loops::parseConfig(config)));
@@ -51,6 +65,40 @@ TEST(Strategy, GoldenContractions) {
   // Q K^T: both operands contiguous along the reduction.
   EXPECT_EQ(choose(transposedNest(512, 128, 128)),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  // S9 at T = 32: 8 experts make one vector line, permuted per token vector.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
+            "contraction.gather m=d0 n=d2 k=d3 tile=5x2 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
+            "contraction.gather m=d0 n=d2 k=d3 tile=8x1 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
+            "contraction.gather m=d0 n=d2 k=d3 tile=5x4 lanes=8");
+}
+
+TEST(Strategy, GatherNeedsOneLineOfChoicesAndWholeTokenVectors) {
+  // T = 1 (decode): no vector of tokens; the row reduction streams the weights.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 1)), "row-reduction");
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)), "row-reduction");
+  // 4 or 16 experts are not one 8-lane line.
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 16, 2, 32)), "row-reduction");
+  auto error = [](const NestShape &nest, const std::string &config) {
+    try {
+      loops::selectStrategy(nest, Target::avx2(), loops::parseConfig(config));
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 4, 2, 32), "pipeline=contraction.gather"),
+              testing::HasSubstr("the gathered dim has 4 choices of 32 bits"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"),
+              testing::HasSubstr("not contiguous along a parallel dim of whole vectors"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.outer"),
+              testing::HasSubstr("it reads an operand through a gather"));
+  EXPECT_THAT(error(matmulNest(64, 64, 64), "pipeline=contraction.gather"),
+              testing::HasSubstr("it reads no operand through a gather"));
+  EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=2x4"), "no error");
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=2x3"),
+              testing::HasSubstr("does not fit"));
 }
 
 TEST(Strategy, WhyPlainLoops) {
@@ -138,6 +186,13 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr("// pack this block's 128x32 panel of '%w'"));
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_w: f32[524288]"));
+
+  // mul_mat_id: the ids are checked once before the nest, the weights' line permuted in it.
+  Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
+  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x16xf32", "2x16xi32"});
+  EXPECT_THAT(loops, testing::HasSubstr(": contraction.gather m=d0 n=d2 k=d3 tile=5x2 lanes=8\n"));
+  EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
+  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = permute(weights[("));
 
   Module rms = context().load(componentPath("normalization/rms_norm.mlir"));
   loops = rms.function("rms_norm_linalg").emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"});

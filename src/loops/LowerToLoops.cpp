@@ -575,10 +575,17 @@ private:
     return strides;
   }
 
-  // Arithmetic the vector code generator takes lane by lane.
-  static bool isVectorBody(const Block &body) {
+  // Arithmetic the vector code generator takes lane by lane; with `gather`, also the ops that
+  // form the folded gather gatherOf recognized.
+  static bool isVectorBody(const Block &body, bool gather = false) {
     for (auto &bodyOp : body.ops) {
       switch (bodyOp->kind) {
+      case OpKind::LinalgIndex:
+      case OpKind::IndexCast:
+      case OpKind::TensorExtract:
+        if (!gather)
+          return false;
+        break;
       case OpKind::AddF:
       case OpKind::SubF:
       case OpKind::MulF:
@@ -609,6 +616,56 @@ private:
     return false;
   }
 
+  // A folded gather (NestShape::Gather): the body's one tensor.extract reads a tensor of
+  // constant dims at loop indices (linalg.index), except the last index: an index_cast of an
+  // integer input. Those ops serve the extract alone.
+  std::optional<NestShape::Gather> gatherOf(GenericView &g) {
+    const Block &body = g.body();
+    const Op *extract = nullptr;
+    for (auto &bodyOp : body.ops) {
+      if (bodyOp->kind == OpKind::TensorExtract) {
+        if (extract)
+          return std::nullopt;
+        extract = bodyOp.get();
+      }
+    }
+    if (!extract || extract->operands.size() < 2)
+      return std::nullopt;
+    for (auto &bodyOp : body.ops)
+      if (bodyOp->kind == OpKind::LinalgIndex || bodyOp->kind == OpKind::IndexCast) {
+        int inExtract =
+            int(std::count(extract->operands.begin(), extract->operands.end(), bodyOp->result()));
+        if (inExtract == 0 || countUses(body, bodyOp->result()) != inExtract)
+          return std::nullopt;
+      }
+    const std::vector<Expr> &dims = storageOf(extract->operands[0]).dims;
+    NestShape::Gather gather;
+    gather.strides.assign(g.numLoops(), 0);
+    int64_t stride = 1;
+    for (size_t i = extract->operands.size(); i-- > 1;) {
+      auto extent = asConstant(dims[i - 1]);
+      const Op *index = extract->operands[i]->definingOp;
+      if (!extent || !index)
+        return std::nullopt;
+      bool last = i + 1 == extract->operands.size();
+      if (last) {
+        const Value *choice = index->kind == OpKind::IndexCast ? index->operands[0] : nullptr;
+        if (!choice || choice->ownerBlock != &body || choice->index >= g.numInputs() ||
+            !g.input(choice->index)->type.isTensor() ||
+            isFloatElem(g.input(choice->index)->type.elem))
+          return std::nullopt;
+        gather.indexInput = choice->index;
+        gather.choices = *extent;
+      } else {
+        if (index->kind != OpKind::LinalgIndex)
+          return std::nullopt;
+        gather.strides[indexDim(*index)] += stride;
+      }
+      stride *= *extent;
+    }
+    return gather;
+  }
+
   Strategy chooseStrategy(GenericView &g, const std::vector<Expr> &extents,
                           const TensorStorage &result) {
     NestShape nest;
@@ -622,11 +679,14 @@ private:
       constant = constant && c;
       nest.extents.push_back(c.value_or(0));
     }
+    if (specialized())
+      nest.gather = gatherOf(g);
     for (int i = 0; i <= g.numInputs(); ++i) {
       const Value *operand = i < g.numInputs() ? g.input(i) : g.output();
       std::optional<std::vector<int64_t>> strides(std::vector<int64_t>(g.numLoops(), 0));
       if (operand->type.isTensor()) {
-        sameTypes = sameTypes && operand->type.elem == elem;
+        bool choices = nest.gather && nest.gather->indexInput == i;
+        sameTypes = sameTypes && (operand->type.elem == elem || choices);
         strides = stridesOf(g.map(i), i < g.numInputs() ? storageOf(operand).dims : result.dims);
       }
       constant = constant && strides;
@@ -634,7 +694,7 @@ private:
     }
     if (!constant)
       nest.extents.clear();
-    nest.vectorBody = sameTypes && isVectorBody(g.body());
+    nest.vectorBody = sameTypes && isVectorBody(g.body(), nest.gather.has_value());
     nest.addAccumulates = addAccumulates(g.body());
     return selectStrategy(nest, options_.target,
                           specialized() ? options_.config : ConfigOverride{});
@@ -650,12 +710,18 @@ private:
   // With packing, each (n block, k block) first copies its panel of B to a region of its own,
   // where the m blocks then read it contiguously (each parallel n block packs its own panels).
   //   dot:   [other parallel dims] m blocks n blocks { tile }
+  //   gather: m blocks [other parallel dims] n blocks { tile }, after a check of every choice
   // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
-  // innermost) over the body instantiated once per accumulator, and stores them.
+  // innermost) over the body instantiated once per accumulator, and stores them. A gather is
+  // an outer product whose A side is a permuted line instead of a broadcast element; its m
+  // blocks go outermost so that each thread streams its own rows of the gathered operand.
   void emitContraction(GenericView &g, const TensorStorage &result, const Strategy &s,
                        const std::vector<Expr> &extents) {
     const Op &op = g.op;
-    const bool outer = s.pipeline == Pipeline::ContractionOuter;
+    const bool gather = s.pipeline == Pipeline::ContractionGather;
+    const bool outer = s.pipeline == Pipeline::ContractionOuter || gather;
+    if (gather && boundsChecks_)
+      checkChoices(g);
     const int lanes = s.lanes;
     const int vectorDim = outer ? s.dimN : s.dimK;
     const int numLoops = g.numLoops();
@@ -737,7 +803,9 @@ private:
             } else if (!e) {
               const TensorStorage &t = storageOf(operand);
               int width = mapUses(map, vectorDim) ? lanes : 1;
-              e = bindLet(arg, load(t.buffer, accessIndex(map, iv, t.dims), elem, width), step);
+              e = bindLet(arg,
+                          load(t.buffer, accessIndex(map, iv, t.dims), operand->type.elem, width),
+                          step);
             }
             values[arg] = e;
           }
@@ -788,13 +856,18 @@ private:
 
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
     // iterations runs in parallel when the nest is large enough.
-    std::vector<std::pair<Expr, int64_t>> loops; // (variable, trips), outside in
+    std::vector<std::pair<Expr, int64_t>> loops;        // (variable, trips), outside in
+    int64_t mTrips = s.dimM >= 0 ? mRows / s.tileM : 0; // 0: no m loop
+    int64_t nTrips = s.dimN >= 0 ? extent(s.dimN) / (s.tileN * (outer ? lanes : 1)) : 0;
+    if (gather && mTrips)
+      loops.push_back({mBlock, mTrips});
     for (int d = 0; d < numLoops; ++d)
       if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
         loops.push_back({vars[d], extent(d)});
-    int64_t mTrips = s.dimM >= 0 ? mRows / s.tileM : 0; // 0: no m loop
-    int64_t nTrips = s.dimN >= 0 ? extent(s.dimN) / (s.tileN * (outer ? lanes : 1)) : 0;
-    if (outer) {
+    if (gather) {
+      if (nTrips)
+        loops.push_back({nBlock, nTrips});
+    } else if (outer) {
       if (nTrips)
         loops.push_back({nBlock, nTrips});
       if (s.blockK)
@@ -914,6 +987,8 @@ private:
 
   // tensor.extract: a load at the row-major position of the indices, each checked against its
   // dim first when bounds checks are on (an unsigned compare catches negative indices too).
+  // A vector of indices into the last dim, which holds one vector (contraction.gather), loads
+  // that line and permutes it; the pipeline checked every index before its nest.
   Expr extractExpr(const Op &op, const std::unordered_map<const Value *, Expr> &values,
                    std::vector<Stmt> &stmts, const BodyContext *body = nullptr) {
     const TensorStorage &t = storageOf(op.operands[0]);
@@ -921,6 +996,8 @@ private:
     for (size_t i = 1; i < op.operands.size(); ++i) {
       Expr c = lookupBody(values, op.operands[i]);
       coords.push_back(c);
+      if (c->lanes > 1)
+        continue;
       // A loop index stays in bounds if its loop does: one check per kernel, always on.
       if (body) {
         auto loop = std::find(body->iv.begin(), body->iv.end(), c);
@@ -943,7 +1020,41 @@ private:
       Expr dim = t.dims[i - 1];
       stmts.push_back(check(cmp("ult", c, dim), static_cast<int>(checks.size()) - 1, c, dim));
     }
-    return load(t.buffer, linearIndex(coords, t.dims), op.operands[0]->type.elem);
+    ElemKind elem = op.operands[0]->type.elem;
+    int lanes = coords.back()->lanes;
+    if (lanes == 1)
+      return load(t.buffer, linearIndex(coords, t.dims), elem);
+    if (asConstant(t.dims.back()) != lanes ||
+        std::any_of(coords.begin(), coords.end() - 1, [](auto &c) { return c->lanes > 1; }))
+      internalError("a vector index that does not select within one vector line");
+    Expr indices = coords.back();
+    coords.back() = intConst(0);
+    return permute(load(t.buffer, linearIndex(coords, t.dims), elem, lanes), indices);
+  }
+
+  // Every choice of a contraction.gather, checked before its nest: the nest's permutes read
+  // the choices without a check.
+  void checkChoices(GenericView &g) {
+    const Op *extract = nullptr;
+    for (auto &bodyOp : g.body().ops)
+      if (bodyOp->kind == OpKind::TensorExtract)
+        extract = bodyOp.get();
+    const Value *choices = g.input(extract->operands.back()->definingOp->operands[0]->index);
+    const TensorStorage &from = storageOf(choices);
+    const TensorStorage &into = storageOf(extract->operands[0]);
+    auto &checks = out_.program.checks;
+    checks.push_back({extract->loc, fmt::format("index {{}} is out of bounds for dim {} of '%{}', "
+                                                "which has size {{}}",
+                                                into.dims.size() - 1, extract->operands[0]->name)});
+    std::string name = freshName("choice");
+    Expr choice =
+        cast(OpKind::IndexCast, load(from.buffer, var(name, ElemKind::Index), choices->type.elem),
+             ElemKind::Index);
+    Expr bound = into.dims.back();
+    std::vector<Stmt> loop = {
+        forLoop(name, numElements(from.dims), ForKind::Serial,
+                {check(cmp("ult", choice, bound), int(checks.size()) - 1, choice, bound)})};
+    append(loop);
   }
 
   // A view shares its source's buffer (row-major, contiguous) under new dims.

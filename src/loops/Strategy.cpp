@@ -14,6 +14,7 @@ const char *pipelineName(Pipeline p) {
   case Pipeline::RowReduction: return "row-reduction";
   case Pipeline::ContractionOuter: return "contraction.outer";
   case Pipeline::ContractionDot: return "contraction.dot";
+  case Pipeline::ContractionGather: return "contraction.gather";
   }
   return "?";
 }
@@ -31,12 +32,14 @@ ConfigOverride parseConfig(const std::string &text) {
       throw bad(fmt::format("'{}' is not key=value", item.str()));
     if (key == "pipeline") {
       std::optional<Pipeline> found;
-      for (Pipeline p : {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
-                         Pipeline::ContractionOuter, Pipeline::ContractionDot})
+      for (Pipeline p :
+           {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
+            Pipeline::ContractionOuter, Pipeline::ContractionDot, Pipeline::ContractionGather})
         if (value == pipelineName(p))
           found = p;
       if (!found)
-        throw bad(fmt::format("unknown pipeline '{}' (loops, contraction.outer, contraction.dot)",
+        throw bad(fmt::format("unknown pipeline '{}' (loops, contraction.outer, contraction.dot, "
+                              "contraction.gather)",
                               value.str()));
       config.pipeline = found;
     } else if (key == "tile") {
@@ -192,6 +195,56 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   return s;
 }
 
+// The gathered operand's line of choices is permuted per lane (vpermps), so it must be one
+// vector of 8 x 32 bits; n is the parallel dim along which the output, the choices and the
+// other inputs are contiguous and the gathered operand is not read; m the parallel dim it is.
+std::optional<Strategy> tryGather(const NestShape &nest, const Target &target, std::string &why) {
+  const NestShape::Gather &gather = *nest.gather;
+  if (!nest.addAccumulates) {
+    why = "the body is not a sum of products";
+    return std::nullopt;
+  }
+  const int lanes = 8;
+  if (nest.elemBits != 32 || gather.choices != lanes || target.vectorBits < 256) {
+    why = fmt::format("the gathered dim has {} choices of {} bits, not one vector of 8 x 32 bits",
+                      gather.choices, nest.elemBits);
+    return std::nullopt;
+  }
+  const auto &out = nest.strides.back();
+  const auto &choices = nest.strides[gather.indexInput];
+  int n = -1;
+  for (size_t d = 0; d < nest.extents.size() && n < 0; ++d)
+    if (!nest.reduction[d] && out[d] == 1 && choices[d] == 1 && gather.strides[d] == 0 &&
+        nest.extents[d] % lanes == 0)
+      n = int(d);
+  if (n < 0) {
+    why = "the output and the choices are not contiguous along a parallel dim of whole vectors";
+    return std::nullopt;
+  }
+  for (size_t i = 0; i + 1 < nest.strides.size(); ++i)
+    if (nest.strides[i][n] > 1) {
+      why = fmt::format("input #{} is strided along d{}", i, n);
+      return std::nullopt;
+    }
+  Strategy s;
+  s.pipeline = Pipeline::ContractionGather;
+  s.lanes = lanes;
+  s.dimN = n;
+  for (size_t d = 0; d < nest.extents.size(); ++d) {
+    if (nest.reduction[d]) {
+      s.dimK = s.dimK < 0 ? int(d) : -2;
+    } else if (int(d) != n && gather.strides[d] != 0 && nest.extents[d] >= 2 &&
+               (s.dimM < 0 || nest.extents[d] > nest.extents[s.dimM])) {
+      s.dimM = int(d);
+    }
+  }
+  s.dimK = std::max(s.dimK, -1);
+  // Accumulators, NR vectors of B and of indices, and the permuted line.
+  chooseTile(s, extentOr1(nest, s.dimM), nest.extents[n] / lanes, target.vectorRegisters, 4,
+             [](int, int nr) { return 2 * nr + 1; });
+  return s;
+}
+
 // An outer-product nest with one reduction dim whose B panels serve several m blocks: the
 // case that k blocks and packing pay for.
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
@@ -245,14 +298,13 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.tileN = *config.tileN;
   if (config.blockK)
     s.blockK = *config.blockK;
-  int64_t cols = s.pipeline == Pipeline::ContractionOuter ? nest.extents[s.dimN] / s.lanes
-                                                          : extentOr1(nest, s.dimN);
+  bool alongN = s.pipeline != Pipeline::ContractionDot; // the tile's N counts vectors along n
+  int64_t cols = alongN ? nest.extents[s.dimN] / s.lanes : extentOr1(nest, s.dimN);
   if (s.tileM > extentOr1(nest, s.dimM) || !divides(s.tileN, cols))
     throw Error(fmt::format("error: --config: tile {}x{} does not fit the {} nest "
                             "({} rows; N must divide {} {})",
                             s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),
-                            cols,
-                            s.pipeline == Pipeline::ContractionOuter ? "vectors" : "columns"));
+                            cols, alongN ? "vectors" : "columns"));
   if (s.blockK && (s.dimK < 0 || s.pipeline != Pipeline::ContractionOuter ||
                    nest.extents[s.dimK] % s.blockK != 0))
     throw Error(fmt::format("error: --config: k-block {} does not divide the nest's one "
@@ -287,7 +339,9 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     base.why = "a reduction encloses a parallel loop";
 
   bool wantsContraction = config.pipeline && (*config.pipeline == Pipeline::ContractionOuter ||
-                                              *config.pipeline == Pipeline::ContractionDot);
+                                              *config.pipeline == Pipeline::ContractionDot ||
+                                              *config.pipeline == Pipeline::ContractionGather);
+  auto allows = [&](Pipeline p) { return !config.pipeline || *config.pipeline == p; };
   if ((config.pipeline && !wantsContraction) || !hasReduction || nest.extents.empty())
     return base;
   std::string whyNot;
@@ -296,14 +350,23 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   int lanes = std::max(1, target.vectorBits / nest.elemBits);
   std::optional<Strategy> chosen;
   std::string whyOuter, whyDot;
-  if (whyNot.empty() && (!config.pipeline || *config.pipeline == Pipeline::ContractionOuter))
-    chosen = tryOuter(nest, lanes, target, whyOuter);
-  if (whyNot.empty() && !chosen &&
-      (!config.pipeline || *config.pipeline == Pipeline::ContractionDot))
-    chosen = tryDot(nest, lanes, target, whyDot);
-  if (!chosen) {
-    if (whyNot.empty())
+  if (nest.gather) {
+    // Only the gather pipeline reads an operand through its indices.
+    if (whyNot.empty() && allows(Pipeline::ContractionGather))
+      chosen = tryGather(nest, target, whyNot);
+    else if (whyNot.empty())
+      whyNot = "it reads an operand through a gather";
+  } else if (whyNot.empty()) {
+    if (allows(Pipeline::ContractionOuter))
+      chosen = tryOuter(nest, lanes, target, whyOuter);
+    if (!chosen && allows(Pipeline::ContractionDot))
+      chosen = tryDot(nest, lanes, target, whyDot);
+    if (!chosen && config.pipeline == Pipeline::ContractionGather)
+      whyNot = "it reads no operand through a gather";
+    else if (!chosen)
       whyNot = whyDot.empty() ? whyOuter : fmt::format("{}; {}", whyOuter, whyDot);
+  }
+  if (!chosen) {
     if (wantsContraction)
       throw Error(fmt::format("error: --config: pipeline {} does not apply: {}",
                               pipelineName(*config.pipeline), whyNot));

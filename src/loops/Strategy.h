@@ -19,6 +19,12 @@
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
 //   along k, summed across lanes once at the end.
+// - contraction.gather: outer products for a contraction whose "A" operand is a folded gather
+//   (mul_mat_id): the body reads it with tensor.extract, its last dim chosen per point by an
+//   integer input. When that dim holds one vector of choices (8 experts of f32 on AVX2), the
+//   nest is vectorized along n (tokens): each step loads A's line of choices once and permutes
+//   it by the vector of n's indices, so the selected weights are read in place, once per line.
+//   The m blocks are the outer, parallel loop, so each weight line comes from DRAM once.
 #pragma once
 
 #include "ir/IR.h"
@@ -42,7 +48,8 @@ enum class Pipeline : uint8_t {
   Elementwise,
   RowReduction,
   ContractionOuter,
-  ContractionDot
+  ContractionDot,
+  ContractionGather
 };
 
 const char *pipelineName(Pipeline p);
@@ -58,7 +65,8 @@ struct Strategy {
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
-    return pipeline == Pipeline::ContractionOuter || pipeline == Pipeline::ContractionDot;
+    return pipeline == Pipeline::ContractionOuter || pipeline == Pipeline::ContractionDot ||
+           pipeline == Pipeline::ContractionGather;
   }
 };
 
@@ -72,6 +80,14 @@ struct NestShape {
   int elemBits = 32;
   bool vectorBody = false;     // only arithmetic the vector code generator handles
   bool addAccumulates = false; // the body yields `acc + f(inputs)` and reads acc nowhere else
+  /// A folded gather: the body reads a tensor with tensor.extract at loop indices, except its
+  /// last dim, which an integer input chooses.
+  struct Gather {
+    std::vector<int64_t> strides; // element strides along the loop dims (the chosen dim apart)
+    int indexInput = -1;          // the input holding the choices
+    int64_t choices = 0;          // the extent of the chosen (last, contiguous) dim
+  };
+  std::optional<Gather> gather;
 };
 
 /// Hand-set choices; every field left empty defers to the selection.
