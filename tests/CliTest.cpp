@@ -405,8 +405,9 @@ TEST(CliErrors, UnknownFlag) {
 TEST(CliErrors, NoSubcommand) {
   ToolResult none = runTool({});
   EXPECT_FAILURE(none);
-  EXPECT_EQ(none.err,
-            "frank-jit: error: choose a command: compile, run, bench or link (see --help)\n");
+  EXPECT_EQ(
+      none.err,
+      "frank-jit: error: choose a command: compile, run, bench, link or cache (see --help)\n");
 
   // A file where the subcommand belongs.
   ToolResult fileOnly = runTool({kRmsNorm});
