@@ -12,14 +12,17 @@ using namespace frank::bench;
 
 namespace {
 
-// Each iteration compiles a kernel no cache has seen: the module symbol differs per iteration.
+// Each iteration compiles a kernel no cache has seen: the module symbol differs per iteration,
+// and the disk cache is off (it would serve a later run, and fill up with one-off kernels).
 void coldCompile(benchmark::State &state) {
   std::string text;
   {
     std::ifstream in(componentPath("normalization/rms_norm.mlir"));
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  Context ctx;
+  ContextOptions options;
+  options.diskCache = false;
+  Context ctx(options);
   static int64_t n = 0; // process-wide: repetitions must not meet an earlier kernel either
   for (auto _ : state) {
     state.PauseTiming();

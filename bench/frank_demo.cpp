@@ -20,9 +20,11 @@ int main(int argc, char **argv) {
       // Tolerance: MLIR-SUBSET.md §10 for f32 short reductions (rtol 1e-5, atol 1e-6).
       auto cmp = oracle::compare(y.as<float>(), expected, 1e-5, 1e-6);
       allOk &= cmp.ok;
-      fmt::print("  {:<12} compiled in {:5.1f} ms for {}; oracle check {} (max abs error {:.2g})\n",
-                 mode == Mode::Specialized ? "specialized" : "generic", k.compileSeconds() * 1e3,
-                 k.signature(), cmp.ok ? "passed" : "FAILED: " + cmp.describe(), cmp.maxAbsError);
+      fmt::print("  {:<12} {} in {:5.1f} ms for {}; oracle check {} (max abs error {:.2g})\n",
+                 mode == Mode::Specialized ? "specialized" : "generic",
+                 k.loadedFromDisk() ? "loaded from the disk cache" : "compiled",
+                 k.compileSeconds() * 1e3, k.signature(),
+                 cmp.ok ? "passed" : "FAILED: " + cmp.describe(), cmp.maxAbsError);
     }
     if (!allOk)
       return 1;

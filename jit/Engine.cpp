@@ -4,6 +4,8 @@
 #include "runtime/Parallel.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/ExecutionEngine/ObjectCache.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -53,9 +55,34 @@ constexpr VectorMathFunction kVectorMath[] = {
     {"tanhf", nullptr, 1},         {"erff", nullptr, 1},
 };
 
+// Keeps a copy of each object the JIT compiles, by module name, for the disk cache. It never
+// answers a lookup: reloading goes through `Engine::load`, which skips building the IR at all.
+class ObjectCapture : public llvm::ObjectCache {
+public:
+  void notifyObjectCompiled(const llvm::Module *module, llvm::MemoryBufferRef object) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    objects_[module->getModuleIdentifier()] = object.getBuffer().str();
+  }
+  std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *) override { return nullptr; }
+  std::string take(const std::string &name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = objects_.find(name);
+    if (it == objects_.end())
+      return "";
+    std::string object = std::move(it->second);
+    objects_.erase(it);
+    return object;
+  }
+
+private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::string> objects_;
+};
+
 struct Engine::Impl {
   std::mutex mutex; // guards the target machine and the JIT's symbol table
   std::unique_ptr<llvm::TargetMachine> machine;
+  ObjectCapture capture; // before the JIT, which holds it
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::string cpu, features;
   bool avx512 = false;
@@ -64,6 +91,7 @@ struct Engine::Impl {
   std::unordered_map<std::string, EntryFn> compiled;
   std::deque<std::string> names; // storage behind the VecDesc string references
   std::vector<llvm::VecDesc> vectorMath;
+  std::string fingerprint; // the vector math functions found
 
   Impl() {
     llvm::InitializeNativeTarget();
@@ -74,8 +102,22 @@ struct Engine::Impl {
     features = builder.getFeatures().getString();
     avx512 = features.find("+avx512f") != std::string::npos;
     machine = unwrap(builder.createTargetMachine(), "creating the target machine");
-    lljit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(builder).create(),
-                   "creating the JIT");
+    // The JIT's own compiler (its target machine prepared by LLJIT for its linker), with the
+    // capture attached: the disk cache stores exactly the object the JIT linked.
+    lljit = unwrap(
+        llvm::orc::LLJITBuilder()
+            .setJITTargetMachineBuilder(builder)
+            .setCompileFunctionCreator(
+                [this](llvm::orc::JITTargetMachineBuilder jtmb)
+                    -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                  auto tm = jtmb.createTargetMachine();
+                  if (!tm)
+                    return tm.takeError();
+                  return std::make_unique<llvm::orc::TMOwningSimpleCompiler>(std::move(*tm),
+                                                                             &capture);
+                })
+            .create(),
+        "creating the JIT");
     // Kernels may call libm (generic mode, tanh, erf).
     lljit->getMainJITDylib().addGenerator(
         unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
@@ -121,6 +163,7 @@ struct Engine::Impl {
             names.emplace_back(fmt::format("_ZGV_LLVM_N{}{}", w.lanes, params));
         auto count = llvm::ElementCount::getFixed(w.lanes);
         vectorMath.emplace_back(f.scalar, vector, count, false, abi);
+        fingerprint += vector + ",";
         if (f.intrinsic)
           vectorMath.emplace_back(f.intrinsic, vector, count, false, abi);
       }
@@ -179,6 +222,7 @@ Engine &Engine::instance() {
 }
 
 const std::string &Engine::cpuName() const { return impl_->cpu; }
+const std::string &Engine::hostFingerprint() const { return impl_->fingerprint; }
 const std::string &Engine::cpuFeatures() const { return impl_->features; }
 loops::Target Engine::target() const {
   return impl_->avx512 ? loops::Target::avx512() : loops::Target::avx2();
@@ -186,12 +230,14 @@ loops::Target Engine::target() const {
 
 EntryFn
 Engine::compile(const loops::Program &program, const CodegenOptions &options,
-                const std::function<void(const std::string &, const std::string &)> &printAfter) {
+                const std::function<void(const std::string &, const std::string &)> &printAfter,
+                std::string *object) {
   auto context = std::make_unique<llvm::LLVMContext>();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (auto it = impl_->compiled.find(program.name); it != impl_->compiled.end())
     return it->second;
   auto module = impl_->build(program, *context, options);
+  module->setModuleIdentifier(program.name); // the capture files the object under it
   if (printAfter)
     printAfter("codegen", printModule(*module));
   impl_->optimize(*module, options.vectorMath);
@@ -201,7 +247,40 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
   if (auto error = impl_->lljit->addIRModule(std::move(tsm)))
     internalError("adding a kernel to the JIT: " + llvm::toString(std::move(error)));
   auto address = unwrap(impl_->lljit->lookup(program.name), "looking up a compiled kernel");
+  std::string compiledObject = impl_->capture.take(program.name);
+  if (object)
+    *object = std::move(compiledObject);
   return impl_->compiled[program.name] = address.toPtr<EntryFn>();
+}
+
+EntryFn Engine::find(const std::string &name) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto it = impl_->compiled.find(name);
+  return it == impl_->compiled.end() ? nullptr : it->second;
+}
+
+EntryFn Engine::load(const std::string &name, std::string_view object, std::string &error) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (auto it = impl_->compiled.find(name); it != impl_->compiled.end())
+    return it->second;
+  // A tracker of its own, so that an object that fails to link can be taken out again and the
+  // kernel compiled under the same name.
+  auto tracker = impl_->lljit->getMainJITDylib().createResourceTracker();
+  auto buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
+  if (auto e = impl_->lljit->addObjectFile(tracker, std::move(buffer))) {
+    error = llvm::toString(std::move(e));
+    return nullptr;
+  }
+  auto address = impl_->lljit->lookup(name);
+  if (!address) {
+    error = llvm::toString(address.takeError());
+    if (auto e = tracker->remove())
+      internalError(
+          fmt::format("removing a kernel that failed to link: {}", llvm::toString(std::move(e))));
+    return nullptr;
+  }
+  return impl_->compiled[name] = address->toPtr<EntryFn>();
 }
 
 std::string Engine::emit(const loops::Program &program, const CodegenOptions &options,

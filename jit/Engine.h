@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace frank::jit {
 
@@ -25,10 +26,24 @@ public:
   static Engine &instance();
 
   /// Generates, optimizes and JIT-compiles `program`. Thread-safe. `printAfter` sees the LLVM IR
-  /// after codegen and after O3.
+  /// after codegen and after O3. `object`, if given, receives the object file the JIT linked
+  /// (left empty if this process already had the kernel).
   EntryFn
   compile(const loops::Program &program, const CodegenOptions &options,
-          const std::function<void(const std::string &, const std::string &)> &printAfter = {});
+          const std::function<void(const std::string &, const std::string &)> &printAfter = {},
+          std::string *object = nullptr);
+
+  /// The kernel `name` if this process already compiled or loaded it, else null.
+  EntryFn find(const std::string &name);
+
+  /// Links an object file that `compile` produced, in this process or an earlier one, and
+  /// returns its kernel `name` (the one already in the JIT, if any). On failure nothing of the
+  /// object stays in the JIT, `error` says why, and the result is null.
+  EntryFn load(const std::string &name, std::string_view object, std::string &error);
+
+  /// What besides the CPU name and features decides the machine code a kernel compiles to on
+  /// this host (the vector math library's functions): part of the disk cache key.
+  const std::string &hostFingerprint() const;
 
   /// The text of one compilation stage, without adding anything to the JIT.
   std::string emit(const loops::Program &program, const CodegenOptions &options, Output output);

@@ -1,5 +1,6 @@
 // The public API: modules, functions, kernels and the kernel cache.
 #include "frank/Frank.h"
+#include "DiskCache.h"
 #include "Engine.h"
 #include "Pipeline.h"
 #include "ir/Printer.h"
@@ -113,6 +114,7 @@ struct KernelImpl {
   std::vector<ArgSpec> specs;
   std::vector<std::string> explain;
   double compileSeconds = 0;
+  bool fromDisk = false;
   std::string functionName;
 };
 
@@ -122,6 +124,7 @@ struct ContextImpl {
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const KernelImpl>>> kernels;
   CacheStats stats;
+  std::unique_ptr<jit::DiskCache> disk; // null when the disk cache is off
 };
 
 struct ModuleImpl {
@@ -428,6 +431,7 @@ std::vector<std::vector<int64_t>> Kernel::outputShapes(const std::vector<Arg> &a
 std::string Kernel::signature() const { return signatureOf(impl_->specs, impl_->mode); }
 Mode Kernel::mode() const { return impl_->mode; }
 double Kernel::compileSeconds() const { return impl_->compileSeconds; }
+bool Kernel::loadedFromDisk() const { return impl_->fromDisk; }
 const std::vector<std::string> &Kernel::explanation() const { return impl_->explain; }
 
 // ---- Function ------------------------------------------------------------------------------
@@ -478,20 +482,67 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
         options.printAfter = [](const std::string &pass, const std::string &ir) {
           fmt::print(stderr, "// -----// IR Dump After {} //----- //\n{}\n", pass, ir);
         };
+      // The front end always runs: it is cheap, and it yields the kernel's metadata (output
+      // shapes, parameters, checks), so the disk cache need only hold the object.
       PipelineResult result = runPipeline(*module->ir, name, specs, kernelName(key), options);
-      impl->entry =
-          engine.compile(result.kernel.program, codegenOptionsFor(mode), options.printAfter);
+      const loops::Program &program = result.kernel.program;
+      CodegenOptions codegenOptions = codegenOptionsFor(mode);
+      std::string description =
+          fmt::format("@{} ({}, {})", name, mode == Mode::Generic ? "generic" : "specialized",
+                      signatureOf(specs, mode));
+      // A kernel this process already has (for another context) needs neither disk nor LLVM.
+      impl->entry = engine.find(program.name);
+      std::optional<jit::DiskCacheKey> diskKey;
+      bool diskWrite = false;
+      // FRANK_DEBUG=2 prints the LLVM IR of every kernel: it compiles even what disk holds.
+      bool diskRead = debugLevel() < 2;
+      if (!impl->entry && ctx.disk) {
+        // Everything that decides the object: the key above (source, function, signature,
+        // mode, options, CPU), the loop IR the front end made of it, the code generation
+        // options and the host's vector math library.
+        std::string loopIR = loops::print(program);
+        std::string codegenText = fmt::format("fast-math={} vector-math={}",
+                                              codegenOptions.fastMath, codegenOptions.vectorMath);
+        diskKey = jit::diskCacheKey({key, loopIR, codegenText, engine.hostFingerprint()});
+        if (std::optional<std::string> object =
+                diskRead ? ctx.disk->load(*diskKey) : std::nullopt) {
+          std::string error;
+          impl->entry = engine.load(program.name, *object, error);
+          if (!impl->entry)
+            ctx.disk->discard(*diskKey, fmt::format("the JIT cannot link it: {}", error));
+        }
+        impl->fromDisk = impl->entry != nullptr;
+      }
+      if (!impl->entry) {
+        std::string object;
+        impl->entry = engine.compile(program, codegenOptions, options.printAfter,
+                                     diskKey ? &object : nullptr);
+        if (diskKey && !object.empty())
+          diskWrite = ctx.disk->store(*diskKey, description, object);
+      }
       impl->meta = std::move(result.kernel);
       impl->specs = std::move(kernelSpecs);
       impl->compileSeconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (debugLevel() >= 1)
-        fmt::print(stderr, "frank: compiled @{} ({}, {}) in {:.2f} ms\n", name,
-                   mode == Mode::Generic ? "generic" : "specialized", signatureOf(specs, mode),
-                   impl->compileSeconds * 1e3);
+      if (debugLevel() >= 1) {
+        if (impl->fromDisk)
+          fmt::print(stderr, "frank: loaded {} from the disk cache in {:.2f} ms\n", description,
+                     impl->compileSeconds * 1e3);
+        else
+          fmt::print(stderr, "frank: compiled {} in {:.2f} ms{}\n", description,
+                     impl->compileSeconds * 1e3,
+                     diskWrite ? fmt::format(", stored in {}", ctx.disk->pathOf(*diskKey)) : "");
+      }
       {
         std::lock_guard<std::mutex> lock(ctx.mutex);
-        ctx.stats.compileSeconds += impl->compileSeconds;
+        if (impl->fromDisk) {
+          ++ctx.stats.diskHits;
+          ctx.stats.diskLoadSeconds += impl->compileSeconds;
+        } else {
+          ctx.stats.diskMisses += diskKey.has_value();
+          ctx.stats.compileSeconds += impl->compileSeconds;
+        }
+        ctx.stats.diskWrites += diskWrite;
         ++ctx.stats.kernels;
       }
       promise.set_value(impl);
@@ -600,6 +651,12 @@ std::string Module::print() const { return printModule(*impl_->ir); }
 Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
   impl_->options = options;
   impl_->config = loops::parseConfig(options.loweringConfig);
+  jit::DiskCacheSettings disk =
+      jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);
+  // The directory is created and checked on first use, not here: a context that compiles
+  // nothing touches no disk.
+  if (disk.enabled)
+    impl_->disk = std::make_unique<jit::DiskCache>(disk.directory, disk.maxBytes);
 }
 Context::~Context() = default;
 
@@ -636,6 +693,36 @@ Module Context::loadString(const std::string &text, const std::string &name,
 CacheStats Context::cacheStats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->stats;
+}
+
+DiskCacheInfo diskCacheInfo(const ContextOptions &options) {
+  jit::DiskCacheSettings settings =
+      jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);
+  DiskCacheInfo info;
+  info.directory = settings.directory;
+  info.enabled = settings.enabled;
+  info.status = settings.status;
+  info.maxBytes = settings.maxBytes;
+  if (settings.directory.empty())
+    return info;
+  if (std::string problem = jit::checkCacheDirectory(settings.directory); !problem.empty()) {
+    info.enabled = false;
+    info.status = fmt::format("refused: {}", problem);
+  }
+  for (const jit::DiskCacheEntry &e :
+       jit::DiskCache(settings.directory, settings.maxBytes).list()) {
+    info.entries.push_back({e.path, e.bytes, e.lastUsed, e.description, e.problem});
+    info.totalBytes += e.bytes;
+  }
+  return info;
+}
+
+size_t clearDiskCache(const ContextOptions &options) {
+  jit::DiskCacheSettings settings =
+      jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);
+  if (settings.directory.empty())
+    return 0;
+  return jit::DiskCache(settings.directory, settings.maxBytes).clear();
 }
 
 void Context::clearCache() {

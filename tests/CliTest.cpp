@@ -1,6 +1,7 @@
 // End-to-end tests of the frank-jit command line tool: each test runs the real binary, captures
 // stdout, stderr and the exit status, and checks exact content (values against plain-double
 // oracles, IR text per stage, and the exact error messages).
+#include "ToolSupport.h"
 #include "frank/Npy.h"
 #include "frank/Tensor.h"
 
@@ -24,115 +25,17 @@
 #include <unistd.h>
 #include <vector>
 
-extern char **environ;
-
 using namespace frank;
+using namespace frank::test;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
 namespace {
 
-const std::string kBinary = FRANK_JIT_BINARY;
 const std::string kComponents = std::string(FRANK_TESTS_DIR) + "/../components";
 const std::string kRmsNorm = kComponents + "/normalization/rms_norm.mlir";
 const std::string kSwiglu = kComponents + "/activation/swiglu.mlir";
-
-// ---- Running the tool ------------------------------------------------------------------------
-
-struct ToolResult {
-  int exitCode = -1;     // valid when !signaled
-  bool signaled = false; // the tool crashed (a crash is never an acceptable error report)
-  int signal = 0;
-  std::string out, err;
-};
-
-std::string readFile(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), {});
-}
-
-void writeFile(const std::string &path, const std::string &bytes) {
-  std::ofstream file(path, std::ios::binary);
-  file << bytes;
-}
-
-bool fileExists(const std::string &path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-/// A path under the gtest temp dir, unique per test (tests may run in parallel under ctest).
-std::string tempPath(const std::string &leaf) {
-  const auto *info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "frank_cli_" + info->test_suite_name() + "_" + info->name() + "_" +
-         leaf;
-}
-
-/// Runs frank-jit with `args` (no shell, so '?' and '@' need no quoting). stdout and stderr go to
-/// separate temp files so they are captured separately and without pipe deadlocks.
-ToolResult runTool(const std::vector<std::string> &args) {
-  static int counter = 0;
-  std::string stem = tempPath("run" + std::to_string(counter++));
-  std::string outPath = stem + ".stdout", errPath = stem + ".stderr";
-
-  std::vector<std::string> argvStrings{kBinary};
-  argvStrings.insert(argvStrings.end(), args.begin(), args.end());
-  std::vector<char *> argv;
-  for (std::string &s : argvStrings)
-    argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, 2, errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  pid_t pid = 0;
-  ToolResult result;
-  int rc = posix_spawn(&pid, kBinary.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot spawn " << kBinary << ": " << std::strerror(rc);
-    return result;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) {
-    result.exitCode = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    result.signaled = true;
-    result.signal = WTERMSIG(status);
-  }
-  result.out = readFile(outPath);
-  result.err = readFile(errPath);
-  std::remove(outPath.c_str());
-  std::remove(errPath.c_str());
-  return result;
-}
-
-/// A readable dump for failure messages.
-std::string describe(const ToolResult &r) {
-  std::ostringstream os;
-  if (r.signaled)
-    os << "killed by signal " << r.signal;
-  else
-    os << "exit " << r.exitCode;
-  os << "\n--- stdout ---\n" << r.out << "\n--- stderr ---\n" << r.err;
-  return os.str();
-}
-
-#define EXPECT_SUCCESS(r) ASSERT_TRUE(!(r).signaled && (r).exitCode == 0) << describe(r)
-
-// An error must be a clean exit 1 with nothing on stdout, never a crash.
-#define EXPECT_FAILURE(r)                                                                          \
-  do {                                                                                             \
-    ASSERT_FALSE((r).signaled) << describe(r);                                                     \
-    EXPECT_EQ((r).exitCode, 1) << describe(r);                                                     \
-    EXPECT_EQ((r).out, "") << describe(r);                                                         \
-  } while (0)
 
 // ---- Reading printed results -----------------------------------------------------------------
 
@@ -502,8 +405,9 @@ TEST(CliErrors, UnknownFlag) {
 TEST(CliErrors, NoSubcommand) {
   ToolResult none = runTool({});
   EXPECT_FAILURE(none);
-  EXPECT_EQ(none.err,
-            "frank-jit: error: choose a command: compile, run, bench or link (see --help)\n");
+  EXPECT_EQ(
+      none.err,
+      "frank-jit: error: choose a command: compile, run, bench, link or cache (see --help)\n");
 
   // A file where the subcommand belongs.
   ToolResult fileOnly = runTool({kRmsNorm});

@@ -1,5 +1,5 @@
 // The frank-jit command line tool: compile a component and show any stage, run it on inputs,
-// benchmark it against generic mode.
+// benchmark it against generic mode, inspect the disk kernel cache.
 #include "Inputs.h"
 #include "MedianReporter.h"
 #include "frank/Frank.h"
@@ -10,6 +10,7 @@
 #include <llvm/Support/CommandLine.h>
 
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -26,6 +27,10 @@ cl::SubCommand benchCmd("bench", "Benchmark a function, specialized and generic 
                                  "(takes Google Benchmark's --benchmark_* flags too)");
 cl::SubCommand linkCmd("link",
                        "Link a component with the modules it declares and print the result");
+cl::SubCommand cacheCmd("cache", "Show or clear the disk kernel cache: stats, ls or clear");
+
+cl::opt<std::string> cacheAction(cl::Positional, cl::desc("<stats|ls|clear>"), cl::sub(cacheCmd),
+                                 cl::cat(category));
 
 cl::opt<std::string> file(cl::Positional, cl::desc("<component.mlir>"), cl::Required,
                           cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::sub(linkCmd),
@@ -83,10 +88,17 @@ cl::opt<std::string> loweringConfig(
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
 
+cl::opt<bool> noDiskCache("no-disk-cache",
+                          cl::desc("Neither load kernels from the disk cache nor store them there"),
+                          cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+                          cl::cat(category));
+
 ContextOptions contextOptions() {
   ContextOptions options;
   options.boundsChecks = boundsChecks;
   options.loweringConfig = loweringConfig;
+  if (noDiskCache)
+    options.diskCache = false;
   return options;
 }
 
@@ -236,6 +248,60 @@ int benchCommand(int benchArgc, char **benchArgv) {
   return 0;
 }
 
+std::string formatBytes(uint64_t bytes) {
+  if (bytes < 1024)
+    return fmt::format("{} B", bytes);
+  const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+std::string formatTime(int64_t seconds) {
+  std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
+  return text;
+}
+
+int cacheCommand() {
+  if (cacheAction.empty())
+    throw Error("error: choose a cache command: stats, ls or clear");
+  if (cacheAction == "stats") {
+    DiskCacheInfo info = diskCacheInfo();
+    fmt::print("directory: {}\n", info.directory.empty() ? "(none)" : info.directory);
+    fmt::print("status:    {}\n", info.status);
+    fmt::print("entries:   {}\n", info.entries.size());
+    fmt::print("size:      {} ({} bytes)\n", formatBytes(info.totalBytes), info.totalBytes);
+    fmt::print("cap:       {} ({} bytes)\n", formatBytes(info.maxBytes), info.maxBytes);
+    return 0;
+  }
+  if (cacheAction == "ls") {
+    // Most recently used first, as `ls -t` lists.
+    DiskCacheInfo info = diskCacheInfo();
+    for (auto it = info.entries.rbegin(); it != info.entries.rend(); ++it)
+      fmt::print("{:>10}  {}  {}\n", formatBytes(it->bytes), formatTime(it->lastUsed),
+                 it->problem.empty() ? it->description
+                                     : fmt::format("(corrupt: {}) {}", it->problem, it->path));
+    return 0;
+  }
+  if (cacheAction == "clear") {
+    DiskCacheInfo info = diskCacheInfo();
+    size_t removed = clearDiskCache();
+    fmt::print("removed {} entr{} from {}\n", removed, removed == 1 ? "y" : "ies",
+               info.directory.empty() ? "(none)" : info.directory);
+    return 0;
+  }
+  throw Error(fmt::format("error: unknown cache command '{}' (expected stats, ls or clear)",
+                          cacheAction.getValue()));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -244,7 +310,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i)
     (std::strncmp(argv[i], "--benchmark_", 12) == 0 ? theirs : ours).push_back(argv[i]);
   cl::HideUnrelatedOptions(category);
-  cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "frank-jit 0.1.0 (LLVM 19)\n"; });
+  cl::SetVersionPrinter(
+      [](llvm::raw_ostream &os) { os << "frank-jit " FRANK_VERSION " (LLVM 19)\n"; });
   if (!cl::ParseCommandLineOptions(
           static_cast<int>(ours.size()), ours.data(),
           "frank-jit: shape-specializing JIT for MLIR components\n\n"
@@ -252,7 +319,8 @@ int main(int argc, char **argv) {
           "[--emit=mlir|specialized|loops|llvm|llvm-opt|asm]\n"
           "  frank-jit run FILE.mlir --function=F --input=32x4096xf32=@x.npy ... "
           "[--output=@y.npy]\n"
-          "  frank-jit bench FILE.mlir --function=F --input=... [--benchmark_*]\n",
+          "  frank-jit bench FILE.mlir --function=F --input=... [--benchmark_*]\n"
+          "  frank-jit cache stats|ls|clear\n",
           &llvm::errs()))
     return 1;
   try {
@@ -262,12 +330,14 @@ int main(int argc, char **argv) {
       return runCommand();
     if (linkCmd)
       return linkCommand();
+    if (cacheCmd)
+      return cacheCommand();
     if (benchCmd) {
       int n = static_cast<int>(theirs.size());
       return benchCommand(n, theirs.data());
     }
     llvm::errs()
-        << "frank-jit: error: choose a command: compile, run, bench or link (see --help)\n";
+        << "frank-jit: error: choose a command: compile, run, bench, link or cache (see --help)\n";
     return 1;
   } catch (const Error &e) {
     std::string message = e.what();

@@ -10,6 +10,7 @@
 #include "frank/Tensor.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -28,9 +29,16 @@ enum class Stage : uint8_t { Mlir, Specialized, Loops, LLVM, OptimizedLLVM, Asse
 
 struct CacheStats {
   uint64_t hits = 0;
-  uint64_t misses = 0;  // each miss compiled one kernel
-  uint64_t kernels = 0; // kernels held
-  double compileSeconds = 0;
+  uint64_t misses = 0;       // each miss made one kernel: compiled, or loaded from the disk cache
+  uint64_t kernels = 0;      // kernels held
+  double compileSeconds = 0; // spent making the kernels that were compiled
+  // The disk cache (see ContextOptions::diskCache): misses it served, misses it could not serve
+  // (the kernel was then compiled), entries written, and the time spent making the kernels it
+  // served. Kernels this process already held, for another context, touch no disk.
+  uint64_t diskHits = 0;
+  uint64_t diskMisses = 0;
+  uint64_t diskWrites = 0;
+  double diskLoadSeconds = 0;
 };
 
 namespace detail {
@@ -53,7 +61,9 @@ public:
   /// "32x4096xf32, 4096xf32, f32" (generic kernels show '?' dims).
   std::string signature() const;
   Mode mode() const;
+  /// Seconds it took to make this kernel: to compile it, or to load it from the disk cache.
   double compileSeconds() const;
+  bool loadedFromDisk() const;
   /// Lines saying which dims and values were baked in.
   const std::vector<std::string> &explanation() const;
 
@@ -119,10 +129,21 @@ struct ContextOptions {
   /// `tile=MxN` (register tile), `k-block=K` (0: none). Empty: the strategy selection decides.
   /// Checked when the context is made.
   std::string loweringConfig;
+  /// Keep each compiled kernel's machine code on disk, and load it from there in later
+  /// processes instead of compiling again. Unset: on, unless FRANK_CACHE=off.
+  std::optional<bool> diskCache;
+  /// The disk cache's directory. Empty: $FRANK_CACHE_DIR, else $XDG_CACHE_HOME/frank-jit, else
+  /// $HOME/.cache/frank-jit. It is created with mode 0700, and not used unless it belongs to the
+  /// user and nobody else may write to it: it holds code the process runs.
+  std::string cacheDir;
+  /// The disk cache's size cap: after a write, least recently used entries go until the
+  /// directory fits. 0: $FRANK_CACHE_MAX_BYTES (bytes, or 512K, 64M, 1G), else 512 MiB.
+  uint64_t cacheMaxBytes = 0;
 };
 
 /// Owns the kernel cache. Kernels are keyed by the module's content hash, the function, the
-/// argument signature, the mode and the host CPU; concurrent first calls compile once.
+/// argument signature, the mode, the options and the host CPU; concurrent first calls compile
+/// once. Kernels missing from memory are looked up in the disk cache before compiling.
 class Context {
 public:
   explicit Context(ContextOptions options = {});
@@ -138,6 +159,26 @@ public:
 private:
   std::shared_ptr<detail::ContextImpl> impl_;
 };
+
+/// The disk cache that contexts made with these options use, for tools.
+struct DiskCacheEntry {
+  std::string path;
+  uint64_t bytes = 0;
+  int64_t lastUsed = 0;    // seconds since the epoch
+  std::string description; // "@rms_norm_linalg (specialized, 32x4096xf32, 4096xf32, f32)"
+  std::string problem;     // why it would be discarded on load; empty if it is valid
+};
+struct DiskCacheInfo {
+  std::string directory; // empty if none could be determined
+  bool enabled = false;
+  std::string status; // "enabled", or why not
+  uint64_t maxBytes = 0;
+  uint64_t totalBytes = 0;
+  std::vector<DiskCacheEntry> entries; // least recently used first
+};
+DiskCacheInfo diskCacheInfo(const ContextOptions &options = {});
+/// Removes every entry of that disk cache, enabled or not; returns how many.
+size_t clearDiskCache(const ContextOptions &options = {});
 
 /// Threads that kernels' parallel loops use, the caller included. The default is
 /// FRANK_NUM_THREADS, or else the number of hardware threads; 1 runs every kernel serially.
