@@ -1,5 +1,6 @@
 # frank-jit: `make run` runs the seed component demo, `make test` the whole test suite.
 # Both install what is missing from Debian's packages first, then configure and build.
+# Hardening: `make test-asan`, `make test-tsan` (the suite under sanitizers) and `make fuzz`.
 
 BUILD ?= build
 JOBS ?= 2
@@ -9,14 +10,31 @@ BUILD_TYPE ?= Release
 PACKAGES := cmake ninja-build g++ make llvm-19-dev libfmt-dev googletest libgtest-dev \
             libgmock-dev libbenchmark-dev
 
+# The fuzzers need clang and its libFuzzer and sanitizer runtimes; the sanitizer builds of the
+# test suite use g++ and need nothing more.
+FUZZ_PACKAGES := clang-19 libclang-rt-19-dev
+
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+SANITIZER_BUILD_TYPE ?= RelWithDebInfo
+SANITIZERS_DIR := $(CURDIR)/tools/sanitizers
+# Sanitizer reports fail the test that triggers them; the suppressions are for libLLVM only.
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_init_order=1:detect_stack_use_after_return=1 \
+            LSAN_OPTIONS=suppressions=$(SANITIZERS_DIR)/lsan.supp:print_suppressions=0 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV := TSAN_OPTIONS=suppressions=$(SANITIZERS_DIR)/tsan.supp:halt_on_error=1:second_deadlock_stack=1
+
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps deps-fuzz configure build run test bench clean test-asan test-tsan fuzz
 
 all: build
 
-deps:
-	@missing=""; for p in $(PACKAGES); do \
+# Installs the packages named in $(1) that are missing.
+define install-missing
+	@missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -24,6 +42,13 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+endef
+
+deps:
+	$(call install-missing,$(PACKAGES))
+
+deps-fuzz:
+	$(call install-missing,$(PACKAGES) $(FUZZ_PACKAGES))
 
 $(BUILD)/build.ninja: CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
@@ -43,5 +68,35 @@ bench: build
 	$(BUILD)/bin/frank-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	bench/component_shapes.sh
 
+# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer (g++). Kernels are
+# JIT-compiled and not instrumented, so the benchmark-size tests stay fast enough to keep.
+$(ASAN_BUILD)/build.ninja: CMakeLists.txt | deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(SANITIZER_BUILD_TYPE) \
+	  -DFRANK_SANITIZE=address,undefined
+
+test-asan: deps $(ASAN_BUILD)/build.ninja
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target frank-tests
+	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD) -j $(JOBS) --output-on-failure --timeout 600
+
+# The multithreaded tests (label `threads`, tests/CMakeLists.txt) under ThreadSanitizer (g++):
+# only their binaries are built.
+$(TSAN_BUILD)/build.ninja: CMakeLists.txt | deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(SANITIZER_BUILD_TYPE) \
+	  -DFRANK_SANITIZE=thread
+
+test-tsan: deps $(TSAN_BUILD)/build.ninja
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target frank-threaded-tests
+	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) -j $(JOBS) --output-on-failure --timeout 600 \
+	  -L threads
+
+# The libFuzzer targets (clang), each run for FUZZ_SECONDS over its seed corpus in fuzz/corpus.
+$(FUZZ_BUILD)/build.ninja: CMakeLists.txt | deps-fuzz
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_CXX_COMPILER=clang++-19 -DFRANK_FUZZ=ON
+
+fuzz: deps-fuzz $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -4,6 +4,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -989,6 +990,38 @@ TEST(RoundTrip, EveryOpForm) {
         "iter_args(%a = %sel)", "dense<[[1.0, 2.0], [3.0, 0xFF800000]]>",
         "util.assume.int %n<umin = 1, umax = 4096, udiv = 2>"})
     EXPECT_NE(printed.find(form), std::string::npos) << form;
+}
+
+// ---- Hostile input (fuzz_parse's findings and their kin) -----------------------------------
+
+/// The first line of the diagnostic for `text`; fails the test on a crash or a success.
+std::string firstError(const std::string &text) {
+  Outcome out = runIsolated([&] {
+    auto module = frank::parseString(text, "t.mlir");
+    frank::verifyModule(*module);
+    return std::string();
+  });
+  EXPECT_EQ(out.kind, Outcome::Threw) << out.text;
+  return splitLines(out.text).empty() ? std::string() : splitLines(out.text)[0];
+}
+
+// Nested dense lists and nested tensor types recursed once per level and overflowed the stack.
+TEST(Hostile, DeepNestingIsAnErrorNotACrash) {
+  const size_t depth = 200000;
+  std::string dense = fmt::format("util.func @f() {{\n  %c = arith.constant dense<{}1.0{}> : "
+                                  "tensor<1xf32>\n  util.return\n}}\n",
+                                  std::string(depth, '['), std::string(depth, ']'));
+  EXPECT_THAT(firstError(dense),
+              StartsWith("t.mlir:2:286: error: nesting too deep (more than 256 levels)"));
+  std::string tensor = fmt::format("util.func @f(%x: {}f32{}) {{}}\n",
+                                   fmt::join(std::vector<std::string>(depth, "tensor<"), ""),
+                                   std::string(depth, '>'));
+  EXPECT_THAT(firstError(tensor), StartsWith("t.mlir:1:25: error: tensor element type must be a "
+                                             "scalar type, found a tensor type"));
+  // Within the limit, nested dense lists still parse.
+  EXPECT_NO_THROW(frank::parseString("util.func @f() {\n  %c = arith.constant dense<[[[1.0, "
+                                     "2.0]]]> : tensor<1x1x2xf32>\n  util.return\n}\n",
+                                     "t.mlir"));
 }
 
 } // namespace

@@ -106,6 +106,64 @@ func.func @f(%n: index) -> tensor<?xf32> {
       ThrowsMessage<Error>(HasSubstr("s.mlir:4:3: error: division by zero in 'arith.divsi'")));
 }
 
+// Found by fuzz_specialize: attention_block's head split with n_head = -1 and
+// n_embd = INT64_MIN multiplied -1 by INT64_MIN (signed overflow), and two negative output dims
+// whose product is the source size passed as a valid split.
+TEST(Specialize, ExpandShapeRejectsNegativeDims) {
+  const char *text = R"(
+func.func @f(%x: tensor<?xf32>, %n: index) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %len = tensor.dim %x, %c0 : tensor<?xf32>
+  %m = arith.divsi %len, %n : index
+  %y = tensor.expand_shape %x [[0, 1]] output_shape [%n, %m] : tensor<?xf32> into tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+)";
+  auto m = parse(text);
+  auto expand = [&](int64_t len, int64_t n) {
+    specialize(*m->functions[0], {tensorSpec({len}), {Type::scalar(ElemKind::Index), n}});
+  };
+  EXPECT_THAT([&] { expand(16, -4); },
+              ThrowsMessage<Error>(HasSubstr(
+                  "s.mlir:6:3: error: 'tensor.expand_shape' output dim 0 is negative (-4)")));
+  EXPECT_THAT([&] { expand(16, INT64_MIN); },
+              ThrowsMessage<Error>(HasSubstr("output dim 0 is negative")));
+  EXPECT_NO_THROW(expand(16, 4));
+}
+
+// Sizes and offsets from arguments may be of any value: their products and sums are checked.
+TEST(Specialize, ViewAndSliceArithmeticDoesNotOverflow) {
+  const char *collapse = R"(
+func.func @f(%x: tensor<?x?xf32>) -> tensor<?xf32> {
+  %y = tensor.collapse_shape %x [[0, 1]] : tensor<?x?xf32> into tensor<?xf32>
+  return %y : tensor<?xf32>
+}
+)";
+  auto m = parse(collapse);
+  EXPECT_THAT(
+      [&] {
+        specialize(*m->functions[0], {tensorSpec({int64_t{1} << 32, int64_t{1} << 32})});
+      },
+      ThrowsMessage<Error>(HasSubstr(
+          "s.mlir:3:3: error: 'tensor.collapse_shape' group 0 has more than 2^63 elements")));
+
+  // An offset near INT64_MAX wrapped the window's last index to a negative number, which
+  // passed the bounds check.
+  const char *slice = R"(
+func.func @f(%x: tensor<?xf32>, %o: index) -> tensor<2xf32> {
+  %y = tensor.extract_slice %x[%o] [2] [1] : tensor<?xf32> to tensor<2xf32>
+  return %y : tensor<2xf32>
+}
+)";
+  m = parse(slice);
+  EXPECT_THAT(
+      [&] {
+        specialize(*m->functions[0], {tensorSpec({8}), {Type::scalar(ElemKind::Index), INT64_MAX}});
+      },
+      ThrowsMessage<Error>(HasSubstr("s.mlir:3:3: error: slice dim 0 (offset 9223372036854775807, "
+                                     "size 2, stride 1) is out of bounds for 'tensor<8xf32>'")));
+}
+
 TEST(Specialize, StaticSignatureDimsAreChecked) {
   const char *text = R"(
 func.func @f(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {

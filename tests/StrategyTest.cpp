@@ -4,6 +4,7 @@
 #include "loops/Strategy.h"
 #include "TestSupport.h"
 
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -169,6 +170,35 @@ TEST(Strategy, BadConfigsAreErrors) {
   ContextOptions options;
   options.loweringConfig = "tile=x";
   EXPECT_THROW(Context{options}, Error);
+}
+
+// A zero extent anywhere leaves no whole tile to compute: the contraction pipelines used to emit
+// a tile whose n-block loop had been dropped, so the LLVM IR read an unbound variable.
+TEST(Strategy, EmptyNestsStayPlainLoops) {
+  for (const NestShape &nest : {matmulNest(0, 64, 64), matmulNest(4, 0, 64), matmulNest(4, 64, 0),
+                                transposedNest(4, 64, 0), transposedNest(0, 64, 64)}) {
+    EXPECT_EQ(choose(nest), "row-reduction (the nest is empty)");
+    // Overrides do not apply to an empty nest either (no tile fits, and none is needed).
+    EXPECT_EQ(choose(nest, Target::avx2(), "pipeline=contraction.outer,tile=4x2,k-block=16"),
+              "row-reduction (the nest is empty)");
+    EXPECT_EQ(choose(nest, Target::avx512(), "pipeline=contraction.dot"),
+              "row-reduction (the nest is empty)");
+  }
+}
+
+TEST(Strategy, EmptyNestsLowerToLlvm) {
+  Module attention = context().load(componentPath("attention/attention_gqa.mlir"));
+  // Found by fuzz_specialize: the value head dim (P V's n) is 0.
+  std::vector<std::string> types{"1x4x8x8xf32", "1x6x2x8xf32", "1x6x2x0xf32", "f32"};
+  std::string loops = attention.function("attention_gqa").emit(Stage::Loops, types);
+  EXPECT_THAT(loops, testing::HasSubstr("row-reduction (the nest is empty)"));
+  EXPECT_THAT(attention.function("attention_gqa").emit(Stage::LLVM, types),
+              testing::HasSubstr("define"));
+  Module linear = context().load(componentPath("linear/matmul.mlir"));
+  for (auto types : std::vector<std::vector<std::string>>{
+           {"8x16xf32", "16x0xf32"}, {"8x0xf32", "0x16xf32"}, {"0x16xf32", "16x16xf32"}})
+    EXPECT_THAT(linear.function("matmul").emit(Stage::LLVM, types), testing::HasSubstr("define"))
+        << fmt::format("{}", fmt::join(types, ", "));
 }
 
 TEST(Strategy, LoopIrNamesEachNestsStrategy) {

@@ -2,6 +2,8 @@
 #include "loops/Strategy.h"
 #include "ir/Diagnostics.h"
 
+#include <algorithm>
+
 #include <llvm/ADT/StringExtras.h>
 #include <llvm/ADT/StringRef.h>
 
@@ -344,6 +346,12 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   auto allows = [&](Pipeline p) { return !config.pipeline || *config.pipeline == p; };
   if ((config.pipeline && !wantsContraction) || !hasReduction || nest.extents.empty())
     return base;
+  // The register tiles assume at least one tile of work; an empty nest computes nothing, so it
+  // stays plain loops under any override (zero-trip loops are always correct).
+  if (std::find(nest.extents.begin(), nest.extents.end(), 0) != nest.extents.end()) {
+    base.why = "the nest is empty";
+    return base;
+  }
   std::string whyNot;
   if (!nest.vectorBody)
     whyNot = "its body has ops the vector code generator does not take";

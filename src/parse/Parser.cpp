@@ -202,6 +202,9 @@ Type Parser::parseTensorType(const Token &start) {
   if (at(Tok::Star))
     failAt(cur_, "unsupported type: unranked tensors");
   Token elemTok = cur_;
+  // Refused before parsing it: parsing tensor<tensor<...>> would recurse once per level.
+  if (at(Tok::BareId) && elemTok.text == "tensor")
+    failAt(elemTok, "tensor element type must be a scalar type, found a tensor type");
   Type elem = parseType();
   if (!elem.isScalar())
     failAt(elemTok,
@@ -396,12 +399,16 @@ Literal Parser::parseLiteral(const Type &type, const Token &at) {
 
 void Parser::parseDenseElements(std::vector<Token> &tokens) {
   if (consumeIf(Tok::LSquare)) {
+    // Each '[' recurses: bounded like regions, so that deep lists are an error, not a crash.
+    if (++depth_ > kMaxNesting)
+      failAt(cur_, fmt::format("nesting too deep (more than {} levels)", kMaxNesting));
     if (!at(Tok::RSquare)) {
       do
         parseDenseElements(tokens);
       while (consumeIf(Tok::Comma));
     }
     expect(Tok::RSquare, "to close the dense list");
+    --depth_;
     return;
   }
   if (at(Tok::String))

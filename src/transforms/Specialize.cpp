@@ -109,11 +109,17 @@ public:
       size_t next = 1;
       shape = mixedValues(op, "static_output_shape", next, "an 'output_shape' entry");
     }
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] < 0)
+        fail(op.loc,
+             fmt::format("'tensor.expand_shape' output dim {} is negative ({})", d, shape[d]));
     size_t dim = 0;
     for (size_t g = 0; g < groups.size(); ++g) {
+      // Checked: the sizes may come from index arguments of any value.
       int64_t product = 1;
       for (size_t k = 0; k < groups[g].list().size(); ++k, ++dim)
-        product *= expand ? shape[dim] : from.shape[dim];
+        if (__builtin_mul_overflow(product, expand ? shape[dim] : from.shape[dim], &product))
+          fail(op.loc, fmt::format("'{}' group {} has more than 2^63 elements", op.name(), g));
       if (expand && product != from.shape[g])
         fail(op.loc, fmt::format("'tensor.expand_shape' splits dim {} of size {} into {} elements",
                                  g, from.shape[g], product));
@@ -144,8 +150,11 @@ public:
         fail(op.loc, fmt::format("slice dim {} has negative size {}", d, sizes[d]));
       if (!offsets[d])
         continue;
-      int64_t last = *offsets[d] + (sizes[d] - 1) * strides[d].integer();
-      if (*offsets[d] < 0 || (sizes[d] > 0 && last >= full.shape[d]))
+      // Checked: an offset, size or stride from an index argument may be of any value.
+      int64_t last = 0;
+      bool overflow = __builtin_mul_overflow(sizes[d] - 1, strides[d].integer(), &last) ||
+                      __builtin_add_overflow(last, *offsets[d], &last);
+      if (*offsets[d] < 0 || (sizes[d] > 0 && (overflow || last >= full.shape[d])))
         fail(op.loc, fmt::format("slice dim {} (offset {}, size {}, stride {}) is out of bounds "
                                  "for '{}'",
                                  d, *offsets[d], sizes[d], strides[d].integer(), full.str()));
