@@ -156,9 +156,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdTest,
 
 // Only the selected experts are read: with every expert but one filled with NaN, routing every
 // token to the clean one gives finite results equal to the oracle's, and routing one slot to a
-// NaN expert poisons exactly that slot's outputs. With X = 8 and T a multiple of 8 the
-// specialized kernel is contraction.gather, which loads each weight line of all 8 experts and
-// permutes it: the NaNs are in the line, and must still never reach an output.
+// NaN expert poisons exactly that slot's outputs. With T = 16 the specialized kernel is
+// contraction.gather, which groups the pairs by expert and packs them into padded vectors: the
+// padding and the other groups must never carry a NaN into a selected output.
 class MulMatIdRouting : public testing::TestWithParam<MoeDims> {};
 
 TEST_P(MulMatIdRouting, ReadsOnlyTheSelectedExpert) {
@@ -229,7 +229,7 @@ TEST(MulMatIdErrors, MismatchesAndBadIdsAreErrors) {
           Error)
           << "expert id " << bad;
     }
-    // X = 8, T = 8: the contraction.gather kernel checks every id before its permutes.
+    // X = 8, T = 8: the contraction.gather kernel checks every id before it groups them.
     for (int32_t bad : {8, -1, 1 << 30}) {
       Tensor ids = Tensor::zeros(DType::I32, {2, 8});
       ids.as<int32_t>()[11] = bad;

@@ -66,21 +66,27 @@ TEST(Strategy, GoldenContractions) {
   // Q K^T: both operands contiguous along the reduction.
   EXPECT_EQ(choose(transposedNest(512, 128, 128)),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
-  // S9 at T = 32: 8 experts make one vector line, permuted per token vector.
+  // S9 at T = 32: the 64 (slot, token) pairs grouped by expert; eight rows of the weights, each
+  // k block's 8 x 32 lines of 8 experts in 8 KiB of L1.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
-            "contraction.gather m=d0 n=d2 k=d3 tile=5x2 lanes=8");
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
-            "contraction.gather m=d0 n=d2 k=d3 tile=8x1 lanes=8");
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+  // 16 experts make each k step's lines twice as long: half the k block.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32)),
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=16");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.gather m=d0 n=d2 k=d3 tile=5x4 lanes=8");
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=16 k-block=32");
 }
 
-TEST(Strategy, GatherNeedsOneLineOfChoicesAndWholeTokenVectors) {
-  // T = 1 (decode): no vector of tokens; the row reduction streams the weights.
+TEST(Strategy, GatherNeedsAVectorOfPairs) {
+  // T = 1 (decode): 2 pairs fill no vector; the row reduction streams the weights.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 1)), "row-reduction");
-  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)), "row-reduction");
-  // 4 or 16 experts are not one 8-lane line.
-  EXPECT_EQ(choose(mulMatIdNest(64, 64, 16, 2, 32)), "row-reduction");
+  // Pairs need not be whole vectors (each group is padded to whole vectors): 24 pairs.
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+  EXPECT_EQ(choose(mulMatIdNest(5, 32, 8, 2, 12)),
+            "contraction.gather m=d0 n=- k=d3 tile=5x1 lanes=8");
   auto error = [](const NestShape &nest, const std::string &config) {
     try {
       loops::selectStrategy(nest, Target::avx2(), loops::parseConfig(config));
@@ -89,17 +95,17 @@ TEST(Strategy, GatherNeedsOneLineOfChoicesAndWholeTokenVectors) {
     }
     return std::string("no error");
   };
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 4, 2, 32), "pipeline=contraction.gather"),
-              testing::HasSubstr("the gathered dim has 4 choices of 32 bits"));
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"),
-              testing::HasSubstr("not contiguous along a parallel dim of whole vectors"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 1), "pipeline=contraction.gather"),
+              testing::HasSubstr("2 pairs fill no vector of 8"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.outer"),
               testing::HasSubstr("it reads an operand through a gather"));
   EXPECT_THAT(error(matmulNest(64, 64, 64), "pipeline=contraction.gather"),
               testing::HasSubstr("it reads no operand through a gather"));
-  EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=2x4"), "no error");
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=2x3"),
+  EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=3x1,k-block=16"), "no error");
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=2x2"),
               testing::HasSubstr("does not fit"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=48"),
+              testing::HasSubstr("k-block 48 does not divide"));
 }
 
 TEST(Strategy, WhyPlainLoops) {
@@ -217,12 +223,17 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("// pack this block's 128x32 panel of '%w'"));
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_w: f32[524288]"));
 
-  // mul_mat_id: the ids are checked once before the nest, the weights' line permuted in it.
+  // mul_mat_id: the ids are checked once, the pairs grouped by expert, each weight broadcast.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
   loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x16xf32", "2x16xi32"});
-  EXPECT_THAT(loops, testing::HasSubstr(": contraction.gather m=d0 n=d2 k=d3 tile=5x2 lanes=8\n"));
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
-  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = permute(weights[("));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8: group the pairs by "
+                         "choice\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8\n"));
+  EXPECT_THAT(loops, testing::HasSubstr("temp packed_input: f32["));
+  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = (broadcast<8>(t_"));
+  EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
 
   Module rms = context().load(componentPath("normalization/rms_norm.mlir"));
   loops = rms.function("rms_norm_linalg").emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"});

@@ -4,7 +4,6 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
-#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
@@ -324,24 +323,6 @@ private:
     return b_.CreateICmp(intPreds.at(e.name), a, b);
   }
 
-  // One vpermps for 8 x 32 bits (the strategy takes no other width); others lane by lane.
-  llvm::Value *emitPermute(const ExprNode &e) {
-    llvm::Value *table = emitExpr(e.args[0]);
-    llvm::Value *indices =
-        b_.CreateSExtOrTrunc(emitExpr(e.args[1]), typeOf(ElemKind::I32, e.lanes));
-    if (e.lanes == 8 && elemBits(e.type) == 32) {
-      llvm::Type *f32x8 = typeOf(ElemKind::F32, 8);
-      llvm::Value *permuted = b_.CreateIntrinsic(llvm::Intrinsic::x86_avx2_permps, {},
-                                                 {b_.CreateBitCast(table, f32x8), indices});
-      return b_.CreateBitCast(permuted, table->getType());
-    }
-    llvm::Value *result = llvm::PoisonValue::get(table->getType());
-    for (int lane = 0; lane < e.lanes; ++lane)
-      result = b_.CreateInsertElement(
-          result, b_.CreateExtractElement(table, b_.CreateExtractElement(indices, lane)), lane);
-    return result;
-  }
-
   llvm::Value *emitCast(const ExprNode &e, llvm::Value *x) {
     llvm::Type *to = typeOf(e.type, e.lanes);
     switch (e.op) {
@@ -405,7 +386,6 @@ private:
         setFlags(inst, true);
       return sum;
     }
-    case ExprKind::Permute: return emitPermute(*e);
     }
     internalError("unknown loop IR expression");
   }

@@ -110,14 +110,6 @@ Expr reduceAdd(Expr vector) {
   n.args = {std::move(vector)};
   return make(n);
 }
-Expr permute(Expr table, Expr indices) {
-  if (table->lanes != indices->lanes || table->lanes == 1 || isFloatElem(indices->type))
-    internalError("permute of mismatched vectors");
-  ExprNode n{ExprKind::Permute, table->type};
-  n.lanes = table->lanes;
-  n.args = {std::move(table), std::move(indices)};
-  return make(n);
-}
 std::string typeName(ElemKind type, int lanes) {
   return lanes == 1 ? std::string(elemName(type)) : fmt::format("{}x{}", elemName(type), lanes);
 }
@@ -265,8 +257,6 @@ std::string print(const Expr &e, const Program *program) {
   case ExprKind::Broadcast:
     return fmt::format("broadcast<{}>({})", e->lanes, print(e->args[0], program));
   case ExprKind::ReduceAdd: return fmt::format("reduce_add({})", print(e->args[0], program));
-  case ExprKind::Permute:
-    return fmt::format("permute({}, {})", print(e->args[0], program), print(e->args[1], program));
   }
   return "?";
 }

@@ -20,9 +20,8 @@
 //   elements from its scalar index, a Store of an L-lane value writes them. Elementwise nodes
 //   take the lanes of their operands, and a scalar operand mixed with a vector is broadcast
 //   (`Broadcast`, inserted by the constructors). `ReduceAdd` sums the lanes of a vector in any
-//   order; `Permute` picks lanes of a vector by a vector of lane numbers. Vectors are written by
-//   strategies that block for registers; everything else is scalar code that LLVM's vectorizer
-//   widens.
+//   order. Vectors are written by strategies that block for registers; everything else is
+//   scalar code that LLVM's vectorizer widens.
 #pragma once
 
 #include "ir/IR.h"
@@ -46,8 +45,7 @@ enum class ExprKind : uint8_t {
   Cast,
   Load,
   Broadcast,
-  ReduceAdd,
-  Permute
+  ReduceAdd
 };
 
 struct ExprNode;
@@ -80,9 +78,6 @@ Expr load(int buffer, Expr index, ElemKind type, int lanes = 1);
 Expr broadcast(Expr scalar, int lanes);
 /// The sum of a vector's lanes, in any order.
 Expr reduceAdd(Expr vector);
-/// Lane i of the result is lane `indices[i]` of `table` (both of the same width; the indices
-/// are integers below it, as the lowering checked).
-Expr permute(Expr table, Expr indices);
 /// A type as the loop IR prints it: f32, or f32x8 for a vector.
 std::string typeName(ElemKind type, int lanes);
 

@@ -474,6 +474,10 @@ private:
       }
     }
     Strategy strategy = chooseStrategy(g, extents, result);
+    if (strategy.pipeline == Pipeline::ContractionGather) {
+      emitGroupedGather(g, result, strategy, extents);
+      return;
+    }
     if (strategy.isContraction()) {
       emitContraction(g, result, strategy, extents);
       return;
@@ -710,18 +714,12 @@ private:
   // With packing, each (n block, k block) first copies its panel of B to a region of its own,
   // where the m blocks then read it contiguously (each parallel n block packs its own panels).
   //   dot:   [other parallel dims] m blocks n blocks { tile }
-  //   gather: m blocks [other parallel dims] n blocks { tile }, after a check of every choice
   // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
-  // innermost) over the body instantiated once per accumulator, and stores them. A gather is
-  // an outer product whose A side is a permuted line instead of a broadcast element; its m
-  // blocks go outermost so that each thread streams its own rows of the gathered operand.
+  // innermost) over the body instantiated once per accumulator, and stores them.
   void emitContraction(GenericView &g, const TensorStorage &result, const Strategy &s,
                        const std::vector<Expr> &extents) {
     const Op &op = g.op;
-    const bool gather = s.pipeline == Pipeline::ContractionGather;
-    const bool outer = s.pipeline == Pipeline::ContractionOuter || gather;
-    if (gather && boundsChecks_)
-      checkChoices(g);
+    const bool outer = s.pipeline == Pipeline::ContractionOuter;
     const int lanes = s.lanes;
     const int vectorDim = outer ? s.dimN : s.dimK;
     const int numLoops = g.numLoops();
@@ -859,15 +857,10 @@ private:
     std::vector<std::pair<Expr, int64_t>> loops;        // (variable, trips), outside in
     int64_t mTrips = s.dimM >= 0 ? mRows / s.tileM : 0; // 0: no m loop
     int64_t nTrips = s.dimN >= 0 ? extent(s.dimN) / (s.tileN * (outer ? lanes : 1)) : 0;
-    if (gather && mTrips)
-      loops.push_back({mBlock, mTrips});
     for (int d = 0; d < numLoops; ++d)
       if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
         loops.push_back({vars[d], extent(d)});
-    if (gather) {
-      if (nTrips)
-        loops.push_back({nBlock, nTrips});
-    } else if (outer) {
+    if (outer) {
       if (nTrips)
         loops.push_back({nBlock, nTrips});
       if (s.blockK)
@@ -914,6 +907,183 @@ private:
     if (stmts.size() > 1)
       stmts = {block(std::move(stmts))};
     stmts[0]->comment = strategyComment(op, s);
+    append(stmts);
+  }
+
+  // contraction.gather by groups: the pairs (points of the parallel dims the choices depend
+  // on) are sorted by their choice into groups padded to whole vectors, so that every vector of
+  // pairs reads one choice and its step broadcasts one element of the gathered operand per row.
+  // Serially first: count the pairs per choice, give each choice its run of vector slots
+  // (`group[v]` is vector v's choice, or X for none), and copy each pair's input column to its
+  // slot (zero in the padding). Then, m blocks in parallel, an MR x 1 tile of accumulators per
+  // vector of slots in use, stored by slot; and each pair's output read back from its slot.
+  void emitGroupedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
+                         const std::vector<Expr> &extents) {
+    const Op &op = g.op;
+    const int lanes = s.lanes;
+    const int numLoops = g.numLoops();
+    auto extent = [&](int d) { return *asConstant(extents[d]); };
+    const Op *extract = nullptr;
+    for (auto &bodyOp : g.body().ops)
+      if (bodyOp->kind == OpKind::TensorExtract)
+        extract = bodyOp.get();
+    const int choiceInput = extract->operands.back()->definingOp->operands[0]->index;
+    const Value *choices = g.input(choiceInput);
+    const TensorStorage &ids = storageOf(choices);
+    const int64_t numChoices = *asConstant(storageOf(extract->operands[0]).dims.back());
+    int packInput = -1; // the one other tensor input, read along the pairs and k
+    for (int i = 0; i < g.numInputs(); ++i)
+      if (i != choiceInput && g.input(i)->type.isTensor())
+        for (int d = 0; d < numLoops; ++d)
+          if (mapUses(g.map(i), d))
+            packInput = i;
+    std::vector<int> pairDims;
+    int64_t pairs = 1;
+    for (int d = 0; d < numLoops; ++d)
+      if (mapUses(g.map(choiceInput), d)) {
+        pairDims.push_back(d);
+        pairs *= extent(d);
+      }
+    const int64_t vectors = (pairs + (lanes - 1) * std::min(numChoices, pairs)) / lanes;
+    const int64_t slots = vectors * lanes;
+    const int64_t k = extent(s.dimK), rows = extent(s.dimM);
+    ElemKind elem = op.result()->type.elem;
+    int count = addTemp("group_count", ElemKind::I32, intConst(numChoices));
+    int next = addTemp("group_next", ElemKind::I32, intConst(numChoices));
+    int group = addTemp("group", ElemKind::I32, intConst(vectors));
+    int slotOf = addTemp("slot", ElemKind::I32, intConst(pairs));
+    int packed = addTemp("packed_" + g.input(packInput)->name, elem, intConst(k * slots));
+    int sorted = addTemp("by_slot", elem, intConst(rows * slots));
+
+    std::vector<Expr> vars(numLoops);
+    for (int d = 0; d < numLoops; ++d)
+      vars[d] = var(freshName(fmt::format("d{}", d)), ElemKind::Index);
+    auto i32 = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::I32); };
+    auto index = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::Index); };
+    auto loadIndex = [&](int buffer, Expr at) { return index(load(buffer, at, ElemKind::I32)); };
+    // Loops over the pairs around `body`, and the pair's number (the choices' row-major order).
+    Expr pair = accessIndex(g.map(choiceInput), vars, ids.dims);
+    auto overPairs = [&](std::vector<Stmt> body) {
+      for (auto d = pairDims.rbegin(); d != pairDims.rend(); ++d)
+        body = {forLoop(vars[*d]->name, extents[*d], ForKind::Serial, std::move(body))};
+      return body;
+    };
+    auto loopOver = [&](Expr v, int64_t trips, std::vector<Stmt> body) {
+      return forLoop(v->name, intConst(trips), ForKind::Serial, std::move(body));
+    };
+    // The choices are checked whatever the bounds checks: a wrong one would count outside
+    // group_count.
+    checkChoices(g);
+    std::vector<Stmt> stmts;
+    Expr c = var(freshName("c"), ElemKind::Index);
+    stmts.push_back(loopOver(c, numChoices, {store(count, c, intConst(0, ElemKind::I32))}));
+    Expr choice = loadIndex(ids.buffer, pair);
+    for (Stmt &st : overPairs({store(count, choice,
+                                     binary(OpKind::AddI, load(count, choice, ElemKind::I32),
+                                            intConst(1, ElemKind::I32)))}))
+      stmts.push_back(st);
+    Expr v = var(freshName("v"), ElemKind::Index);
+    stmts.push_back(loopOver(v, vectors, {store(group, v, intConst(numChoices, ElemKind::I32))}));
+    // Each choice's run of slots starts where the previous one's vectors end.
+    std::string first = freshName("first_vector");
+    Expr firstVector = var(first, ElemKind::Index);
+    stmts.push_back(local(first, intConst(0)));
+    Expr runs = var(freshName("runs"), ElemKind::Index);
+    Expr j = var(freshName("j"), ElemKind::Index);
+    Expr run = binary(OpKind::DivUI, binary(OpKind::AddI, loadIndex(count, c), intConst(lanes - 1)),
+                      intConst(lanes));
+    stmts.push_back(loopOver(
+        c, numChoices,
+        {store(next, c, i32(mul(firstVector, intConst(lanes)))), let(runs->name, run),
+         forLoop(j->name, runs, ForKind::Serial, {store(group, add(firstVector, j), i32(c))}),
+         assign(first, add(firstVector, runs))}));
+    Expr slot = loadIndex(next, choice);
+    for (Stmt &st : overPairs(
+             {store(slotOf, pair, i32(slot)), store(next, choice, i32(add(slot, intConst(1))))}))
+      stmts.push_back(st);
+    // The input, packed by slot: packed[kk, slot(pair)] = x[pair, kk].
+    Expr kk = vars[s.dimK];
+    const TensorStorage &x = storageOf(g.input(packInput));
+    stmts.push_back(loopOver(
+        kk, k,
+        {loopOver(j, slots,
+                  {store(packed, add(mul(kk, intConst(slots)), j), floatConst(0, elem))})}));
+    stmts.push_back(loopOver(
+        kk, k,
+        overPairs({store(packed, add(mul(kk, intConst(slots)), loadIndex(slotOf, pair)),
+                         load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
+    stmts[0]->comment = strategyComment(op, s) + ": group the pairs by choice";
+
+    // The tile: MR rows of vector v's slots, accumulated over k.
+    const Value *outArg = g.body().arguments.back().get();
+    Expr mBlock = var(freshName("m_block"), ElemKind::Index);
+    Expr kBlock = var(freshName("k_block"), ElemKind::Index);
+    const int64_t blockK = s.blockK ? s.blockK : k;
+    Expr kAt = add(mul(kBlock, intConst(blockK)), kk);
+    auto buildTile = [&](int tileRows, const Expr &firstRow) {
+      std::vector<Stmt> init, step, fini;
+      Expr b;
+      std::vector<Expr> iv = vars;
+      iv[s.dimK] = kAt;
+      for (int r = 0; r < tileRows; ++r) {
+        iv[s.dimM] = add(firstRow, intConst(r));
+        std::unordered_map<const Value *, Expr> values;
+        if (!b)
+          b = bindLet(
+              g.body().arguments[packInput].get(),
+              load(packed, add(mul(kAt, intConst(slots)), mul(v, intConst(lanes))), elem, lanes),
+              step);
+        values[g.body().arguments[packInput].get()] = b;
+        values[g.body().arguments[choiceInput].get()] = load(group, v, ElemKind::I32);
+        for (int i = 0; i < g.numInputs(); ++i) {
+          const Value *operand = g.input(i);
+          if (!operand->type.isTensor())
+            values[g.body().arguments[i].get()] = scalarOf(operand);
+          else if (i != packInput && i != choiceInput) // read along no loop dim
+            values[g.body().arguments[i].get()] =
+                load(storageOf(operand).buffer, accessIndex(g.map(i), iv, storageOf(operand).dims),
+                     operand->type.elem);
+        }
+        std::string acc = freshName("acc");
+        values[outArg] = var(acc, elem, lanes);
+        Expr at = add(mul(iv[s.dimM], intConst(slots)), mul(v, intConst(lanes)));
+        init.push_back(
+            local(acc, select(cmp("eq", kBlock, intConst(0)), broadcast(floatConst(0, elem), lanes),
+                              load(sorted, at, elem, lanes))));
+        BodyContext body{iv, extents, outArg, true};
+        choicesChecked_ = true;
+        step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
+        choicesChecked_ = false;
+        fini.push_back(store(sorted, at, var(acc, elem, lanes)));
+      }
+      std::vector<Stmt> tile = std::move(init);
+      tile.push_back(loopOver(kk, blockK, std::move(step)));
+      tile.insert(tile.end(), fini.begin(), fini.end());
+      Stmt inUse = std::make_shared<StmtNode>(StmtKind::If);
+      inUse->value = cmp("ult", load(group, v, ElemKind::I32), intConst(numChoices, ElemKind::I32));
+      inUse->body = std::move(tile);
+      return loopOver(kBlock, k / blockK, {loopOver(v, vectors, {inUse})});
+    };
+    int64_t mTrips = rows / s.tileM;
+    Stmt nest = forLoop(mBlock->name, intConst(mTrips), ForKind::Parallel,
+                        {buildTile(s.tileM, mul(mBlock, intConst(s.tileM)))});
+    nest->bound = minChunk(rows * k * slots, mTrips);
+    nest->comment = strategyComment(op, s);
+    stmts.push_back(nest);
+    if (rows % s.tileM)
+      stmts.push_back(buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)));
+    // Each pair's sum, read back from its slot and added to the output.
+    Expr o = vars[s.dimM];
+    Expr outIndex = accessIndex(g.outputMap(), vars, result.dims);
+    Stmt unpack = forLoop(
+        o->name, intConst(rows), ForKind::Parallel,
+        overPairs({store(
+            result.buffer, outIndex,
+            binary(OpKind::AddF, load(result.buffer, outIndex, elem),
+                   load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem)))}));
+    unpack->bound = minChunk(rows * pairs, rows);
+    unpack->comment = "read each pair's sum back from its slot";
+    stmts.push_back(unpack);
     append(stmts);
   }
 
@@ -987,8 +1157,7 @@ private:
 
   // tensor.extract: a load at the row-major position of the indices, each checked against its
   // dim first when bounds checks are on (an unsigned compare catches negative indices too).
-  // A vector of indices into the last dim, which holds one vector (contraction.gather), loads
-  // that line and permutes it; the pipeline checked every index before its nest.
+  // In a contraction.gather tile the choice was checked before the nest.
   Expr extractExpr(const Op &op, const std::unordered_map<const Value *, Expr> &values,
                    std::vector<Stmt> &stmts, const BodyContext *body = nullptr) {
     const TensorStorage &t = storageOf(op.operands[0]);
@@ -996,8 +1165,6 @@ private:
     for (size_t i = 1; i < op.operands.size(); ++i) {
       Expr c = lookupBody(values, op.operands[i]);
       coords.push_back(c);
-      if (c->lanes > 1)
-        continue;
       // A loop index stays in bounds if its loop does: one check per kernel, always on.
       if (body) {
         auto loop = std::find(body->iv.begin(), body->iv.end(), c);
@@ -1010,7 +1177,7 @@ private:
           continue;
         }
       }
-      if (!boundsChecks_)
+      if (!boundsChecks_ || choicesChecked_)
         continue;
       auto &checks = out_.program.checks;
       checks.push_back(
@@ -1020,20 +1187,10 @@ private:
       Expr dim = t.dims[i - 1];
       stmts.push_back(check(cmp("ult", c, dim), static_cast<int>(checks.size()) - 1, c, dim));
     }
-    ElemKind elem = op.operands[0]->type.elem;
-    int lanes = coords.back()->lanes;
-    if (lanes == 1)
-      return load(t.buffer, linearIndex(coords, t.dims), elem);
-    if (asConstant(t.dims.back()) != lanes ||
-        std::any_of(coords.begin(), coords.end() - 1, [](auto &c) { return c->lanes > 1; }))
-      internalError("a vector index that does not select within one vector line");
-    Expr indices = coords.back();
-    coords.back() = intConst(0);
-    return permute(load(t.buffer, linearIndex(coords, t.dims), elem, lanes), indices);
+    return load(t.buffer, linearIndex(coords, t.dims), op.operands[0]->type.elem);
   }
 
-  // Every choice of a contraction.gather, checked before its nest: the nest's permutes read
-  // the choices without a check.
+  // Every choice of a contraction.gather, checked before its nest.
   void checkChoices(GenericView &g) {
     const Op *extract = nullptr;
     for (auto &bodyOp : g.body().ops)
@@ -1390,6 +1547,7 @@ private:
   const FuncOp &fn_;
   Mode mode_;
   bool boundsChecks_;
+  bool choicesChecked_ = false; // building a contraction.gather tile (see extractExpr)
   const LoweringOptions &options_;
   std::vector<Stmt> *current_ = nullptr; // where lowered statements go (a loop body inside scf.for)
   LoweredKernel out_;

@@ -197,53 +197,73 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   return s;
 }
 
-// The gathered operand's line of choices is permuted per lane (vpermps), so it must be one
-// vector of 8 x 32 bits; n is the parallel dim along which the output, the choices and the
-// other inputs are contiguous and the gathered operand is not read; m the parallel dim it is.
-std::optional<Strategy> tryGather(const NestShape &nest, const Target &target, std::string &why) {
+// Grouping the pairs by choice (see the header) needs one reduction dim k, a parallel dim m
+// the gathered operand is read along and the choices are not, pairs that are all the other
+// parallel dims of extent > 1, and one other tensor input, read along the pairs and k only (it
+// is packed by slot once for every m).
+std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target &target,
+                                  std::string &why) {
   const NestShape::Gather &gather = *nest.gather;
   if (!nest.addAccumulates) {
     why = "the body is not a sum of products";
     return std::nullopt;
   }
-  const int lanes = 8;
-  if (nest.elemBits != 32 || gather.choices != lanes || target.vectorBits < 256) {
-    why = fmt::format("the gathered dim has {} choices of {} bits, not one vector of 8 x 32 bits",
-                      gather.choices, nest.elemBits);
-    return std::nullopt;
-  }
-  const auto &out = nest.strides.back();
   const auto &choices = nest.strides[gather.indexInput];
-  int n = -1;
-  for (size_t d = 0; d < nest.extents.size() && n < 0; ++d)
-    if (!nest.reduction[d] && out[d] == 1 && choices[d] == 1 && gather.strides[d] == 0 &&
-        nest.extents[d] % lanes == 0)
-      n = int(d);
-  if (n < 0) {
-    why = "the output and the choices are not contiguous along a parallel dim of whole vectors";
-    return std::nullopt;
-  }
-  for (size_t i = 0; i + 1 < nest.strides.size(); ++i)
-    if (nest.strides[i][n] > 1) {
-      why = fmt::format("input #{} is strided along d{}", i, n);
-      return std::nullopt;
-    }
   Strategy s;
   s.pipeline = Pipeline::ContractionGather;
   s.lanes = lanes;
-  s.dimN = n;
   for (size_t d = 0; d < nest.extents.size(); ++d) {
     if (nest.reduction[d]) {
-      s.dimK = s.dimK < 0 ? int(d) : -2;
-    } else if (int(d) != n && gather.strides[d] != 0 && nest.extents[d] >= 2 &&
-               (s.dimM < 0 || nest.extents[d] > nest.extents[s.dimM])) {
-      s.dimM = int(d);
+      s.dimK = s.dimK == -1 ? int(d) : -2;
+    } else if (choices[d] == 0 && gather.strides[d] != 0 && nest.extents[d] >= 2) {
+      s.dimM = s.dimM == -1 ? int(d) : -2;
+    } else if (choices[d] == 0 && nest.extents[d] >= 2) {
+      why = fmt::format("d{} is neither the gathered rows nor a dim of the choices", d);
+      return std::nullopt;
     }
   }
-  s.dimK = std::max(s.dimK, -1);
-  // Accumulators, NR vectors of B and of indices, and the permuted line.
-  chooseTile(s, extentOr1(nest, s.dimM), nest.extents[n] / lanes, target.vectorRegisters, 4,
-             [](int, int nr) { return 2 * nr + 1; });
+  if (s.dimK < 0 || s.dimM < 0) {
+    why = "it needs one reduction dim and one dim of gathered rows";
+    return std::nullopt;
+  }
+  // Fewer pairs than a vector (decode: one token) fill no vector; the row reduction streams the
+  // gathered operand as fast.
+  int64_t pairs = 1;
+  for (size_t d = 0; d < nest.extents.size(); ++d)
+    if (choices[d] != 0)
+      pairs *= nest.extents[d];
+  if (pairs < lanes) {
+    why = fmt::format("{} pairs fill no vector of {}", pairs, lanes);
+    return std::nullopt;
+  }
+  int others = 0;
+  for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
+    if (int(i) == gather.indexInput || nest.strides[i].empty())
+      continue;
+    bool tensor = std::any_of(nest.strides[i].begin(), nest.strides[i].end(),
+                              [](int64_t x) { return x != 0; });
+    if (tensor && nest.strides[i][s.dimM] != 0) {
+      why = fmt::format("input #{} is read along the gathered rows", i);
+      return std::nullopt;
+    }
+    others += tensor;
+  }
+  if (others != 1) {
+    why = "it needs exactly one input besides the choices and the gathered operand";
+    return std::nullopt;
+  }
+  // MR accumulators, the packed vector and one broadcast element of the gathered operand.
+  chooseTile(s, nest.extents[s.dimM], 1, target.vectorRegisters, 1, [](int, int) { return 2; });
+  // A k block keeps the tile's rows of the gathered operand (MR lines of its choices per k,
+  // rows far apart) in 8 KiB of L1 while every vector of slots passes over them: on S9, k-block
+  // 32 takes 6.6 ms, 64 takes 7.3 ms, none 15.6 ms.
+  int64_t k = nest.extents[s.dimK];
+  int64_t perK = int64_t(s.tileM) * gather.choices * (nest.elemBits / 8);
+  for (int64_t block = (8 << 10) / std::max<int64_t>(1, perK); block >= 8 && block < k; --block)
+    if (k % block == 0) {
+      s.blockK = block;
+      break;
+    }
   return s;
 }
 
@@ -300,14 +320,14 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.tileN = *config.tileN;
   if (config.blockK)
     s.blockK = *config.blockK;
-  bool alongN = s.pipeline != Pipeline::ContractionDot; // the tile's N counts vectors along n
+  bool alongN = s.pipeline == Pipeline::ContractionOuter; // the tile's N counts vectors along n
   int64_t cols = alongN ? nest.extents[s.dimN] / s.lanes : extentOr1(nest, s.dimN);
   if (s.tileM > extentOr1(nest, s.dimM) || !divides(s.tileN, cols))
     throw Error(fmt::format("error: --config: tile {}x{} does not fit the {} nest "
                             "({} rows; N must divide {} {})",
                             s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),
                             cols, alongN ? "vectors" : "columns"));
-  if (s.blockK && (s.dimK < 0 || s.pipeline != Pipeline::ContractionOuter ||
+  if (s.blockK && (s.dimK < 0 || s.pipeline == Pipeline::ContractionDot ||
                    nest.extents[s.dimK] % s.blockK != 0))
     throw Error(fmt::format("error: --config: k-block {} does not divide the nest's one "
                             "reduction dim",
@@ -361,7 +381,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   if (nest.gather) {
     // Only the gather pipeline reads an operand through its indices.
     if (whyNot.empty() && allows(Pipeline::ContractionGather))
-      chosen = tryGather(nest, target, whyNot);
+      chosen = tryGather(nest, lanes, target, whyNot);
     else if (whyNot.empty())
       whyNot = "it reads an operand through a gather";
   } else if (whyNot.empty()) {
@@ -382,7 +402,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
       base.why = whyNot;
     return base;
   }
-  chosen->blockK = chooseBlockK(nest, *chosen);
+  if (chosen->pipeline != Pipeline::ContractionGather) // tryGather chose its own k block
+    chosen->blockK = chooseBlockK(nest, *chosen);
   chosen->packInput = choosePackInput(nest, *chosen);
   if (!config.empty())
     applyOverride(nest, *chosen, config);

@@ -19,12 +19,13 @@
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
 //   along k, summed across lanes once at the end.
-// - contraction.gather: outer products for a contraction whose "A" operand is a folded gather
-//   (mul_mat_id): the body reads it with tensor.extract, its last dim chosen per point by an
-//   integer input. When that dim holds one vector of choices (8 experts of f32 on AVX2), the
-//   nest is vectorized along n (tokens): each step loads A's line of choices once and permutes
-//   it by the vector of n's indices, so the selected weights are read in place, once per line.
-//   The m blocks are the outer, parallel loop, so each weight line comes from DRAM once.
+// - contraction.gather: a contraction whose "A" operand is a folded gather (mul_mat_id): the
+//   body reads it with tensor.extract, one dim chosen per point by an integer input. The pairs
+//   (points of the dims the choices depend on: slots x tokens) are grouped by their choice into
+//   runs of whole vectors, and the input is packed by slot, so that every vector of pairs reads
+//   one choice: each step broadcasts one element of A per row (MR x 1 tile), k-blocked so the
+//   tile's rows of A stay in L1. The m blocks are the outer, parallel loop, so each thread
+//   streams its own rows of A from memory once.
 #pragma once
 
 #include "ir/IR.h"
