@@ -40,12 +40,16 @@ struct Target {
 
 // Lowering configurations, picked by the input: the strategy selection, no bounds checks, and
 // overrides of the contraction pipelines (fitting or not: the latter must be errors).
-const frank::ContextOptions kOptions[] = {
+struct Options {
+  bool boundsChecks;
+  const char *loweringConfig;
+};
+const Options kOptions[] = {
     {true, ""},
     {false, ""},
     {true, "pipeline=loops"},
     {true, "tile=1x1,k-block=1,pack=1"},
-    {true, "tile=16x16,k-block=0,pack=0"},
+    {true, "tile=3x1,k-block=4,pack=0"},
     {true, "pipeline=contraction.dot"},
     {true, "pipeline=contraction.outer,tile=3x5,k-block=7"},
     {false, "tile=6x2,k-block=256,pack=1"},
@@ -183,7 +187,11 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   targets = new std::vector<std::vector<Target>>(kConfigs);
   std::vector<std::string> files = sourceFiles();
   for (size_t c = 0; c < kConfigs; ++c) {
-    frank::Context &context = contexts->emplace_back(kOptions[c]);
+    frank::ContextOptions options;
+    options.boundsChecks = kOptions[c].boundsChecks;
+    options.loweringConfig = kOptions[c].loweringConfig;
+    options.diskCache = false; // nothing here runs a kernel
+    frank::Context &context = contexts->emplace_back(options);
     for (const std::string &file : files) {
       frank::Module module = context.load(file);
       for (const std::string &name : module.functionNames()) {
