@@ -620,19 +620,24 @@ private:
     return false;
   }
 
+  // The body's one tensor.extract, or null when it has none or several.
+  static const Op *soleExtract(const Block &body) {
+    const Op *extract = nullptr;
+    for (auto &bodyOp : body.ops)
+      if (bodyOp->kind == OpKind::TensorExtract) {
+        if (extract)
+          return nullptr;
+        extract = bodyOp.get();
+      }
+    return extract;
+  }
+
   // A folded gather (NestShape::Gather): the body's one tensor.extract reads a tensor of
   // constant dims at loop indices (linalg.index), except the last index: an index_cast of an
   // integer input. Those ops serve the extract alone.
   std::optional<NestShape::Gather> gatherOf(GenericView &g) {
     const Block &body = g.body();
-    const Op *extract = nullptr;
-    for (auto &bodyOp : body.ops) {
-      if (bodyOp->kind == OpKind::TensorExtract) {
-        if (extract)
-          return std::nullopt;
-        extract = bodyOp.get();
-      }
-    }
+    const Op *extract = soleExtract(body);
     if (!extract || extract->operands.size() < 2)
       return std::nullopt;
     for (auto &bodyOp : body.ops)
@@ -923,10 +928,8 @@ private:
     const int lanes = s.lanes;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
-    const Op *extract = nullptr;
-    for (auto &bodyOp : g.body().ops)
-      if (bodyOp->kind == OpKind::TensorExtract)
-        extract = bodyOp.get();
+    // gatherOf recognized the body: its one extract's last index casts input #choiceInput.
+    const Op *extract = soleExtract(g.body());
     const int choiceInput = extract->operands.back()->definingOp->operands[0]->index;
     const Value *choices = g.input(choiceInput);
     const TensorStorage &ids = storageOf(choices);
@@ -973,7 +976,7 @@ private:
     };
     // The choices are checked whatever the bounds checks: a wrong one would count outside
     // group_count.
-    checkChoices(g);
+    checkChoices(extract, choices);
     std::vector<Stmt> stmts;
     Expr c = var(freshName("c"), ElemKind::Index);
     stmts.push_back(loopOver(c, numChoices, {store(count, c, intConst(0, ElemKind::I32))}));
@@ -1191,12 +1194,7 @@ private:
   }
 
   // Every choice of a contraction.gather, checked before its nest.
-  void checkChoices(GenericView &g) {
-    const Op *extract = nullptr;
-    for (auto &bodyOp : g.body().ops)
-      if (bodyOp->kind == OpKind::TensorExtract)
-        extract = bodyOp.get();
-    const Value *choices = g.input(extract->operands.back()->definingOp->operands[0]->index);
+  void checkChoices(const Op *extract, const Value *choices) {
     const TensorStorage &from = storageOf(choices);
     const TensorStorage &into = storageOf(extract->operands[0]);
     auto &checks = out_.program.checks;
