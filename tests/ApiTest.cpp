@@ -174,22 +174,3 @@ TEST(Api, TensorBasics) {
 
 } // namespace
 } // namespace frank::test
-
-namespace frank::test {
-namespace {
-
-// No tokens: a zero-size dim gives an empty result, in both modes.
-TEST(Api, ZeroSizeDimsGiveEmptyResults) {
-  Context ctx;
-  Function fn = ctx.load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
-  for (Mode mode : {Mode::Specialized, Mode::Generic})
-    for (std::vector<int64_t> shape : {std::vector<int64_t>{0, 64}, std::vector<int64_t>{3, 0}}) {
-      auto y = fn({Tensor::zeros(DType::F32, shape), Tensor::zeros(DType::F32, {shape[1]}),
-                   Scalar::f32(1e-6f)},
-                  mode);
-      EXPECT_EQ(y[0].shape(), shape);
-    }
-}
-
-} // namespace
-} // namespace frank::test

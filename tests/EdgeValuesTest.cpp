@@ -1,0 +1,566 @@
+// IEEE special values (NaN, infinities, signed zeros, the largest, smallest and subnormal floats)
+// through every float op of the subset and through the reductions, softmax, contractions and
+// components built from them, in both modes: NaN propagates, infinities keep their signs, and
+// nothing is flushed or clamped where IEEE 754 and the C library say otherwise.
+//
+// Each result is compared with a double-precision reference rounded to f32: the same class (NaN,
+// +inf, -inf, finite), finite values within the op's tolerance, and, for the ops that are exact
+// in IEEE arithmetic, the sign of a zero.
+#include "TestSupport.h"
+#include "oracles/AttentionMoe.h"
+#include "oracles/Oracles.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace frank::test {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+/// Sixteen values that exercise every IEEE case of the ops below.
+const std::vector<float> kSpecials = {kNaN,    kInf,     -kInf,  0.0f,   -0.0f,   1.0f,
+                                      -1.0f,   0.5f,     3.0f,   -2.5f,  FLT_MAX, -FLT_MAX,
+                                      FLT_MIN, 1.4e-45f, 100.0f, -100.0f};
+
+enum class FloatClass { NaN, PlusInf, MinusInf, Finite };
+
+FloatClass classify(double v) {
+  if (std::isnan(v))
+    return FloatClass::NaN;
+  if (std::isinf(v))
+    return v > 0 ? FloatClass::PlusInf : FloatClass::MinusInf;
+  return FloatClass::Finite;
+}
+
+const char *className(FloatClass c) {
+  switch (c) {
+  case FloatClass::NaN: return "NaN";
+  case FloatClass::PlusInf: return "+inf";
+  case FloatClass::MinusInf: return "-inf";
+  case FloatClass::Finite: return "finite";
+  }
+  return "?";
+}
+
+/// How close a finite result must be: `ulps` units of f32 epsilon relative to max(|ref|, floor).
+/// The floor makes the error absolute for results near zero (subnormals, sin of a huge angle).
+struct Tolerance {
+  double ulps = 0.5;
+  double floor = 1e-30;
+  bool signedZeros = false; // exact IEEE ops: a zero result must have the reference's sign
+};
+
+/// Empty when `got` matches `ref` (a double reference, rounded to f32 first); otherwise why not.
+std::string mismatch(float got, double ref, const Tolerance &tol) {
+  float rounded = static_cast<float>(ref);
+  FloatClass want = classify(rounded), have = classify(got);
+  if (want != have)
+    return fmt::format("got {} ({}), expected {} ({})", got, className(have), ref, className(want));
+  if (want != FloatClass::Finite)
+    return {};
+  double allowed =
+      std::max(tol.ulps, 0.5) * std::ldexp(1.0, -23) * std::max(std::fabs(ref), tol.floor);
+  if (!(std::fabs(got - ref) <= allowed))
+    return fmt::format("got {}, expected {}", got, ref);
+  if (tol.signedZeros && rounded == 0 && got == 0 && std::signbit(got) != std::signbit(rounded))
+    return fmt::format("got {}, expected {} (the sign of zero)", got, rounded);
+  return {};
+}
+
+/// Checks every element; reports the first few mismatches with the inputs that produced them.
+void expectAllMatch(const Tensor &result, const std::vector<double> &reference,
+                    const Tolerance &tol, const std::function<std::string(int64_t)> &describe) {
+  ASSERT_EQ(result.numel(), static_cast<int64_t>(reference.size()));
+  int reported = 0;
+  for (int64_t i = 0; i < result.numel() && reported < 8; ++i) {
+    std::string why = mismatch(result.as<float>()[i], reference[i], tol);
+    if (!why.empty()) {
+      ++reported;
+      ADD_FAILURE() << describe(i) << ": " << why;
+    }
+  }
+}
+
+const Mode kModes[] = {Mode::Specialized, Mode::Generic};
+
+// ---- Elementwise ops ----------------------------------------------------------------------
+
+std::string elementwise(const std::string &body, int operands) {
+  std::string args, ins, types, blockArgs, maps;
+  for (int i = 0; i < operands; ++i) {
+    args += fmt::format("{}%x{}: tensor<?xf32>", i ? ", " : "", i);
+    ins += fmt::format("{}%x{}", i ? ", " : "", i);
+    types += fmt::format("{}tensor<?xf32>", i ? ", " : "");
+    blockArgs += fmt::format("%a{}: f32, ", i);
+    maps += "affine_map<(i) -> (i)>, ";
+  }
+  return fmt::format(R"(
+    func.func @f({}) -> tensor<?xf32> {{
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x0, %c0 : tensor<?xf32>
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %r = linalg.generic {{indexing_maps = [{}affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}}
+          ins({} : {}) outs(%e : tensor<?xf32>) {{
+      ^bb0({}%o: f32):
+        {}
+      }} -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    }})",
+                     args, maps, ins, types, blockArgs, body);
+}
+
+struct UnaryCase {
+  const char *op;
+  double (*reference)(double);
+  Tolerance tol;
+};
+
+// Tolerances as in MathTest (libm and libmvec within 4 ulp, the inline exp about 2); sin and cos
+// of huge angles and tanh/erf near zero compare absolutely through the floor.
+const UnaryCase kUnary[] = {
+    {"arith.negf", [](double x) { return -x; }, {0.5, 1e-30, true}},
+    {"math.absf", [](double x) { return std::fabs(x); }, {0.5, 1e-30, true}},
+    {"math.sqrt", [](double x) { return std::sqrt(x); }, {1, 1e-30, true}},
+    {"math.rsqrt", [](double x) { return 1.0 / std::sqrt(x); }, {2}},
+    {"math.exp", [](double x) { return std::exp(x); }, {4}},
+    {"math.exp2", [](double x) { return std::exp2(x); }, {4}},
+    {"math.log", [](double x) { return std::log(x); }, {4, 1}},
+    {"math.tanh", [](double x) { return std::tanh(x); }, {4, 1e-3}},
+    {"math.erf", [](double x) { return std::erf(x); }, {4, 1e-3}},
+    {"math.sin", [](double x) { return std::sin(x); }, {4, 1}},
+    {"math.cos", [](double x) { return std::cos(x); }, {4, 1}},
+};
+
+class UnaryEdgeTest : public testing::TestWithParam<UnaryCase> {};
+
+TEST_P(UnaryEdgeTest, SpecialValuesFollowIeee) {
+  const UnaryCase &c = GetParam();
+  Function fn = context()
+                    .loadString(elementwise(fmt::format("%y = {} %a0 : f32\n"
+                                                        "        linalg.yield %y : f32",
+                                                        c.op),
+                                            1),
+                                "edge.mlir")
+                    .function("f");
+  // Every special value twice over, 35 elements: a vector body and a tail.
+  std::vector<float> x = kSpecials;
+  x.insert(x.end(), kSpecials.begin(), kSpecials.end());
+  x.insert(x.end(), {kNaN, -kInf, kInf});
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<double> reference;
+  for (float v : x)
+    reference.push_back(c.reference(v));
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {n})}, mode)[0];
+    expectAllMatch(y, reference, c.tol,
+                   [&](int64_t i) { return fmt::format("{}({})", c.op, x[i]); });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, UnaryEdgeTest, testing::ValuesIn(kUnary), [](const auto &info) {
+  std::string name = info.param.op;
+  return name.substr(name.find('.') + 1);
+});
+
+/// IEEE 754-2019 maximum and minimum, which arith.maximumf / minimumf are: NaN if either operand
+/// is NaN, and -0 < +0.
+double ieeeMaximum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (a == b)
+    return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+
+double ieeeMinimum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (a == b)
+    return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
+struct BinaryCase {
+  const char *op;
+  double (*reference)(double, double);
+  Tolerance tol;
+};
+
+// Sums, products and quotients of two floats are exact in double, so rounding the reference to
+// f32 gives the correctly rounded result; fmod is exact; powf is the C library's (4 ulp).
+const BinaryCase kBinary[] = {
+    {"arith.addf", [](double a, double b) { return a + b; }, {0.5, 1e-30, true}},
+    {"arith.subf", [](double a, double b) { return a - b; }, {0.5, 1e-30, true}},
+    {"arith.mulf", [](double a, double b) { return a * b; }, {0.5, 1e-30, true}},
+    {"arith.divf", [](double a, double b) { return a / b; }, {0.5, 1e-30, true}},
+    {"arith.remf", [](double a, double b) { return std::fmod(a, b); }, {0.5, 1e-30, true}},
+    {"arith.maximumf", ieeeMaximum, {0.5, 1e-30, true}},
+    {"arith.minimumf", ieeeMinimum, {0.5, 1e-30, true}},
+    {"math.powf", [](double a, double b) { return std::pow(a, b); }, {4}},
+};
+
+/// Every ordered pair of special values, plus a few more for a tail: (lhs, rhs).
+std::pair<std::vector<float>, std::vector<float>> allPairs() {
+  std::vector<float> lhs, rhs;
+  for (float a : kSpecials)
+    for (float b : kSpecials) {
+      lhs.push_back(a);
+      rhs.push_back(b);
+    }
+  for (int i = 0; i < 5; ++i) {
+    lhs.push_back(kSpecials[i]);
+    rhs.push_back(kSpecials[15 - i]);
+  }
+  return {lhs, rhs};
+}
+
+class BinaryEdgeTest : public testing::TestWithParam<BinaryCase> {};
+
+TEST_P(BinaryEdgeTest, EveryPairOfSpecialValuesFollowsIeee) {
+  const BinaryCase &c = GetParam();
+  Function fn = context()
+                    .loadString(elementwise(fmt::format("%y = {} %a0, %a1 : f32\n"
+                                                        "        linalg.yield %y : f32",
+                                                        c.op),
+                                            2),
+                                "edge.mlir")
+                    .function("f");
+  auto [lhs, rhs] = allPairs();
+  const int64_t n = static_cast<int64_t>(lhs.size());
+  std::vector<double> reference;
+  for (int64_t i = 0; i < n; ++i)
+    reference.push_back(c.reference(lhs[i], rhs[i]));
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    Tensor y = fn(
+        {Tensor::borrow(lhs.data(), DType::F32, {n}), Tensor::borrow(rhs.data(), DType::F32, {n})},
+        mode)[0];
+    expectAllMatch(y, reference, c.tol,
+                   [&](int64_t i) { return fmt::format("{}({}, {})", c.op, lhs[i], rhs[i]); });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, BinaryEdgeTest, testing::ValuesIn(kBinary), [](const auto &info) {
+  std::string name = info.param.op;
+  return name.substr(name.find('.') + 1);
+});
+
+// arith.cmpf: the ordered predicates are false and the unordered ones true when either operand is
+// NaN; +0 and -0 compare equal; the infinities order like any other value.
+TEST(EdgeValues, CmpfPredicatesOnSpecialValues) {
+  using Predicate = std::function<bool(double, double)>;
+  auto unordered = [](double a, double b) { return std::isnan(a) || std::isnan(b); };
+  const std::vector<std::pair<const char *, Predicate>> predicates = {
+      {"false", [](double, double) { return false; }},
+      {"oeq", [](double a, double b) { return a == b; }},
+      {"ogt", [](double a, double b) { return a > b; }},
+      {"oge", [](double a, double b) { return a >= b; }},
+      {"olt", [](double a, double b) { return a < b; }},
+      {"ole", [](double a, double b) { return a <= b; }},
+      {"one", [=](double a, double b) { return !unordered(a, b) && a != b; }},
+      {"ord", [=](double a, double b) { return !unordered(a, b); }},
+      {"ueq", [=](double a, double b) { return unordered(a, b) || a == b; }},
+      {"ugt", [=](double a, double b) { return unordered(a, b) || a > b; }},
+      {"uge", [=](double a, double b) { return unordered(a, b) || a >= b; }},
+      {"ult", [=](double a, double b) { return unordered(a, b) || a < b; }},
+      {"ule", [=](double a, double b) { return unordered(a, b) || a <= b; }},
+      {"une", [](double a, double b) { return a != b; }},
+      {"uno", unordered},
+      {"true", [](double, double) { return true; }},
+  };
+  auto [lhs, rhs] = allPairs();
+  const int64_t n = static_cast<int64_t>(lhs.size());
+  for (const auto &[name, predicate] : predicates) {
+    SCOPED_TRACE(name);
+    Function fn = context()
+                      .loadString(elementwise(fmt::format(R"(%p = arith.cmpf {}, %a0, %a1 : f32
+        %one = arith.constant 1.0 : f32
+        %zero = arith.constant 0.0 : f32
+        %y = arith.select %p, %one, %zero : f32
+        linalg.yield %y : f32)",
+                                                          name),
+                                              2),
+                                  "edge.mlir")
+                      .function("f");
+    std::vector<double> reference;
+    for (int64_t i = 0; i < n; ++i)
+      reference.push_back(predicate(lhs[i], rhs[i]) ? 1.0 : 0.0);
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(modeName(mode));
+      Tensor y = fn({Tensor::borrow(lhs.data(), DType::F32, {n}),
+                     Tensor::borrow(rhs.data(), DType::F32, {n})},
+                    mode)[0];
+      expectAllMatch(y, reference, {}, [&](int64_t i) {
+        return fmt::format("cmpf {} ({}, {})", name, lhs[i], rhs[i]);
+      });
+    }
+  }
+}
+
+// f64 -> f32 -> f64: out-of-range doubles become infinities, NaN stays NaN, subnormal f32 results
+// are kept, not flushed.
+TEST(EdgeValues, TruncfAndExtfKeepSpecialValues) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf64>) -> tensor<?xf64> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xf64>
+      %e = tensor.empty(%n) : tensor<?xf64>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%x : tensor<?xf64>) outs(%e : tensor<?xf64>) {
+      ^bb0(%a: f64, %o: f64):
+        %t = arith.truncf %a : f64 to f32
+        %y = arith.extf %t : f32 to f64
+        linalg.yield %y : f64
+      } -> tensor<?xf64>
+      return %r : tensor<?xf64>
+    })";
+  std::vector<double> x = {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e300, -1e300,  0.0, -0.0,
+                           1e-40,        1e-50,    -1e-50,    3.0,   DBL_MAX, 1.5};
+  const int64_t n = static_cast<int64_t>(x.size());
+  Function fn = context().loadString(text, "edge.mlir").function("f");
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    Tensor y = fn({Tensor::borrow(x.data(), DType::F64, {n})}, mode)[0];
+    for (int64_t i = 0; i < n; ++i) {
+      double want = static_cast<double>(static_cast<float>(x[i]));
+      double got = y.as<double>()[i];
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got)) << "truncf/extf(" << x[i] << ") = " << got;
+      else
+        EXPECT_TRUE(got == want && std::signbit(got) == std::signbit(want))
+            << "truncf/extf(" << x[i] << ") = " << got << ", expected " << want;
+    }
+  }
+}
+
+// ---- Reductions, softmax, contractions ----------------------------------------------------
+
+/// Rows of `cols` values in [-4, 4) with special values planted in the vector body and the tail:
+/// a control row, NaN early and late, +inf, -inf, both infinities, all -inf, NaN with +inf.
+std::vector<float> rowsWithSpecials(int64_t cols, int64_t *rowsOut) {
+  const int64_t rows = 8;
+  *rowsOut = rows;
+  std::vector<float> x = oracle::randomFloats(rows * cols, 41, -4, 4);
+  auto at = [&](int64_t r, int64_t c) -> float & { return x[r * cols + c % cols]; };
+  at(1, 3) = kNaN;
+  at(2, cols - 1) = kNaN;
+  at(3, 10) = kInf;
+  at(4, 20) = -kInf;
+  at(5, 1) = kInf;
+  at(5, cols - 2) = -kInf;
+  for (int64_t c = 0; c < cols; ++c)
+    at(6, c) = -kInf;
+  at(7, 0) = kNaN;
+  at(7, 5) = kInf;
+  return x;
+}
+
+struct ReductionCase {
+  const char *name;
+  const char *combine; // the body's op on (%in, %acc)
+  const char *init;    // the accumulator's initial value, as an MLIR float literal
+  double start;
+  double (*combineRef)(double, double);
+};
+
+const ReductionCase kReductions[] = {
+    {"sum", "arith.addf", "0.0", 0.0, [](double a, double b) { return a + b; }},
+    {"max", "arith.maximumf", "0xFF800000", -HUGE_VAL, ieeeMaximum},
+    {"min", "arith.minimumf", "0x7F800000", HUGE_VAL, ieeeMinimum},
+};
+
+class ReductionEdgeTest : public testing::TestWithParam<std::tuple<ReductionCase, int64_t>> {};
+
+TEST_P(ReductionEdgeTest, NaNAndInfinitiesPropagateThroughTheReduction) {
+  const auto &[c, cols] = GetParam();
+  std::string text = fmt::format(R"(
+    func.func @f(%x: tensor<?x?xf32>) -> tensor<?xf32> {{
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %init = arith.constant {} : f32
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %f = linalg.fill ins(%init : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
+      %r = linalg.reduce ins(%x : tensor<?x?xf32>) outs(%f : tensor<?xf32>) dimensions = [1] (%in: f32, %acc: f32) {{
+        %v = {} %in, %acc : f32
+        linalg.yield %v : f32
+      }}
+      return %r : tensor<?xf32>
+    }})",
+                                 c.init, c.combine);
+  int64_t rows = 0;
+  std::vector<float> x = rowsWithSpecials(cols, &rows);
+  std::vector<double> reference(rows, c.start);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j)
+      reference[r] = c.combineRef(x[r * cols + j], reference[r]);
+  Function fn = context().loadString(text, "edge.mlir").function("f");
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols})}, mode)[0];
+    // A reassociated f32 sum of `cols` values in [-4, 4): error well under 1e-4 absolute.
+    expectAllMatch(y, reference, {1e-4 / std::ldexp(1.0, -23) / 4, 4},
+                   [&](int64_t i) { return fmt::format("{} of row {}", c.name, i); });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Reductions, ReductionEdgeTest,
+                         testing::Combine(testing::ValuesIn(kReductions),
+                                          testing::Values<int64_t>(37, 1031)),
+                         [](const auto &info) {
+                           return fmt::format("{}_{}", std::get<0>(info.param).name,
+                                              std::get<1>(info.param));
+                         });
+
+/// softmax as linalg.softmax defines it: exp(x - max) / sum exp(x - max), max NaN-propagating.
+std::vector<double> softmaxRows(const std::vector<float> &x, int64_t rows, int64_t cols) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -HUGE_VAL, sum = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      m = ieeeMaximum(x[r * cols + j], m);
+    for (int64_t j = 0; j < cols; ++j)
+      sum += std::exp(x[r * cols + j] - m);
+    for (int64_t j = 0; j < cols; ++j)
+      y[r * cols + j] = std::exp(x[r * cols + j] - m) / sum;
+  }
+  return y;
+}
+
+// A NaN anywhere in a row makes the whole row NaN; so does +inf (inf - inf) and a row of only
+// -inf (-inf - -inf), as in PyTorch; a single -inf (a masked position) gives exactly 0.
+TEST(EdgeValues, SoftmaxRowsWithSpecialValues) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %a = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %b = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %e = tensor.empty(%a, %b) : tensor<?x?xf32>
+      %r = linalg.softmax dimension(1) ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  Function fn = context().loadString(text, "edge.mlir").function("f");
+  for (int64_t cols : {37, 1031}) {
+    int64_t rows = 0;
+    std::vector<float> x = rowsWithSpecials(cols, &rows);
+    std::vector<double> reference = softmaxRows(x, rows, cols);
+    EXPECT_EQ(reference[4 * cols + 20], 0.0); // the masked position of row 4
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(fmt::format("{} cols={}", modeName(mode), cols));
+      Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols})}, mode)[0];
+      expectAllMatch(y, reference, {16, 1e-6}, [&](int64_t i) {
+        return fmt::format("softmax row {} col {} (x = {})", i / cols, i % cols, x[i]);
+      });
+      EXPECT_EQ(y.as<float>()[4 * cols + 20], 0.0f) << "a -inf logit gives exactly 0";
+    }
+  }
+}
+
+// inf * 0 is NaN inside a dot product; a NaN in a row of A reaches every column of that row's
+// output, an infinity in B every row of its column. Checked on the tiled path and a small one.
+TEST(EdgeValues, MatmulPropagatesSpecialValues) {
+  const char *text = R"(
+    func.func @f(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %a, %c0 : tensor<?x?xf32>
+      %n = tensor.dim %b, %c1 : tensor<?x?xf32>
+      %zero = arith.constant 0.0 : f32
+      %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+      %c = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%c : tensor<?x?xf32>) -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  Function fn = context().loadString(text, "edge.mlir").function("f");
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{7, 13, 9}, {64, 96, 80}}) {
+    std::vector<float> a = oracle::randomFloats(m * k, 5), b = oracle::randomFloats(k * n, 6);
+    a[1 * k + 4] = kNaN;        // row 1 of the output: all NaN
+    a[2 * k + 0] = kInf;        // row 2: +-inf by the sign of b[0, j]
+    b[0 * n + 3] = 0.0f;        //   ... and NaN in column 3 (inf * 0)
+    b[5 * n + (n - 1)] = -kInf; // the last column: -+inf by the sign of a[i, 5]
+    a[4 * k + 5] = 0.0f;        //   ... and NaN in row 4 (0 * -inf)
+    std::vector<double> reference(m * n, 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t p = 0; p < k; ++p)
+          reference[i * n + j] += static_cast<double>(a[i * k + p]) * b[p * n + j];
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(fmt::format("{} {}x{}x{}", modeName(mode), m, k, n));
+      Tensor y = fn({Tensor::borrow(a.data(), DType::F32, {m, k}),
+                     Tensor::borrow(b.data(), DType::F32, {k, n})},
+                    mode)[0];
+      // A reassociated f32 dot product of k values in [-1, 1): 1e-5 absolute is generous.
+      expectAllMatch(y, reference, {1e-5 / std::ldexp(1.0, -23), 1},
+                     [&](int64_t i) { return fmt::format("C[{}, {}]", i / n, i % n); });
+    }
+  }
+}
+
+// ---- Components ---------------------------------------------------------------------------
+
+// rms_norm: a NaN makes its row NaN; an infinity makes the mean square infinite, so the finite
+// values of its row become 0 and the infinity itself NaN (inf * 0), as the formula says.
+TEST(EdgeValues, RmsNormRowsWithSpecialValues) {
+  Function fn =
+      context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  for (int64_t cols : {37, 4096}) {
+    int64_t rows = 0;
+    std::vector<float> x = rowsWithSpecials(cols, &rows);
+    std::vector<float> w = oracle::randomFloats(cols, 9, 0.5f, 1.5f);
+    w[7] = kNaN; // one NaN weight: column 7 NaN in every row
+    std::vector<double> reference = oracle::rmsNorm(x.data(), w.data(), 1e-6f, rows, cols);
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(fmt::format("{} cols={}", modeName(mode), cols));
+      Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols}),
+                     Tensor::borrow(w.data(), DType::F32, {cols}), Scalar::f32(1e-6f)},
+                    mode)[0];
+      expectAllMatch(y, reference, {8, 1e-6}, [&](int64_t i) {
+        return fmt::format("row {} col {} (x = {})", i / cols, i % cols, x[i]);
+      });
+    }
+  }
+}
+
+// Attention: a NaN key poisons every score of its KV head's queries, a NaN value every output
+// of its head; an infinite query gives infinite or NaN logits, never a finite answer.
+TEST(EdgeValues, AttentionWithSpecialValues) {
+  Function fn =
+      context().load(componentPath("attention/attention_gqa.mlir")).function("attention_gqa");
+  const oracle::AttentionDims dims{1, 5, 9, 4, 2, 16};
+  const int64_t qn = dims.batch * dims.seq * dims.heads * dims.headDim;
+  const int64_t kvn = dims.batch * dims.kvSeq * dims.kvHeads * dims.headDim;
+  std::vector<float> q = oracle::randomFloats(qn, 1), k = oracle::randomFloats(kvn, 2),
+                     v = oracle::randomFloats(kvn, 3);
+  const int64_t d = dims.headDim, hkv = dims.kvHeads, h = dims.heads;
+  k[(3 * hkv + 0) * d + 2] = kNaN; // key 3 of KV head 0
+  v[(6 * hkv + 1) * d + 5] = kNaN; // value 6 of KV head 1, element 5
+  q[(4 * h + 3) * d + 1] = kInf;   // query 4, head 3
+  const float scale = 0.25f;
+  std::vector<double> reference = oracle::attentionGqa(q.data(), k.data(), v.data(), scale, dims,
+                                                       /*causal=*/false);
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    Tensor y =
+        fn({Tensor::borrow(q.data(), DType::F32, {1, dims.seq, h, d}),
+            Tensor::borrow(k.data(), DType::F32, {1, dims.kvSeq, hkv, d}),
+            Tensor::borrow(v.data(), DType::F32, {1, dims.kvSeq, hkv, d}), Scalar::f32(scale)},
+           mode)[0];
+    // MLIR-SUBSET.md §10's attention tolerance, 1e-4 relative with a 1e-5 floor.
+    expectAllMatch(y, reference, {1e-4 / std::ldexp(1.0, -23), 0.1}, [&](int64_t i) {
+      return fmt::format("out[s={}, h={}, d={}]", i / (h * d), i / d % h, i % d);
+    });
+  }
+}
+
+} // namespace
+} // namespace frank::test
