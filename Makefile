@@ -14,6 +14,14 @@ PACKAGES := cmake ninja-build g++ make llvm-19-dev libfmt-dev googletest libgtes
 # test suite use g++ and need nothing more.
 FUZZ_PACKAGES := clang-19 libclang-rt-19-dev
 
+# `make bench`: the plot needs matplotlib; the peers are optional (`make bench-peers`).
+BENCH_PACKAGES := python3-matplotlib
+PEER_PACKAGES := libopenblas-dev libdnnl-dev
+BENCH_OUT ?= $(BUILD)/bench
+BENCH_REPETITIONS ?= 5
+BENCH_MIN_TIME ?= 0.2
+PEERS_VENV ?= $(BUILD)/peers-venv
+
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
@@ -28,7 +36,8 @@ TSAN_ENV := TSAN_OPTIONS=suppressions=$(SANITIZERS_DIR)/tsan.supp:halt_on_error=
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps deps-fuzz configure build run test bench clean test-asan test-tsan fuzz
+.PHONY: all deps deps-fuzz deps-bench configure build run test bench bench-peers clean test-asan \
+        test-tsan fuzz
 
 all: build
 
@@ -64,9 +73,34 @@ run: build
 test: build
 	ctest --test-dir $(BUILD) -j $(JOBS) --output-on-failure --timeout 300
 
-bench: build
+# Every benchmark shape against generic loops, the installed peers and the measured roofline, in
+# one run: the JSON report, the roofline plot and a Markdown table land in $(BENCH_OUT).
+bench: build deps-bench
+	@mkdir -p $(BENCH_OUT)
 	$(BUILD)/bin/frank-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-	bench/component_shapes.sh
+	$(BUILD)/bin/frank-shapes --benchmark_repetitions=$(BENCH_REPETITIONS) \
+	  --benchmark_report_aggregates_only=true --benchmark_min_time=$(BENCH_MIN_TIME) \
+	  --benchmark_out=$(BENCH_OUT)/shapes.json --benchmark_out_format=json
+	@if [ -x $(PEERS_VENV)/bin/python ]; then \
+	  $(PEERS_VENV)/bin/python bench/peers_torch.py --repetitions=$(BENCH_REPETITIONS) \
+	    --out=$(BENCH_OUT)/torch.json; \
+	else echo "PyTorch: skipped (make bench-peers installs it)"; fi
+	/usr/bin/python3 bench/report.py $(BENCH_OUT)/shapes.json \
+	  $$([ -f $(BENCH_OUT)/torch.json ] && echo $(BENCH_OUT)/torch.json) \
+	  --json $(BENCH_OUT)/report.json --png $(BENCH_OUT)/roofline.png | tee $(BENCH_OUT)/report.md
+
+deps-bench:
+	$(call install-missing,$(PACKAGES) $(BENCH_PACKAGES))
+
+# The optional peers: OpenBLAS and oneDNN from Debian (the build finds them when it is next
+# configured), PyTorch from PyPI in its own virtual environment.
+bench-peers: deps-bench
+	$(call install-missing,$(PEER_PACKAGES))
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	@if [ ! -x $(PEERS_VENV)/bin/python ]; then \
+	  python3 -m venv $(PEERS_VENV) && $(PEERS_VENV)/bin/pip install -q torch numpy || \
+	  echo "PyTorch could not be installed from PyPI: its benchmarks will be skipped"; \
+	fi
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer (g++). Kernels are
 # JIT-compiled and not instrumented, so the benchmark-size tests stay fast enough to keep.

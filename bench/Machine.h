@@ -1,0 +1,134 @@
+// This machine's roofline, measured at the start of a benchmark run so that every fraction in
+// the run is of limits measured on the same machine at the same time: the FP32 FMA peak and the
+// read bandwidth from DRAM and from L3, with the thread count the kernels use.
+#pragma once
+
+#include "frank/Frank.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace frank::bench {
+
+struct Machine {
+  int threads = 1;
+  double peakFlops = 0; // FLOP/s, all threads
+  double dramBytes = 0; // bytes/s read from DRAM, all threads
+  double l3Bytes = 0;   // bytes/s read from L3-resident data, all threads
+  int64_t l3Size = 0;   // bytes
+
+  /// The roofline bound for a call: the time its FLOPs or its bytes need at best, with bytes
+  /// from DRAM (`cold`) or from L3.
+  double boundSeconds(double flops, double bytes, bool cold) const {
+    return std::max(flops / peakFlops, bytes / (cold ? dramBytes : l3Bytes));
+  }
+};
+
+namespace detail {
+
+template <class Body> double bestOfThreads(int threads, int repeats, Body body) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back(body, t);
+    for (auto &thread : pool)
+      thread.join();
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+// Ten independent FMA chains of 8 lanes: enough to cover the FMA latency on two pipes.
+__attribute__((target("avx2,fma"))) inline float fmaChains(int64_t iterations, float seed) {
+  __m256 acc[10];
+  for (int i = 0; i < 10; ++i)
+    acc[i] = _mm256_set1_ps(seed + static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t n = 0; n < iterations; ++n)
+    for (int i = 0; i < 10; ++i)
+      acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  __m256 sum = acc[0];
+  for (int i = 1; i < 10; ++i)
+    sum = _mm256_add_ps(sum, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, sum);
+  return out[0];
+}
+
+__attribute__((target("avx2"))) inline float readAll(const float *data, int64_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  for (int64_t i = 0; i + 32 <= n; i += 32)
+    for (int j = 0; j < 4; ++j)
+      acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(data + i + 8 * j));
+  float out[8];
+  _mm256_storeu_ps(out,
+                   _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return out[0];
+}
+
+inline int64_t l3CacheSize() {
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  std::string text;
+  if (!(in >> text) || text.empty())
+    return 32 << 20;
+  int64_t value = std::stoll(text);
+  char unit = text.back();
+  return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
+}
+
+} // namespace detail
+
+/// Measures the machine (about a second). The figures are best-of-several: limits, not averages.
+inline Machine measureMachine() {
+  Machine m;
+  m.threads = numThreads();
+  m.l3Size = detail::l3CacheSize();
+  volatile float sink = 0;
+
+  const int64_t fmaIterations = 20'000'000;
+  double fmaSeconds = detail::bestOfThreads(
+      m.threads, 3, [&](int t) { sink = detail::fmaChains(fmaIterations, static_cast<float>(t)); });
+  m.peakFlops = 2.0 * 10 * 8 * static_cast<double>(fmaIterations) * m.threads / fmaSeconds;
+
+  // DRAM: 1 GiB per thread, far beyond the L3, on huge pages where the system allows.
+  const int64_t dramFloats = int64_t{256} << 20;
+  std::vector<Tensor> big;
+  for (int t = 0; t < m.threads; ++t) {
+    big.push_back(Tensor::zeros(DType::F32, {dramFloats}));
+    std::fill_n(big.back().as<float>(), dramFloats, 1.0f);
+  }
+  double dramSeconds = detail::bestOfThreads(
+      m.threads, 3, [&](int t) { sink = detail::readAll(big[t].as<float>(), dramFloats); });
+  m.dramBytes = 4.0 * static_cast<double>(dramFloats) * m.threads / dramSeconds;
+  big.clear();
+
+  // L3: a quarter of the L3 per thread, read 40 times after a first pass brings it in.
+  const int64_t l3Floats = m.l3Size / 4 / 4 / m.threads * m.threads;
+  std::vector<Tensor> warm;
+  for (int t = 0; t < m.threads; ++t) {
+    warm.push_back(Tensor::zeros(DType::F32, {l3Floats}));
+    std::fill_n(warm.back().as<float>(), l3Floats, 1.0f);
+  }
+  double l3Seconds = detail::bestOfThreads(m.threads, 3, [&](int t) {
+    for (int r = 0; r < 40; ++r) {
+      sink = detail::readAll(warm[t].as<float>(), l3Floats);
+      asm volatile("" ::: "memory"); // each pass really reads: no hoisting the pure call
+    }
+  });
+  m.l3Bytes = 40 * 4.0 * static_cast<double>(l3Floats) * m.threads / l3Seconds;
+  (void)sink;
+  return m;
+}
+
+} // namespace frank::bench

@@ -1,0 +1,344 @@
+// Every benchmark shape of bench-shapes.md (S1-S10) in one run: frank-jit specialized, frank-jit
+// generic, and each peer library that covers the shape, with FLOP/s, bytes/s and the fraction of
+// this machine's roofline (measured at the start of the run, see Machine.h), and the cold
+// compile time of each specialized kernel.
+//
+// Weights of the memory-bound shapes (GEMV, mul_mat_id, the MoE block) are cold: each call reads
+// the next of several copies whose total is at least twice the L3, so they come from DRAM, as in
+// a model whose layers do not fit in cache. Everything else is warm (called on the same data).
+//
+// Names are "<id> <description>/<implementation>"; bench/report.py turns the JSON output into
+// the report and the roofline plot (`make bench`).
+#include "Machine.h"
+#include "Peers.h"
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+using namespace frank;
+using namespace frank::bench;
+
+namespace {
+
+struct PeerSpec {
+  std::string name;
+  PeerStatus status;
+  std::function<PeerCall()> prepare; // allocates and packs only if the peer runs
+  double bytes = -1;                 // its own compulsory bytes, where its layout differs
+};
+
+struct Shape {
+  Shape(std::string id, std::string description, std::string component, std::string function,
+        double flops = 0, double bytes = 0)
+      : id(std::move(id)), description(std::move(description)), component(std::move(component)),
+        function(std::move(function)), flops(flops), bytes(bytes) {}
+  std::string id, description;
+  std::string component, function;
+  double flops = 0, bytes = 0; // per call: nominal FLOPs, compulsory bytes
+  bool cold = false;
+  std::vector<std::vector<Arg>> argSets; // one per rotated copy of the weights
+  std::vector<PeerSpec> peers;
+};
+
+/// Uniform floats in [lo, hi) from a fast generator: the weights of S10 are 88M floats a copy.
+Tensor randomTensor(std::vector<int64_t> shape, uint64_t seed, float lo = -1, float hi = 1) {
+  Tensor t = Tensor::zeros(DType::F32, std::move(shape));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  float *p = t.as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    p[i] = lo + (hi - lo) * static_cast<float>(state >> 40) * 0x1p-24f;
+  }
+  return t;
+}
+
+Tensor intTensor(DType type, std::vector<int64_t> shape, const std::vector<int64_t> &values) {
+  Tensor t = Tensor::zeros(type, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t v = values[static_cast<size_t>(i) % values.size()];
+    if (type == DType::I32)
+      t.as<int32_t>()[i] = static_cast<int32_t>(v);
+    else
+      t.as<int64_t>()[i] = v;
+  }
+  return t;
+}
+
+/// How many copies of `bytes` of weights make at least twice the L3 (two at least).
+size_t coldCopies(double bytes, const Machine &m) {
+  return std::max<size_t>(2, static_cast<size_t>(std::ceil(2.0 * m.l3Size / bytes)));
+}
+
+/// Builds the argument sets of a shape whose tensors at `weightIndices` are cold: copies of those
+/// rotate, the rest are shared.
+void rotate(Shape &s, const std::vector<Arg> &args, const std::vector<size_t> &weightIndices,
+            const Machine &m, std::vector<std::vector<Tensor>> *weightCopies = nullptr) {
+  double weightBytes = 0;
+  for (size_t i : weightIndices)
+    weightBytes += static_cast<double>(std::get<Tensor>(args[i]).numel()) * 4;
+  size_t copies = s.cold ? coldCopies(weightBytes, m) : 1;
+  if (weightCopies)
+    weightCopies->assign(weightIndices.size(), {});
+  for (size_t c = 0; c < copies; ++c) {
+    std::vector<Arg> set = args;
+    for (size_t w = 0; w < weightIndices.size(); ++w) {
+      size_t i = weightIndices[w];
+      Tensor t = c == 0 ? std::get<Tensor>(args[i])
+                        : randomTensor(std::get<Tensor>(args[i]).shape(), 1000 * c + i);
+      set[i] = t;
+      if (weightCopies)
+        (*weightCopies)[w].push_back(t);
+    }
+    s.argSets.push_back(std::move(set));
+  }
+}
+
+PeerSpec matmulPeer(const std::string &name, PeerStatus status,
+                    PeerCall (*make)(const Tensor &, const std::vector<Tensor> &, Tensor &),
+                    Tensor x, std::vector<Tensor> weights, int64_t n) {
+  return {name, status, [=] {
+            Tensor y = Tensor::zeros(DType::F32, {x.shape()[0], n});
+            return make(x, weights, y);
+          }};
+}
+
+Shape matmulShape(const std::string &id, int64_t m, int64_t k, int64_t n, bool cold,
+                  const Machine &machine) {
+  Shape s{id, fmt::format("matmul {}x{}x{}", m, k, n), "linear/matmul.mlir", "matmul"};
+  s.flops = 2.0 * m * k * n;
+  s.bytes = 4.0 * (m * k + k * n + m * n);
+  s.cold = cold;
+  Tensor x = randomTensor({m, k}, 1), w = randomTensor({k, n}, 2, -0.05f, 0.05f);
+  std::vector<std::vector<Tensor>> weights;
+  rotate(s, {x, w}, {1}, machine, &weights);
+  s.peers.push_back(matmulPeer("openblas", openblasStatus(), openblasMatmul, x, weights[0], n));
+  s.peers.push_back(matmulPeer("onednn", onednnStatus(), onednnMatmul, x, weights[0], n));
+  return s;
+}
+
+/// S9's expert ids: every expert used, each token's two experts different.
+std::vector<int64_t> expertIds(int64_t tokens) {
+  if (tokens == 1)
+    return {3, 5};
+  return {1, 6, 3, 0, 5, 2, 7, 4};
+}
+
+Shape mulMatIdShape(int64_t tokens, const Machine &machine) {
+  const int64_t nOut = 3584, nIn = 1024, experts = 8, used = 2;
+  Shape s{fmt::format("S9t{}", tokens), fmt::format("mul_mat_id T={}", tokens),
+          "moe/mul_mat_id.mlir", "mul_mat_id"};
+  s.flops = 2.0 * nOut * nIn * used * tokens;
+  // The component's layout keeps the expert innermost, so every cache line of the weights holds
+  // every expert: even one token's two experts read all of them.
+  s.bytes = 4.0 * (nOut * nIn * experts + nIn * used * tokens + nOut * used * tokens);
+  s.cold = true;
+  Tensor w = randomTensor({nOut, nIn, experts}, 3, -0.03f, 0.03f);
+  Tensor x = randomTensor({nIn, used, tokens}, 4);
+  Tensor ids = intTensor(DType::I32, {used, tokens}, expertIds(tokens));
+  std::vector<std::vector<Tensor>> weights;
+  rotate(s, {w, x, ids}, {0}, machine, &weights);
+  // Repacked expert-major, a BLAS caller reads only the selected experts' rows.
+  std::set<int64_t> distinct;
+  for (int64_t p = 0; p < used * tokens; ++p)
+    distinct.insert(ids.as<int32_t>()[p]);
+  double peerBytes = s.bytes - 4.0 * nOut * nIn * (experts - static_cast<double>(distinct.size()));
+  s.peers.push_back({"openblas", openblasStatus(),
+                     [w = weights[0], x, ids, nOut, used, tokens] {
+                       Tensor out = Tensor::zeros(DType::F32, {nOut, used, tokens});
+                       return openblasMulMatId(w, x, ids, out);
+                     },
+                     peerBytes});
+  return s;
+}
+
+Shape moeBlockShape(int64_t tokens, const Machine &machine) {
+  const int64_t e = 1024, f = 3584, experts = 8, used = 2;
+  Shape s{fmt::format("S10t{}", tokens), fmt::format("moe_ffn_block T={}", tokens),
+          "moe/moe_ffn_block.mlir", "moe_ffn_block"};
+  // Router, the three expert matmuls of each chosen expert, the weighted sum.
+  s.flops = 2.0 * tokens * experts * e + 3 * 2.0 * f * e * used * tokens + 2.0 * tokens * used * e;
+  s.bytes = 4.0 * (3 * f * e * experts + experts * e + 2 * tokens * e);
+  s.cold = true;
+  std::vector<Arg> args = {randomTensor({tokens, e}, 5),
+                           randomTensor({experts, e}, 6),
+                           randomTensor({f, e, experts}, 7, -0.03f, 0.03f),
+                           randomTensor({f, e, experts}, 8, -0.03f, 0.03f),
+                           randomTensor({e, f, experts}, 9, -0.02f, 0.02f),
+                           Scalar::index(experts),
+                           Scalar::index(used),
+                           Scalar::index(e),
+                           Scalar::index(f),
+                           Scalar::i1(true)};
+  rotate(s, args, {2, 3, 4}, machine);
+  return s;
+}
+
+std::vector<Shape> makeShapes(const Machine &m) {
+  std::vector<Shape> shapes;
+  auto warm = [&](Shape s, std::vector<Arg> args) {
+    rotate(s, args, {}, m);
+    shapes.push_back(std::move(s));
+  };
+  // S1: 4 FLOPs per element (square, add, scale, weight).
+  for (auto [id, rows] : {std::pair<const char *, int64_t>{"S1", 32}, {"S1d", 1}})
+    warm(
+        {id, fmt::format("rms_norm {}x4096", rows), "normalization/rms_norm.mlir",
+         "rms_norm_linalg", 4.0 * rows * 4096, 4.0 * (2 * rows * 4096 + 4096)},
+        {randomTensor({rows, 4096}, 10), randomTensor({4096}, 11, 0.5f, 1.5f), Scalar::f32(1e-6f)});
+  // S2: 6 FLOPs per element, exp counted as one.
+  const int64_t n2 = 32 * 14336;
+  warm({"S2", "swiglu 1x32x14336", "activation/swiglu.mlir", "swiglu", 6.0 * n2, 12.0 * n2},
+       {randomTensor({1, 32, 14336}, 12, -4, 4), randomTensor({1, 32, 14336}, 13, -8, 8)});
+  // S3: a copy of the 128 rows the ids name.
+  warm({"S3", "embedding_lookup 32000x2048 ids 1x128", "embedding/embedding_lookup.mlir",
+        "embedding_lookup", 0, 4.0 * (2 * 128 * 2048) + 8 * 128},
+       {randomTensor({32000, 2048}, 14),
+        intTensor(DType::I64, {1, 128}, {17, 31990, 5, 2048, 999, 12345, 0, 31999})});
+  // S4: 3 FLOPs per element for the rotation (sin and cos per pair not counted).
+  const int64_t n4 = 128 * 32 * 128;
+  std::vector<int64_t> positions(128);
+  std::iota(positions.begin(), positions.end(), 0);
+  warm({"S4", "rope 1x128x32x128", "position/rope.mlir", "rope", 3.0 * n4, 8.0 * n4 + 8 * 128},
+       {randomTensor({1, 128, 32, 128}, 15), intTensor(DType::I64, {1, 128}, positions),
+        Scalar::f32(10000), Scalar::f32(1)});
+  // S5, S6: 4 FLOPs per (query, key, d) per head: the scores and the weighted sum.
+  const float scale = 1.0f / std::sqrt(128.0f);
+  for (auto [id, fn, pairs] :
+       {std::tuple<const char *, const char *, double>{"S5", "attention_gqa", 128.0 * 128},
+        {"S5c", "attention_gqa_causal", 128.0 * 129 / 2}})
+    warm({id, fmt::format("{} 1x128x32x128 kv 8 heads", fn), "attention/attention_gqa.mlir", fn,
+          4.0 * 32 * 128 * pairs, 4.0 * (2 * 128 * 32 * 128 + 2 * 128 * 8 * 128)},
+         {randomTensor({1, 128, 32, 128}, 16), randomTensor({1, 128, 8, 128}, 17),
+          randomTensor({1, 128, 8, 128}, 18), Scalar::f32(scale)});
+  warm({"S6", "attention_gqa_decode q 1x1x32x128 kv 1x512x8x128", "attention/attention_gqa.mlir",
+        "attention_gqa_decode", 4.0 * 32 * 512 * 128, 4.0 * (2 * 32 * 128 + 2 * 512 * 8 * 128)},
+       {randomTensor({1, 1, 32, 128}, 19), randomTensor({1, 512, 8, 128}, 20),
+        randomTensor({1, 512, 8, 128}, 21), Scalar::f32(scale)});
+  shapes.push_back(matmulShape("S7", 128, 4096, 4096, /*cold=*/false, m));
+  shapes.push_back(matmulShape("S8", 1, 4096, 4096, /*cold=*/true, m));
+  for (int64_t tokens : {1, 32})
+    shapes.push_back(mulMatIdShape(tokens, m));
+  for (int64_t tokens : {1, 32})
+    shapes.push_back(moeBlockShape(tokens, m));
+  return shapes;
+}
+
+void setCounters(benchmark::State &state, const Shape &s, double bytes, const Machine &m) {
+  const double calls = static_cast<double>(state.iterations());
+  state.counters["flops"] = s.flops;
+  state.counters["bytes"] = bytes;
+  state.counters["cold"] = s.cold;
+  state.counters["FLOP/s"] = benchmark::Counter(s.flops * calls, benchmark::Counter::kIsRate);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * calls));
+  // bound time * calls / elapsed: the fraction of the roofline reached.
+  state.counters["roofline"] = benchmark::Counter(m.boundSeconds(s.flops, bytes, s.cold) * calls,
+                                                  benchmark::Counter::kIsRate);
+}
+
+std::string name(const Shape &s, const std::string &implementation) {
+  return fmt::format("{} {}/{}", s.id, s.description, implementation);
+}
+
+/// A copy of the component's text with its module symbol changed, so that no cache knows it.
+std::string freshModule(const std::string &component, int64_t serial) {
+  std::ifstream in(std::string(FRANK_COMPONENTS_DIR) + "/" + component);
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  size_t at = text.find("module @");
+  if (at != std::string::npos)
+    text.insert(text.find_first_of(" {", at + 8), fmt::format("_cold{}", serial));
+  return text;
+}
+
+void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
+  auto s = std::make_shared<Shape>(shape);
+  Function fn =
+      ctx.load(std::string(FRANK_COMPONENTS_DIR) + "/" + s->component).function(s->function);
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    std::string impl = mode == Mode::Specialized ? "frank-specialized" : "frank-generic";
+    benchmark::RegisterBenchmark(name(*s, impl).c_str(),
+                                 [=, &m](benchmark::State &state) {
+                                   Kernel kernel = fn.specialize(s->argSets[0], mode);
+                                   std::vector<Tensor> outputs = kernel(s->argSets[0]);
+                                   size_t copy = 0;
+                                   for (auto _ : state) {
+                                     kernel.run(s->argSets[copy++ % s->argSets.size()], outputs);
+                                     benchmark::ClobberMemory();
+                                   }
+                                   setCounters(state, *s, s->bytes, m);
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  for (const PeerSpec &peer : s->peers) {
+    benchmark::RegisterBenchmark(
+        name(*s, peer.name).c_str(),
+        [=, &m](benchmark::State &state) {
+          if (!peer.status.available) {
+            state.SkipWithError(peer.status.reason.c_str());
+            return;
+          }
+          PeerCall call = peer.prepare();
+          call(0); // first-call setup (thread pools, scratch) outside the timing
+          size_t copy = 1;
+          for (auto _ : state) {
+            call(copy++);
+            benchmark::ClobberMemory();
+          }
+          setCounters(state, *s, peer.bytes >= 0 ? peer.bytes : s->bytes, m);
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  // Cold compile: a module no cache (memory or disk) has seen, specialized to the shape.
+  benchmark::RegisterBenchmark(
+      name(*s, "compile-cold").c_str(),
+      [s](benchmark::State &state) {
+        static int64_t serial = 0; // process-wide: no repetition meets an earlier kernel
+        ContextOptions options;
+        options.diskCache = false;
+        Context fresh(options);
+        for (auto _ : state) {
+          state.PauseTiming();
+          Function f = fresh.loadString(freshModule(s->component, serial++), s->component)
+                           .function(s->function);
+          state.ResumeTiming();
+          benchmark::DoNotOptimize(f.specialize(s->argSets[0]));
+        }
+      })
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv))
+    return 1;
+  const Machine machine = measureMachine();
+  fmt::print(stderr,
+             "machine: {} threads, FMA peak {:.1f} GFLOP/s, DRAM read {:.1f} GB/s, L3 read "
+             "{:.1f} GB/s, L3 {} MiB\n",
+             machine.threads, machine.peakFlops / 1e9, machine.dramBytes / 1e9,
+             machine.l3Bytes / 1e9, machine.l3Size >> 20);
+  benchmark::AddCustomContext("threads", std::to_string(machine.threads));
+  benchmark::AddCustomContext("peak_gflops", fmt::format("{:.2f}", machine.peakFlops / 1e9));
+  benchmark::AddCustomContext("dram_gbps", fmt::format("{:.2f}", machine.dramBytes / 1e9));
+  benchmark::AddCustomContext("l3_gbps", fmt::format("{:.2f}", machine.l3Bytes / 1e9));
+  benchmark::AddCustomContext("l3_bytes", std::to_string(machine.l3Size));
+  Context ctx;
+  for (const Shape &shape : makeShapes(machine))
+    registerShape(ctx, shape, machine);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
