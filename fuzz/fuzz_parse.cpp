@@ -17,8 +17,7 @@
 namespace {
 
 bool isInternalError(const frank::Error &error) {
-  // A prefix test: user diagnostics quote the source, which may contain these words.
-  return std::string_view(error.what()).starts_with("internal compiler error");
+  return dynamic_cast<const frank::InternalError *>(&error) != nullptr;
 }
 
 [[noreturn]] void bug(const char *what, const std::string &detail) {

@@ -152,7 +152,8 @@ struct Access {
 
 namespace {
 
-// Converts a scalar to the type the signature declares, checking that its value fits.
+// Converts a scalar to the type the signature declares, checking that its value fits. `arg`
+// names the call and the argument.
 Scalar coerceScalar(const Scalar &s, const Type &declared, const std::string &arg) {
   Scalar out = s;
   if (isFloatElem(declared.elem)) {
@@ -191,7 +192,8 @@ std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mo
       if (!declared.isScalar())
         throw Error(fmt::format("error: in call to '@{}': {} is '{}' but was given a scalar",
                                 fn.name, argumentName(fn, i), declared.str()));
-      Scalar s = coerceScalar(std::get<Scalar>(args[i]), declared, argumentName(fn, i));
+      Scalar s = coerceScalar(std::get<Scalar>(args[i]), declared,
+                              fmt::format("in call to '@{}': {}", fn.name, argumentName(fn, i)));
       spec.type = declared;
       // Flags are specialization keys in both modes; other integers only when specialized.
       if ((mode == Mode::Specialized && declared.isInteger()) || declared.elem == ElemKind::I1)
@@ -237,9 +239,9 @@ std::vector<ArgSpec> specsFromStrings(const FuncOp &fn, const std::vector<std::s
   for (size_t i = 0; i < types.size() && i < specs.size(); ++i)
     if (types[i].find('=') == std::string::npos && !specs[i].type.isTensor()) {
       if (specs[i].type.elem == ElemKind::I1)
-        throw Error(fmt::format("error: {} is an i1 flag, a specialization key: give its value "
-                                "as i1=true or i1=false",
-                                argumentName(fn, i)));
+        throw Error(fmt::format("error: in call to '@{}': {} is an i1 flag, a specialization "
+                                "key: give its value as i1=true or i1=false",
+                                fn.name, argumentName(fn, i)));
       specs[i].intValue.reset();
     }
   return specs;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -50,8 +51,10 @@ inline bool fileExists(const std::string &path) {
 /// A path under the gtest temp dir, unique per test (tests may run in parallel under ctest).
 inline std::string tempPath(const std::string &leaf) {
   const auto *info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "frank_cli_" + info->test_suite_name() + "_" + info->name() + "_" +
-         leaf;
+  std::string name = std::string("frank_cli_") + info->test_suite_name() + "_" + info->name();
+  // Parameterized tests are named "Prefix/Suite.Test/Case": keep them one file name.
+  std::replace(name.begin(), name.end(), '/', '_');
+  return ::testing::TempDir() + name + "_" + leaf;
 }
 
 /// Environment changes for a run: a value sets the variable, nullopt removes it.

@@ -339,10 +339,14 @@ int main(int argc, char **argv) {
     llvm::errs()
         << "frank-jit: error: choose a command: compile, run, bench, link or cache (see --help)\n";
     return 1;
+  } catch (const InternalError &e) {
+    // A bug, not the user's input: a distinct status so that scripts can tell the two apart.
+    fmt::print(stderr, "frank-jit: {}\n", e.what());
+    return 2;
   } catch (const Error &e) {
     std::string message = e.what();
     // Messages from source text already say "file:line:col: error:"; the rest get a prefix.
-    if (message.rfind("error:", 0) == 0 || message.rfind("internal", 0) == 0)
+    if (message.rfind("error:", 0) == 0)
       fmt::print(stderr, "frank-jit: {}\n", message);
     else
       fmt::print(stderr, "{}\n", message);

@@ -19,6 +19,15 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// A bug in frank-jit itself, never caused by the input: its message starts with "internal
+/// compiler error". Derived from Error so that callers which report any failure still catch it;
+/// catch it first to tell the two apart (the command line exits with status 2 for it, 1 for
+/// user errors).
+class InternalError : public Error {
+public:
+  using Error::Error;
+};
+
 /// Element types. `I1` is stored as one byte per element (0 or 1), like NumPy's bool.
 enum class DType : uint8_t { F32, F16, BF16, F64, I1, I8, I16, I32, I64 };
 

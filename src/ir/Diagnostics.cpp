@@ -39,7 +39,7 @@ void fail(const Location &loc, const std::string &message) {
 }
 
 void internalError(const std::string &message) {
-  throw Error("internal compiler error (a bug in frank-jit, please report it): " + message);
+  throw InternalError("internal compiler error (a bug in frank-jit, please report it): " + message);
 }
 
 } // namespace frank

@@ -40,7 +40,8 @@ template <class... Args>
   fail(loc, fmt::format(format, std::forward<Args>(args)...));
 }
 
-/// A bug in frank-jit itself, never the user's input: worded so that it is visibly different.
+/// A bug in frank-jit itself, never the user's input: throws frank::InternalError, worded so that
+/// it is visibly different from a user error.
 [[noreturn]] void internalError(const std::string &message);
 
 } // namespace frank

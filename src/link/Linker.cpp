@@ -45,14 +45,15 @@ public:
         throw Error(fmt::format("{}: error: a linked file must define a named module "
                                 "('module @name {{ ... }}')",
                                 file));
+      // Reported at the second definition, with the source line, citing the first.
       if (module->name == main.name)
-        throw Error(fmt::format("{}: error: module @{} is defined twice: here and in the main "
-                                "file {}",
-                                file, module->name, main.loc.str()));
-      auto [it, inserted] = explicit_.emplace(module->name, std::move(module));
-      if (!inserted)
-        throw Error(fmt::format("{}: error: module @{} is defined twice: here and in {}", file,
-                                it->first, it->second->loc.str()));
+        fail(module->loc,
+             fmt::format("module @{} is defined twice: here and in the main file at {}",
+                         module->name, main.loc.str()));
+      if (auto it = explicit_.find(module->name); it != explicit_.end())
+        fail(module->loc, fmt::format("module @{} is defined twice: here and at {}", it->first,
+                                      it->second->loc.str()));
+      explicit_.emplace(module->name, std::move(module));
     }
     for (const std::string &dir : sources.searchPaths) {
       std::error_code ec;
@@ -172,8 +173,16 @@ void linkModule(ModuleOp &main, const LinkSources &sources) {
   bool needed = false;
   for (auto &f : main.functions)
     needed |= f->isDeclaration();
-  if (!needed)
+  // Sources given explicitly are checked even when nothing needs them: a missing or broken
+  // --link file must not pass silently.
+  if (!needed && sources.files.empty()) {
+    for (const std::string &dir : sources.searchPaths) {
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec))
+        throw Error(fmt::format("{}: error: link search path is not a directory", dir));
+    }
     return;
+  }
   Linker(main, sources).run();
 }
 

@@ -72,6 +72,13 @@ private:
         tensors_[arg] = storage;
         out_.inputArgs.push_back(static_cast<int>(i));
       } else if (arg->type.isScalar()) {
+        // The calling convention passes f32, f64 and integers; say so before compiling rather
+        // than when the kernel is called.
+        if (isFloatElem(arg->type.elem) && arg->type.elem != ElemKind::F32 &&
+            arg->type.elem != ElemKind::F64)
+          fail(arg->loc, fmt::format("unsupported argument type '{}': scalar float arguments "
+                                     "must be f32 or f64",
+                                     arg->type.str()));
         int slot = static_cast<int>(out_.program.scalarParams.size());
         out_.program.scalarParams.push_back(arg->type.elem);
         out_.scalarParamArgs.push_back(static_cast<int>(i));
@@ -290,8 +297,21 @@ private:
     case OpKind::TensorEmpty: {
       TensorStorage t;
       size_t next = 0;
-      for (int64_t d : op.result()->type.shape)
-        t.dims.push_back(d == kDynamic ? scalarOf(op.operands[next++]) : intConst(d));
+      const auto &shape = op.result()->type.shape;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] != kDynamic) {
+          t.dims.push_back(intConst(shape[d]));
+          continue;
+        }
+        const Value *size = op.operands[next++];
+        t.dims.push_back(scalarOf(size));
+        // Specialization rejects a negative size when it folds; a runtime size is checked per
+        // call, with the same message.
+        requireEqual(
+            op, intConst(0), t.dims.back(),
+            fmt::format("'tensor.empty' dim {} has negative size {{1}} (%{})", d, size->name),
+            true);
+      }
       t.buffer = bufferForRoot(storageRoot(op.result()), t.dims);
       tensors_[op.result()] = t;
       return;
@@ -705,8 +725,18 @@ private:
       nest.extents.clear();
     nest.vectorBody = sameTypes && isVectorBody(g.body(), nest.gather.has_value());
     nest.addAccumulates = addAccumulates(g.body());
-    return selectStrategy(nest, options_.target,
-                          specialized() ? options_.config : ConfigOverride{});
+    try {
+      return selectStrategy(nest, options_.target,
+                            specialized() ? options_.config : ConfigOverride{});
+    } catch (const InternalError &) {
+      throw;
+    } catch (const Error &e) {
+      // A --config override that does not fit this nest: name the op it does not fit.
+      std::string_view message = e.what();
+      if (message.starts_with("error: "))
+        message.remove_prefix(7);
+      fail(g.op.loc, std::string(message));
+    }
   }
 
   static bool mapUses(const AffineMap &map, int dim) {

@@ -246,11 +246,17 @@ private:
       if (!v)
         return std::nullopt;
       auto bound = [&](const char *key) { return op.hasAttr(key) ? op.attr(key).integer() : -1; };
-      if ((bound("umin") >= 0 && *v < bound("umin")) ||
-          (bound("umax") >= 0 && *v > bound("umax")) ||
-          (bound("udiv") > 0 && *v % bound("udiv") != 0))
-        fail(op.loc, fmt::format("%{} = {} violates its 'util.assume.int' range",
-                                 op.operands[0]->name, *v));
+      // The bounds are unsigned: a negative value is above any umax.
+      std::string broken;
+      if (bound("umin") >= 0 && *v < bound("umin"))
+        broken = fmt::format("it is below umin = {}", bound("umin"));
+      else if (bound("umax") >= 0 && (*v < 0 || *v > bound("umax")))
+        broken = fmt::format("it is above umax = {}", bound("umax"));
+      else if (bound("udiv") > 0 && *v % bound("udiv") != 0)
+        broken = fmt::format("it is not a multiple of udiv = {}", bound("udiv"));
+      if (!broken.empty())
+        fail(op.loc, fmt::format("%{} = {} violates its 'util.assume.int' range: {}",
+                                 op.operands[0]->name, *v, broken));
       return v;
     }
     if (op.results.size() != 1 || !op.result()->type.isInteger() || op.operands.empty())

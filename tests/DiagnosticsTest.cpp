@@ -1,0 +1,1037 @@
+// The diagnostics of every stage after the parser, as tables: specialization, unsupported
+// constructs, linking, .npy files, command-line flags and run-time checks. Each case states the
+// exact location and the exact first line of its error; ParserTest.cpp holds the parser's and
+// the verifier's table. Internal errors (bugs) must stay distinguishable from user errors.
+#include "ir/Diagnostics.h"
+#include "Isolation.h"
+#include "TestSupport.h"
+#include "ToolSupport.h"
+#include "frank/Npy.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace frank::test {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::string_literals;
+
+// ---- Internal errors versus user errors ---------------------------------------------------
+
+TEST(InternalErrors, AreTheirOwnTypeAndSayWhatTheyAre) {
+  try {
+    internalError("x");
+    FAIL() << "internalError returned";
+  } catch (const InternalError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "internal compiler error (a bug in frank-jit, please report it): x");
+  }
+  // Callers that report any frank failure still catch it as an Error.
+  EXPECT_THROW(internalError("x"), Error);
+}
+
+TEST(InternalErrors, UserErrorsAreNotInternal) {
+  try {
+    Context ctx;
+    ctx.loadString("util.func @f( {\n", "t.mlir");
+    FAIL() << "a parse error was accepted";
+  } catch (const InternalError &e) {
+    FAIL() << "a parse error reported as a bug: " << e.what();
+  } catch (const Error &e) {
+    EXPECT_THAT(e.what(), testing::StartsWith("t.mlir:1:15: error: "));
+  }
+}
+
+TEST(InternalErrors, CommandLineExitsOneForUserErrors) {
+  std::string path = tempPath("bad.mlir");
+  writeFile(path, "util.func @f( {\n");
+  ToolResult r = runTool({"compile", path});
+  EXPECT_FAILURE(r);
+  EXPECT_THAT(r.err, testing::StartsWith(path + ":1:15: error: "));
+  EXPECT_THAT(r.err, testing::Not(testing::HasSubstr("internal")));
+}
+
+// ---- Shared checking ------------------------------------------------------------------------
+
+/// Checks an error text: its first line is exactly `where: error: message` (or `error: message`
+/// when `where` is empty), and a `file:line:col` location is followed by the source line from
+/// `source` and a caret under the column.
+void expectError(const std::string &text, const std::string &where, const std::string &message,
+                 const std::string &source) {
+  std::vector<std::string> lines = splitLines(text);
+  ASSERT_FALSE(lines.empty()) << "an empty error message";
+  std::string first = where.empty() ? "error: " + message : where + ": error: " + message;
+  EXPECT_EQ(lines[0], first) << "full error:\n" << text;
+  unsigned line = 0, col = 0;
+  size_t colon = where.find(':');
+  if (colon == std::string::npos ||
+      std::sscanf(where.c_str() + colon + 1, "%u:%u", &line, &col) != 2) {
+    EXPECT_EQ(lines.size(), 1u) << "an unlocated error with context lines:\n" << text;
+    return;
+  }
+  std::vector<std::string> sourceLines = splitLines(source);
+  if (line > sourceLines.size() || sourceLines[line - 1].empty()) {
+    // End of file after a final newline: there is no source line to show.
+    EXPECT_EQ(lines.size(), 1u) << text;
+    return;
+  }
+  ASSERT_EQ(lines.size(), 3u) << "expected message, source line and caret:\n" << text;
+  EXPECT_EQ(lines[1], sourceLines[line - 1]);
+  EXPECT_EQ(lines[2], std::string(col - 1, ' ') + "^");
+}
+
+/// Replaces every occurrence of `from` in `text`.
+std::string replaceAll(std::string text, const std::string &from, const std::string &to) {
+  for (size_t at = text.find(from); !from.empty() && at != std::string::npos;
+       at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+Tensor f32(std::vector<int64_t> shape) { return Tensor::zeros(DType::F32, std::move(shape)); }
+
+/// An i64 tensor holding `values`.
+Tensor i64(std::vector<int64_t> shape, std::vector<int64_t> values) {
+  Tensor t = Tensor::zeros(DType::I64, std::move(shape));
+  for (size_t i = 0; i < values.size(); ++i)
+    t.as<int64_t>()[i] = values[i];
+  return t;
+}
+
+// ---- Sources the cases share ----------------------------------------------------------------
+
+// Line 7 holds the generic whose loop dims tie %a and %b together.
+const char *kAdd = R"(util.func @add(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = tensor.dim %a, %c0 : tensor<?x?xf32>
+  %n = tensor.dim %a, %c1 : tensor<?x?xf32>
+  %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<?x?xf32>
+  util.return %r : tensor<?x?xf32>
+}
+util.func @scale(%v: tensor<4xf32>, %k: f32) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+      ins(%v : tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = arith.mulf %x, %k : f32
+    linalg.yield %s : f32
+  } -> tensor<4xf32>
+  util.return %r : tensor<4xf32>
+}
+)";
+
+// Sizes from integer arguments: assumed ranges (lines 2 and 24), a size (line 14), a divisor
+// (line 9).
+const char *kSized = R"(util.func @sized(%n: index) -> tensor<?xf32> {
+  %m = util.assume.int %n<umin = 1, umax = 64, udiv = 4> : index
+  %e = tensor.empty(%m) : tensor<?xf32>
+  util.return %e : tensor<?xf32>
+}
+util.func @split(%x: tensor<?xf32>, %parts: index) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %len = tensor.dim %x, %c0 : tensor<?xf32>
+  %each = arith.divui %len, %parts : index
+  %e = tensor.empty(%each) : tensor<?xf32>
+  util.return %e : tensor<?xf32>
+}
+util.func @raw(%n: index) -> tensor<?xf32> {
+  %e = tensor.empty(%n) : tensor<?xf32>
+  util.return %e : tensor<?xf32>
+}
+util.func @narrow(%k: i8, %flag: i1) -> i8 {
+  util.return %k : i8
+}
+util.func @half(%h: f16) -> f16 {
+  util.return %h : f16
+}
+util.func @capped(%n: index) -> tensor<?xf32> {
+  %m = util.assume.int %n<umax = 8> : index
+  %e = tensor.empty(%m) : tensor<?xf32>
+  util.return %e : tensor<?xf32>
+}
+)";
+
+// A gather (line 7) and a tensor.extract in a generic body (line 18): indices read at run time.
+const char *kLookup =
+    R"(util.func @lookup(%w: tensor<?x?xf32>, %ids: tensor<?xi64>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %b = tensor.dim %ids, %c0 : tensor<?xi64>
+  %d = tensor.dim %w, %c1 : tensor<?x?xf32>
+  %init = tensor.empty(%b, %d) : tensor<?x?xf32>
+  %rows = iree_linalg_ext.gather dimension_map = [0]
+      ins(%w, %ids : tensor<?x?xf32>, tensor<?xi64>)
+      outs(%init : tensor<?x?xf32>) -> tensor<?x?xf32>
+  util.return %rows : tensor<?x?xf32>
+}
+util.func @pick(%t: tensor<?xf32>, %ids: tensor<?xi64>) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %ids, %c0 : tensor<?xi64>
+  %e = tensor.empty(%n) : tensor<?xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+      ins(%ids : tensor<?xi64>) outs(%e : tensor<?xf32>) {
+  ^bb0(%id: i64, %o: f32):
+    %i = arith.index_cast %id : i64 to index
+    %v = tensor.extract %t[%i] : tensor<?xf32>
+    linalg.yield %v : f32
+  } -> tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+)";
+
+// A contraction (line 9), for --config overrides.
+const char *kMatmul =
+    R"(util.func @mm(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %z = arith.constant 0.0 : f32
+  %m = tensor.dim %a, %c0 : tensor<?x?xf32>
+  %n = tensor.dim %b, %c1 : tensor<?x?xf32>
+  %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>
+  util.return %r : tensor<?x?xf32>
+}
+)";
+
+// ---- The API table: specialization, unsupported constructs, run-time checks ----------------
+
+struct ApiCase {
+  const char *name;
+  const char *text; // loaded as "t.mlir"
+  std::function<void(Module &)> call;
+  const char *where; // "t.mlir:L:C", or "" where no source text is involved
+  const char *message;
+  bool boundsChecks = true;
+};
+
+std::ostream &operator<<(std::ostream &os, const ApiCase &c) { return os << c.name; }
+
+const ApiCase kApiCases[] = {
+    // ---- Arguments against the signature.
+    {"argument_count", kAdd,
+     [](Module &m) {
+       m.function("add")({f32({2, 3})});
+     },
+     "", "in call to '@add': expected 2 arguments, got 1"},
+    {"argument_rank", kAdd,
+     [](Module &m) {
+       m.function("add")({f32({6}), f32({2, 3})});
+     },
+     "",
+     "in call to '@add': argument #0 (%a) has rank 2 ('tensor<?x?xf32>') but was given rank 1 "
+     "('6xf32')"},
+    {"argument_dtype", kAdd,
+     [](Module &m) {
+       m.function("add")({f32({2, 3}), i64({2, 3}, {})});
+     },
+     "", "in call to '@add': argument #1 (%b) has element type f32 but was given i64 ('2x3xi64')"},
+    {"argument_static_dim", kAdd,
+     [](Module &m) {
+       m.function("scale")({f32({5}), Scalar::f32(2)});
+     },
+     "",
+     "in call to '@scale': argument #0 (%v) dim 0 is 4 in the signature ('tensor<4xf32>') but "
+     "was given 5"},
+    {"argument_negative_dim", kAdd,
+     [](Module &m) {
+       m.function("add").specialize({Tensor::borrow(nullptr, DType::F32, {2, -3}), f32({2, 3})});
+     },
+     "", "in call to '@add': argument #0 (%a) dim 1 has negative size -3"},
+    {"scalar_for_tensor", kAdd,
+     [](Module &m) {
+       m.function("add")({Scalar::f32(1), f32({2, 3})});
+     },
+     "", "in call to '@add': argument #0 (%a) is 'tensor<?x?xf32>' but was given a scalar"},
+    {"tensor_for_scalar", kAdd,
+     [](Module &m) {
+       m.function("scale")({f32({4}), f32({1})});
+     },
+     "", "in call to '@scale': argument #1 (%k) has type 'f32' but was given '1xf32'"},
+    {"float_for_index", kSized, [](Module &m) { m.function("raw")({Scalar::f32(2)}); }, "",
+     "in call to '@raw': argument #0 (%n) is index but was given a float"},
+    {"integer_out_of_range_of_i8", kSized,
+     [](Module &m) {
+       m.function("narrow")({Scalar::i64(300), Scalar::i1(true)});
+     },
+     "", "in call to '@narrow': argument #0 (%k) is i8 but 300 does not fit"},
+    {"flag_not_zero_or_one", kSized,
+     [](Module &m) {
+       m.function("narrow")({Scalar::i64(1), Scalar::i64(2)});
+     },
+     "", "in call to '@narrow': argument #1 (%flag) is i1 but was given 2"},
+    {"flag_without_value", kSized,
+     [](Module &m) {
+       m.function("narrow").specialize(std::vector<std::string>{"i8", "i1"});
+     },
+     "",
+     "in call to '@narrow': argument #1 (%flag) is an i1 flag, a specialization key: give its "
+     "value as i1=true or i1=false"},
+    {"type_string_bad_dims", kAdd,
+     [](Module &m) {
+       m.function("add").specialize(std::vector<std::string>{"2x-3xf32", "2x3xf32"});
+     },
+     "",
+     "bad type '2x-3xf32': dims must be non-negative integers separated by 'x', as in "
+     "32x4096xf32"},
+    {"type_string_unknown_element", kAdd,
+     [](Module &m) {
+       m.function("add").specialize(std::vector<std::string>{"2x3xq8", "2x3xf32"});
+     },
+     "",
+     "bad type '2x3xq8': unknown element type 'q8' (expected f32, f16, bf16, f64, i1, i8, i16, "
+     "i32, i64 or index)"},
+    {"type_string_bad_scalar_value", kSized,
+     [](Module &m) { m.function("raw").specialize(std::vector<std::string>{"index=four"}); }, "",
+     "bad scalar 'index=four': 'four' is not a valid index"},
+    {"unknown_function", kAdd, [](Module &m) { m.function("mul"); }, "",
+     "no function '@mul' in module; it defines: @add, @scale"},
+    {"half_scalar_argument", kSized,
+     [](Module &m) {
+       m.function("half")({Scalar{DType::F16, false, 1.0, 0}});
+     },
+     "t.mlir:20:17", "unsupported argument type 'f16': scalar float arguments must be f32 or f64"},
+
+    // ---- Shapes that contradict each other, in both modes.
+    {"mismatched_dims_specialized", kAdd,
+     [](Module &m) {
+       m.function("add")({f32({2, 3}), f32({2, 4})});
+     },
+     "t.mlir:7:3",
+     "loop dim d1 of 'linalg.generic' has extent 3 from operand #0 (%a) dim 1 but 4 from operand "
+     "#1 (%b) dim 1"},
+    {"mismatched_dims_generic", kAdd,
+     [](Module &m) {
+       m.function("add")({f32({2, 3}), f32({5, 3})}, Mode::Generic);
+     },
+     "t.mlir:7:3",
+     "loop dim d0 of 'linalg.generic' has extent 2 from operand #0 (%a) dim 0 but 5 from operand "
+     "#1 (%b) dim 0"},
+    {"kernel_called_with_other_shape", kAdd,
+     [](Module &m) {
+       Kernel k = m.function("add").specialize({f32({2, 3}), f32({2, 3})});
+       k({f32({2, 4}), f32({2, 4})});
+     },
+     "", "kernel for '@add' was compiled for argument #0 as 2x3xf32 but was given 2x4xf32"},
+    {"output_count", kAdd,
+     [](Module &m) {
+       Kernel k = m.function("add").specialize({f32({2, 3}), f32({2, 3})});
+       std::vector<Tensor> none;
+       k.run({f32({2, 3}), f32({2, 3})}, none);
+     },
+     "", "'@add' has 1 results but 0 output tensors were given"},
+    {"output_shape", kAdd,
+     [](Module &m) {
+       Kernel k = m.function("add").specialize({f32({2, 3}), f32({2, 3})});
+       std::vector<Tensor> out{f32({3, 2})};
+       k.run({f32({2, 3}), f32({2, 3})}, out);
+     },
+     "", "output #0 of '@add' must be 2x3xf32 but was given 3x2xf32"},
+    {"output_overlaps_argument", kAdd,
+     [](Module &m) {
+       Kernel k = m.function("add").specialize({f32({2, 3}), f32({2, 3})});
+       Tensor a = f32({2, 3});
+       std::vector<Tensor> out{a};
+       k.run({a, f32({2, 3})}, out);
+     },
+     "",
+     "output #0 of '@add' overlaps argument #0; outputs must not share memory with the "
+     "arguments"},
+
+    // ---- Integer arguments that size things.
+    {"assume_below_minimum", kSized, [](Module &m) { m.function("sized")({Scalar::index(0)}); },
+     "t.mlir:2:3", "%n = 0 violates its 'util.assume.int' range: it is below umin = 1"},
+    {"assume_above_maximum", kSized, [](Module &m) { m.function("sized")({Scalar::index(68)}); },
+     "t.mlir:2:3", "%n = 68 violates its 'util.assume.int' range: it is above umax = 64"},
+    {"assume_not_a_multiple", kSized, [](Module &m) { m.function("sized")({Scalar::index(6)}); },
+     "t.mlir:2:3", "%n = 6 violates its 'util.assume.int' range: it is not a multiple of udiv = 4"},
+    {"assume_negative", kSized, [](Module &m) { m.function("sized")({Scalar::index(-4)}); },
+     "t.mlir:2:3", "%n = -4 violates its 'util.assume.int' range: it is below umin = 1"},
+    // The bounds are unsigned: -1 is above any umax, not a small size.
+    {"assume_negative_against_umax", kSized,
+     [](Module &m) { m.function("capped")({Scalar::index(-1)}); }, "t.mlir:24:3",
+     "%n = -1 violates its 'util.assume.int' range: it is above umax = 8"},
+    {"negative_size", kSized, [](Module &m) { m.function("raw")({Scalar::index(-1)}); },
+     "t.mlir:14:3", "'tensor.empty' dim 0 has negative size -1 (%n)"},
+    {"negative_size_generic", kSized,
+     [](Module &m) { m.function("raw")({Scalar::index(-1)}, Mode::Generic); }, "t.mlir:14:3",
+     "'tensor.empty' dim 0 has negative size -1 (%n)"},
+    {"zero_divisor", kSized,
+     [](Module &m) {
+       m.function("split")({f32({8}), Scalar::index(0)});
+     },
+     "t.mlir:9:3", "division by zero in 'arith.divui'"},
+    {"zero_divisor_generic", kSized,
+     [](Module &m) {
+       m.function("split")({f32({8}), Scalar::index(0)}, Mode::Generic);
+     },
+     "", "division by zero in a shape computation: divui(dims[0], scalars[0]:index)"},
+
+    // ---- Constructs that parse but that the later stages do not take.
+    {"recursive_call",
+     "util.func @f(%x: f32) -> f32 {\n"
+     "  %y = util.call @f(%x) : (f32) -> f32\n"
+     "  util.return %y : f32\n"
+     "}\n",
+     [](Module &m) { m.function("f")({Scalar::f32(1)}); }, "t.mlir:2:3",
+     "recursive call to '@f' is not supported"},
+    {"scf_if_on_runtime_condition",
+     "util.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>, %x: f32) -> tensor<2xf32> {\n"
+     "  %z = arith.constant 0.0 : f32\n"
+     "  %c = arith.cmpf ogt, %x, %z : f32\n"
+     "  %r = scf.if %c -> (tensor<2xf32>) {\n"
+     "    scf.yield %a : tensor<2xf32>\n"
+     "  } else {\n"
+     "    scf.yield %b : tensor<2xf32>\n"
+     "  }\n"
+     "  util.return %r : tensor<2xf32>\n"
+     "}\n",
+     [](Module &m) {
+       m.function("f")({f32({2}), f32({2}), Scalar::f32(1)});
+     },
+     "t.mlir:4:3",
+     "unsupported: 'scf.if' on tensors whose condition is not known when the kernel is compiled "
+     "(only i1 arguments and constants decide branches)"},
+    {"gather_dimension_map_not_a_permutation",
+     "util.func @f(%w: tensor<4x4xf32>, %ids: tensor<2x2xi64>) -> tensor<2xf32> {\n"
+     "  %init = tensor.empty() : tensor<2xf32>\n"
+     "  %r = iree_linalg_ext.gather dimension_map = [1, 1]\n"
+     "      ins(%w, %ids : tensor<4x4xf32>, tensor<2x2xi64>)\n"
+     "      outs(%init : tensor<2xf32>) -> tensor<2xf32>\n"
+     "  util.return %r : tensor<2xf32>\n"
+     "}\n",
+     [](Module &m) {
+       m.function("f")({f32({4, 4}), i64({2, 2}, {})});
+     },
+     "t.mlir:3:3", "'dimension_map' must be a permutation of 0..1"},
+    {"scf_for_zero_step",
+     "util.func @f(%x: f32) -> f32 {\n"
+     "  %c0 = arith.constant 0 : index\n"
+     "  %c4 = arith.constant 4 : index\n"
+     "  %r = scf.for %i = %c0 to %c4 step %c0 iter_args(%acc = %x) -> (f32) {\n"
+     "    %s = arith.addf %acc, %x : f32\n"
+     "    scf.yield %s : f32\n"
+     "  }\n"
+     "  util.return %r : f32\n"
+     "}\n",
+     [](Module &m) { m.function("f")({Scalar::f32(1)}); }, "t.mlir:4:3",
+     "'scf.for' needs a positive step, found 0"},
+    {"tensor_dim_index_out_of_range",
+     "util.func @f(%a: tensor<?xf32>) -> index {\n"
+     "  %c3 = arith.constant 3 : index\n"
+     "  %d = tensor.dim %a, %c3 : tensor<?xf32>\n"
+     "  util.return %d : index\n"
+     "}\n",
+     [](Module &m) { m.function("f")({f32({2})}); }, "t.mlir:3:3",
+     "'tensor.dim' index 3 is out of range for 'tensor<2xf32>'"},
+
+    // ---- Run-time checks: indices read from tensors, with bounds checks on.
+    {"gather_index_too_large", kLookup,
+     [](Module &m) {
+       m.function("lookup")({f32({3, 4}), i64({2}, {0, 3})});
+     },
+     "t.mlir:7:3", "index 3 is out of bounds for dim 0 of '%w', which has size 3"},
+    {"gather_index_negative", kLookup,
+     [](Module &m) {
+       m.function("lookup")({f32({3, 4}), i64({2}, {-1, 0})});
+     },
+     "t.mlir:7:3", "index -1 is out of bounds for dim 0 of '%w', which has size 3"},
+    {"gather_index_generic", kLookup,
+     [](Module &m) {
+       m.function("lookup")({f32({3, 4}), i64({1}, {1 << 20})}, Mode::Generic);
+     },
+     "t.mlir:7:3", "index 1048576 is out of bounds for dim 0 of '%w', which has size 3"},
+    {"extract_index_too_large", kLookup,
+     [](Module &m) {
+       m.function("pick")({f32({5}), i64({3}, {0, 4, 5})});
+     },
+     "t.mlir:20:5", "index 5 is out of bounds for dim 0 of '%t', which has size 5"},
+    {"extract_index_generic", kLookup,
+     [](Module &m) {
+       m.function("pick")({f32({5}), i64({1}, {-7})}, Mode::Generic);
+     },
+     "t.mlir:20:5", "index -7 is out of bounds for dim 0 of '%t', which has size 5"},
+};
+
+class ApiDiagnostics : public testing::TestWithParam<ApiCase> {};
+
+TEST_P(ApiDiagnostics, ExactLocationAndMessage) {
+  const ApiCase &c = GetParam();
+  // A kernel runs threads, which must not exist in the process that forks the next case.
+  Outcome out = runIsolated([&] {
+    ContextOptions options;
+    options.boundsChecks = c.boundsChecks;
+    Context ctx(options);
+    Module m = ctx.loadString(c.text, "t.mlir");
+    c.call(m);
+    return std::string();
+  });
+  ASSERT_EQ(out.kind, Outcome::Threw) << (out.kind == Outcome::Ok ? "no error" : out.text);
+  expectError(out.text, c.where, c.message, c.text);
+}
+
+INSTANTIATE_TEST_SUITE_P(Api, ApiDiagnostics, testing::ValuesIn(kApiCases),
+                         [](const testing::TestParamInfo<ApiCase> &info) {
+                           return std::string(info.param.name);
+                         });
+
+// ---- The linking table ----------------------------------------------------------------------
+
+const char *kLibA = R"(module @lib_a {
+  util.func public @scale(%t: tensor<?xf32>, %k: f32) -> tensor<?xf32> {
+    util.return %t : tensor<?xf32>
+  }
+}
+)";
+
+// Declares @lib_a.scale on line 2.
+const char *kApp = R"(module @app {
+  util.func private @lib_a.scale(tensor<?xf32>, f32) -> tensor<?xf32>
+  util.func public @main(%t: tensor<?xf32>) -> tensor<?xf32> {
+    %k = arith.constant 2.0 : f32
+    %r = util.call @lib_a.scale(%t, %k) : (tensor<?xf32>, f32) -> tensor<?xf32>
+    util.return %r : tensor<?xf32>
+  }
+}
+)";
+
+struct LinkCase {
+  const char *name;
+  std::vector<std::pair<std::string, std::string>> files; // written to a scratch directory
+  const char *main;                                       // one of `files`, loaded
+  std::vector<std::string> linked;                        // LinkOptions::files
+  std::vector<std::string> searchPaths;                   // LinkOptions::searchPaths
+  const char *where;                                      // relative to the directory
+  const char *message;
+};
+
+std::ostream &operator<<(std::ostream &os, const LinkCase &c) { return os << c.name; }
+
+const LinkCase kLinkCases[] = {
+    {"missing_module",
+     {{"app.mlir", kApp}},
+     "app.mlir",
+     {},
+     {"."},
+     "app.mlir:2:21",
+     "unresolved external function '@lib_a.scale': no module @lib_a in the linked files or the "
+     "search path"},
+    {"missing_function",
+     {{"app.mlir", kApp},
+      {"a.mlir", "module @lib_a {\n  util.func public @other() {\n    util.return\n  }\n}\n"}},
+     "app.mlir",
+     {"a.mlir"},
+     {},
+     "app.mlir:2:21",
+     "unresolved external function '@lib_a.scale': module @lib_a (a.mlir:1:1) has no public "
+     "function '@scale'"},
+    {"private_function",
+     {{"app.mlir", kApp},
+      {"a.mlir", "module @lib_a {\n  util.func private @scale(%t: tensor<?xf32>, %k: f32) -> "
+                 "tensor<?xf32> {\n    util.return %t : tensor<?xf32>\n  }\n}\n"}},
+     "app.mlir",
+     {"a.mlir"},
+     {},
+     "app.mlir:2:21",
+     "unresolved external function '@lib_a.scale': module @lib_a (a.mlir:1:1) has no public "
+     "function '@scale'"},
+    {"signature_mismatch",
+     {{"app.mlir", kApp},
+      {"a.mlir", "module @lib_a {\n  util.func public @scale(%t: tensor<?xf32>, %k: f64) -> "
+                 "tensor<?xf32> {\n    util.return %t : tensor<?xf32>\n  }\n}\n"}},
+     "app.mlir",
+     {"a.mlir"},
+     {},
+     "app.mlir:2:21",
+     "declaration of '@lib_a.scale' does not match its definition: declared (tensor<?xf32>, f32) "
+     "-> (tensor<?xf32>) here, defined (tensor<?xf32>, f64) -> (tensor<?xf32>) at a.mlir:2:20"},
+    {"duplicate_linked_module",
+     {{"app.mlir", kApp}, {"a.mlir", kLibA}, {"b.mlir", kLibA}},
+     "app.mlir",
+     {"a.mlir", "b.mlir"},
+     {},
+     "b.mlir:1:1",
+     "module @lib_a is defined twice: here and at a.mlir:1:1"},
+    {"duplicate_module_on_search_path",
+     {{"app.mlir", kApp}, {"lib/a.mlir", kLibA}, {"lib/b.mlir", kLibA}},
+     "app.mlir",
+     {},
+     {"lib"},
+     "app.mlir:2:21",
+     "module @lib_a is defined twice on the search path: lib/b.mlir and lib/a.mlir"},
+    {"linked_module_named_like_main",
+     {{"app.mlir", kApp}, {"other.mlir", "module @app {\n}\n"}},
+     "app.mlir",
+     {"other.mlir"},
+     {},
+     "other.mlir:1:1",
+     "module @app is defined twice: here and in the main file at app.mlir:1:1"},
+    {"linked_file_without_module_name",
+     {{"app.mlir", kApp}, {"anon.mlir", "util.func @g() {\n  util.return\n}\n"}},
+     "app.mlir",
+     {"anon.mlir"},
+     {},
+     "anon.mlir",
+     "a linked file must define a named module ('module @name { ... }')"},
+    {"declaration_without_module",
+     {{"app.mlir", "util.func private @helper(f32) -> f32\n"}},
+     "app.mlir",
+     {},
+     {},
+     "app.mlir:1:19",
+     "unresolved external function '@helper': an external declaration names its module, as "
+     "'@module.helper'"},
+    {"search_path_not_a_directory",
+     {{"app.mlir", kApp}},
+     "app.mlir",
+     {},
+     {"nowhere"},
+     "nowhere",
+     "link search path is not a directory"},
+    {"linked_file_missing",
+     {{"app.mlir", kApp}},
+     "app.mlir",
+     {"missing.mlir"},
+     {},
+     "missing.mlir",
+     "cannot open file: No such file or directory"},
+    {"linked_file_unused_and_missing",
+     {{"app.mlir", "module @app {\n}\n"}},
+     "app.mlir",
+     {"missing.mlir"},
+     {},
+     "missing.mlir",
+     "cannot open file: No such file or directory"},
+    {"linked_file_does_not_parse",
+     {{"app.mlir", kApp}, {"a.mlir", "module @lib_a {\n  util.func public @scale(\n"}},
+     "app.mlir",
+     {"a.mlir"},
+     {},
+     "a.mlir:3:1",
+     "expected a type, found end of file"},
+};
+
+class LinkDiagnostics : public testing::TestWithParam<LinkCase> {};
+
+TEST_P(LinkDiagnostics, ExactLocationAndMessage) {
+  const LinkCase &c = GetParam();
+  fs::path dir = fs::path(testing::TempDir()) / fmt::format("frank_diag_link_{}", c.name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string source;
+  for (const auto &[name, text] : c.files) {
+    fs::create_directories((dir / name).parent_path());
+    std::ofstream(dir / name) << text;
+  }
+  Outcome out = runIsolated([&] {
+    LinkOptions link;
+    for (const std::string &f : c.linked)
+      link.files.push_back((dir / f).string());
+    for (const std::string &p : c.searchPaths)
+      link.searchPaths.push_back((dir / p).string());
+    link.componentLibrary = false;
+    Context ctx;
+    ctx.load((dir / c.main).string(), link);
+    return std::string();
+  });
+  ASSERT_EQ(out.kind, Outcome::Threw) << (out.kind == Outcome::Ok ? "no error" : out.text);
+  // Locations name files by their path; the table names them relative to the directory.
+  std::string text = replaceAll(out.text, dir.string() + "/", "");
+  std::string where = c.where;
+  std::string file = where.substr(0, where.find(':'));
+  for (const auto &[name, contents] : c.files)
+    if (name == file)
+      source = contents;
+  expectError(text, c.where, c.message, source);
+}
+
+INSTANTIATE_TEST_SUITE_P(Link, LinkDiagnostics, testing::ValuesIn(kLinkCases),
+                         [](const testing::TestParamInfo<LinkCase> &info) {
+                           return std::string(info.param.name);
+                         });
+
+// ---- The .npy table -------------------------------------------------------------------------
+
+/// A .npy file with a hand-written header dict.
+std::string npy(const std::string &dict, const std::string &data = "", char major = 1) {
+  std::string out = "\x93NUMPY"s + major + '\0';
+  size_t width = major == 1 ? 2 : 4;
+  for (size_t i = 0; i < width; ++i)
+    out += static_cast<char>((dict.size() >> (8 * i)) & 0xff);
+  return out + dict + data;
+}
+
+std::string header(const std::string &descr, const std::string &shape, bool fortran = false) {
+  return fmt::format("{{'descr': '{}', 'fortran_order': {}, 'shape': {}, }}", descr,
+                     fortran ? "True" : "False", shape);
+}
+
+struct NpyCase {
+  const char *name;
+  std::string bytes; // parsed as "x.npy"
+  const char *message;
+};
+
+std::ostream &operator<<(std::ostream &os, const NpyCase &c) { return os << c.name; }
+
+const NpyCase kNpyCases[] = {
+    {"bad_magic", "PK\x03\x04 a zip file",
+     "not a .npy file: bad magic string (expected \\x93NUMPY)"},
+    {"empty_file", "", "truncated header: the file has only 0 bytes"},
+    {"truncated_magic", "\x93NUM", "truncated header: the file has only 4 bytes"},
+    {"truncated_header_length", "\x93NUMPY\x01\x00\x10"s,
+     "truncated header: the file has only 9 bytes"},
+    {"truncated_header", npy(header("<f4", "(2,)")).substr(0, 30),
+     "truncated header: the header needs 57 bytes, found 20"},
+    {"unsupported_version", npy(header("<f4", "(1,)"), "abcd", 4),
+     "unsupported .npy format version 4.0 (supported: 1.0, 2.0, 3.0)"},
+    {"unsupported_dtype", npy(header("<u2", "(1,)"), "ab"),
+     "unsupported dtype '<u2'; supported: '<f4' (f32), '<f2' (f16), '<f8' (f64), '|b1' (i1), "
+     "'|i1' (i8), '<i2' (i16), '<i4' (i32), '<i8' (i64)"},
+    {"object_dtype", npy(header("|O", "(1,)"), "abcdefgh"),
+     "unsupported dtype '|O'; supported: '<f4' (f32), '<f2' (f16), '<f8' (f64), '|b1' (i1), "
+     "'|i1' (i8), '<i2' (i16), '<i4' (i32), '<i8' (i64)"},
+    {"big_endian", npy(header(">f4", "(1,)"), "abcd"),
+     "unsupported dtype '>f4': big-endian data is not supported; save with arr.astype('<f4')"},
+    {"fortran_order", npy(header("<f4", "(2, 3)", true), std::string(24, '\0')),
+     "Fortran-order arrays are not supported; save with np.ascontiguousarray"},
+    {"negative_dimension", npy(header("<f4", "(2, -3)")), "negative dimension -3 in 'shape'"},
+    {"shape_too_large", npy(header("<f4", "(4294967296, 4294967296)")),
+     "shape (4294967296, 4294967296) is too large"},
+    {"header_not_a_dict", npy("[1, 2, 3]"),
+     "malformed .npy header dict: expected '{' at the start of the header (at offset 0 in "
+     "\"[1, 2, 3]\")"},
+    {"header_missing_shape", npy("{'descr': '<f4', 'fortran_order': False, }"),
+     "malformed .npy header dict: missing key 'shape' (at offset 42 in \"{'descr': '<f4', "
+     "'fortran_order': False, }\")"},
+    {"truncated_data", npy(header("<f4", "(2, 3)"), std::string(20, '\0')),
+     "truncated data: expected 24 bytes, found 20"},
+    {"trailing_data", npy(header("<f4", "(3,)"), std::string(13, '\0')),
+     "trailing bytes after the data: expected 12 bytes, found 13"},
+};
+
+class NpyDiagnostics : public testing::TestWithParam<NpyCase> {};
+
+TEST_P(NpyDiagnostics, ExactMessage) {
+  const NpyCase &c = GetParam();
+  Outcome out = runIsolated([&] {
+    parseNpy(c.bytes, "x.npy");
+    return std::string();
+  });
+  ASSERT_EQ(out.kind, Outcome::Threw) << (out.kind == Outcome::Ok ? "no error" : out.text);
+  expectError(out.text, "x.npy", c.message, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Npy, NpyDiagnostics, testing::ValuesIn(kNpyCases),
+                         [](const testing::TestParamInfo<NpyCase> &info) {
+                           return std::string(info.param.name);
+                         });
+
+// ---- The command-line table -----------------------------------------------------------------
+
+// The files a command line may name, written to a scratch directory as {dir}/NAME.
+std::vector<std::pair<std::string, std::string>> cliFiles() {
+  Tensor x = f32({2, 3});
+  Tensor ids = i64({2}, {0, 7});
+  return {{"add.mlir", kAdd},
+          {"lookup.mlir", kLookup},
+          {"sized.mlir", kSized},
+          {"mm.mlir", kMatmul},
+          {"x.npy", serializeNpy(x)},
+          {"ids.npy", serializeNpy(ids)},
+          {"bad.npy", "not a .npy file"},
+          {"big.npy", npy(header(">f4", "(1,)"), "abcd")}};
+}
+
+struct CliCase {
+  const char *name;
+  std::vector<std::string> argv; // "{dir}/" names the scratch directory
+  const char *where;             // "frank-jit", a file, or "add.mlir:L:C"
+  const char *message;           // the first line of stderr after "where: error: "
+};
+
+std::ostream &operator<<(std::ostream &os, const CliCase &c) { return os << c.name; }
+
+const CliCase kCliCases[] = {
+    {"no_command",
+     {},
+     "frank-jit",
+     "choose a command: compile, run, bench, link or cache (see --help)"},
+    {"missing_file",
+     {"run", "{dir}/none.mlir"},
+     "none.mlir",
+     "cannot open file: No such file or directory"},
+    {"ambiguous_function",
+     {"compile", "{dir}/add.mlir", "--input=2x3xf32", "--input=2x3xf32"},
+     "frank-jit",
+     "add.mlir defines 2 public functions (@add, @scale); choose one with --function=NAME"},
+    {"unknown_function",
+     {"compile", "{dir}/add.mlir", "--function=sub"},
+     "frank-jit",
+     "no function '@sub' in module; it defines: @add, @scale"},
+    {"too_few_inputs",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1"},
+     "frank-jit",
+     "'@add' takes 2 arguments (tensor<?x?xf32>, tensor<?x?xf32>) but 1 --input was given"},
+    {"input_without_value",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32", "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '2x3xf32': needs a value: TYPE=VALUE, TYPE=@file.npy, TYPE=random or @file.npy"},
+    {"input_bad_number",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1,x", "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '2x3xf32=1,x': 'x' is not a number"},
+    {"input_value_count",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1,2", "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '2x3xf32=1,2': gives 2 values but 2x3xf32 has 6 elements (give one value to "
+     "fill, or all of them)"},
+    {"input_bad_type",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x?xf32=1", "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '2x?xf32=1': dims must be non-negative integers separated by 'x', as in "
+     "32x4096xf32"},
+    {"input_bad_integer",
+     {"run", "{dir}/sized.mlir", "--function=raw", "--input=index=2.5"},
+     "frank-jit",
+     "--input #0 'index=2.5': '2.5' is not an integer"},
+    {"input_wrong_rank",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=6xf32=1", "--input=2x3xf32=1"},
+     "frank-jit",
+     "in call to '@add': argument #0 (%a) has rank 2 ('tensor<?x?xf32>') but was given rank 1 "
+     "('6xf32')"},
+    {"mismatched_dims",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1", "--input=2x4xf32=1"},
+     "add.mlir:7:3",
+     "loop dim d1 of 'linalg.generic' has extent 3 from operand #0 (%a) dim 1 but 4 from operand "
+     "#1 (%b) dim 1"},
+    {"negative_size",
+     {"run", "{dir}/sized.mlir", "--function=raw", "--input=index=-2"},
+     "sized.mlir:14:3",
+     "'tensor.empty' dim 0 has negative size -2 (%n)"},
+    {"npy_disagrees_with_input_type",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=3x2xf32=@{dir}/x.npy",
+      "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '3x2xf32=@x.npy': the file holds 2x3xf32 but the input says 3x2xf32"},
+    {"npy_rank_disagrees_with_signature",
+     {"run", "{dir}/lookup.mlir", "--function=pick", "--input=@{dir}/x.npy",
+      "--input=@{dir}/ids.npy"},
+     "frank-jit",
+     "in call to '@pick': argument #0 (%t) has rank 1 ('tensor<?xf32>') but was given rank 2 "
+     "('2x3xf32')"},
+    {"npy_dtype_disagrees_with_signature",
+     {"run", "{dir}/lookup.mlir", "--function=pick", "--input=@{dir}/ids.npy",
+      "--input=@{dir}/ids.npy"},
+     "frank-jit",
+     "in call to '@pick': argument #0 (%t) has element type f32 but was given i64 ('2xi64')"},
+    {"npy_bad_magic",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=@{dir}/bad.npy", "--input=2x3xf32=1"},
+     "bad.npy",
+     "not a .npy file: bad magic string (expected \\x93NUMPY)"},
+    {"npy_big_endian",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=1xf32=@{dir}/big.npy",
+      "--input=2x3xf32=1"},
+     "big.npy",
+     "unsupported dtype '>f4': big-endian data is not supported; save with arr.astype('<f4')"},
+    {"npy_missing",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=@{dir}/none.npy", "--input=2x3xf32=1"},
+     "none.npy",
+     "cannot open file: No such file or directory"},
+    {"gather_index_out_of_range",
+     {"run", "{dir}/lookup.mlir", "--function=lookup", "--input=3x2xf32=1",
+      "--input=@{dir}/ids.npy"},
+     "lookup.mlir:7:3",
+     "index 7 is out of bounds for dim 0 of '%w', which has size 3"},
+    {"output_without_at",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1", "--input=2x3xf32=1",
+      "--output=y.npy"},
+     "frank-jit",
+     "--output 'y.npy' must name a file as @file.npy"},
+    {"output_count",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1", "--input=2x3xf32=1",
+      "--output=@{dir}/y.npy", "--output=@{dir}/z.npy"},
+     "frank-jit",
+     "'@add' has 1 result but 2 --outputs were given"},
+    {"config_unknown_key",
+     {"compile", "{dir}/add.mlir", "--function=add", "--config=size=4"},
+     "frank-jit",
+     "--config='size=4': unknown key 'size' (pipeline, tile, k-block, pack)"},
+    {"config_not_key_value",
+     {"compile", "{dir}/add.mlir", "--function=add", "--config=tile"},
+     "frank-jit",
+     "--config='tile': 'tile' is not key=value"},
+    {"config_bad_tile",
+     {"compile", "{dir}/add.mlir", "--function=add", "--config=tile=3y2"},
+     "frank-jit",
+     "--config='tile=3y2': tile '3y2' is not MxN with 1 <= M, N <= 16"},
+    {"config_unknown_pipeline",
+     {"compile", "{dir}/add.mlir", "--function=add", "--config=pipeline=fast"},
+     "frank-jit",
+     "--config='pipeline=fast': unknown pipeline 'fast' (loops, contraction.outer, "
+     "contraction.dot, contraction.gather)"},
+    // Overrides that do not fit the contraction name it.
+    {"config_pipeline_does_not_apply",
+     {"compile", "{dir}/mm.mlir", "--input=16x64xf32", "--input=64x32xf32",
+      "--config=pipeline=contraction.gather"},
+     "mm.mlir:9:3",
+     "--config: pipeline contraction.gather does not apply: it reads no operand through a "
+     "gather"},
+    {"config_tile_does_not_fit",
+     {"compile", "{dir}/mm.mlir", "--input=10x64xf32", "--input=64x32xf32", "--config=tile=11x1"},
+     "mm.mlir:9:3",
+     "--config: tile 11x1 does not fit the contraction.outer nest (10 rows; N must divide 2 "
+     "vectors)"},
+    {"config_k_block_does_not_divide",
+     {"compile", "{dir}/mm.mlir", "--input=16x64xf32", "--input=64x32xf32", "--config=k-block=48"},
+     "mm.mlir:9:3",
+     "--config: k-block 48 does not divide the nest's one reduction dim"},
+    {"cache_unknown_action",
+     {"cache", "prune"},
+     "frank-jit",
+     "unknown cache command 'prune' (expected stats, ls or clear)"},
+    {"cache_no_action", {"cache"}, "frank-jit", "choose a cache command: stats, ls or clear"},
+    {"flag_i1_without_value",
+     {"compile", "{dir}/sized.mlir", "--function=narrow", "--input=i8", "--input=i1"},
+     "frank-jit",
+     "in call to '@narrow': argument #1 (%flag) is an i1 flag, a specialization key: give its "
+     "value as i1=true or i1=false"},
+};
+
+// LLVM's option parser words these itself, without "error:": their exact first lines.
+struct FlagCase {
+  const char *name;
+  std::vector<std::string> argv;
+  const char *firstLine; // "{binary}" is the tool's path
+};
+
+std::ostream &operator<<(std::ostream &os, const FlagCase &c) { return os << c.name; }
+
+const FlagCase kFlagCases[] = {
+    {"unknown_flag",
+     {"compile", "{dir}/add.mlir", "--bogus"},
+     "frank-jit: Unknown command line argument '--bogus'.  Try: '{binary} --help'"},
+    {"unknown_subcommand",
+     {"{dir}/add.mlir"},
+     "frank-jit: Unknown subcommand '{dir}/add.mlir'.  Try: '{binary} --help'"},
+    {"bad_emit_value",
+     {"compile", "{dir}/add.mlir", "--emit=bogus"},
+     "frank-jit: for the --emit option: Cannot find option named 'bogus'!"},
+    {"bad_mode_value",
+     {"run", "{dir}/add.mlir", "--mode=fast"},
+     "frank-jit: for the --mode option: Cannot find option named 'fast'!"},
+    {"bad_seed_value",
+     {"run", "{dir}/add.mlir", "--seed=x"},
+     "frank-jit: for the --seed option: 'x' value invalid for ulong argument!"},
+    {"missing_file_argument",
+     {"compile"},
+     "frank-jit: Not enough positional command line arguments specified!"},
+    // --output belongs to `run`: the parser suggests the nearest flag `compile` has.
+    {"flag_of_another_command",
+     {"compile", "{dir}/add.mlir", "--output=@y.npy"},
+     "frank-jit: Unknown command line argument '--output=@y.npy'.  Try: '{binary} --help'"},
+};
+
+/// A scratch directory holding cliFiles(), per test.
+std::string writeCliFiles(const std::string &name) {
+  fs::path dir = fs::path(testing::TempDir()) / fmt::format("frank_diag_cli_{}", name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto &[file, bytes] : cliFiles())
+    std::ofstream(dir / file, std::ios::binary) << bytes;
+  return dir.string();
+}
+
+std::vector<std::string> substituted(const std::vector<std::string> &argv, const std::string &dir) {
+  std::vector<std::string> out;
+  for (const std::string &a : argv)
+    out.push_back(replaceAll(a, "{dir}", dir));
+  return out;
+}
+
+class CliDiagnostics : public testing::TestWithParam<CliCase> {};
+
+TEST_P(CliDiagnostics, ExitOneAndExactMessage) {
+  const CliCase &c = GetParam();
+  std::string dir = writeCliFiles(c.name);
+  ToolResult r = runTool(substituted(c.argv, dir), {{"FRANK_CACHE", "off"}});
+  EXPECT_FAILURE(r);
+  std::string err = replaceAll(r.err, dir + "/", "");
+  std::string where = c.where;
+  std::string file = where.substr(0, where.find(':'));
+  std::string source;
+  for (const auto &[name, bytes] : cliFiles())
+    if (name == file)
+      source = bytes;
+  expectError(err, c.where, c.message, source);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cli, CliDiagnostics, testing::ValuesIn(kCliCases),
+                         [](const testing::TestParamInfo<CliCase> &info) {
+                           return std::string(info.param.name);
+                         });
+
+class FlagDiagnostics : public testing::TestWithParam<FlagCase> {};
+
+TEST_P(FlagDiagnostics, ExitOneAndExactFirstLine) {
+  const FlagCase &c = GetParam();
+  std::string dir = writeCliFiles(c.name);
+  ToolResult r = runTool(substituted(c.argv, dir), {{"FRANK_CACHE", "off"}});
+  EXPECT_FAILURE(r);
+  std::string expected = replaceAll(replaceAll(c.firstLine, "{binary}", kBinary), "{dir}", dir);
+  std::vector<std::string> lines = splitLines(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], expected) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Flags, FlagDiagnostics, testing::ValuesIn(kFlagCases),
+                         [](const testing::TestParamInfo<FlagCase> &info) {
+                           return std::string(info.param.name);
+                         });
+
+// ---- The tables themselves --------------------------------------------------------------------
+
+TEST(DiagnosticsTables, AreLargeAndNamesAreUnique) {
+  std::set<std::string> names;
+  size_t cases = 0;
+  auto add = [&](const char *table, const char *name) {
+    ++cases;
+    EXPECT_TRUE(names.insert(fmt::format("{}/{}", table, name)).second)
+        << "duplicate case " << table << "/" << name;
+    EXPECT_EQ(std::string(name).find_first_not_of(
+                  "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"),
+              std::string::npos)
+        << "not a test name: " << name;
+  };
+  for (const ApiCase &c : kApiCases)
+    add("Api", c.name);
+  for (const LinkCase &c : kLinkCases)
+    add("Link", c.name);
+  for (const NpyCase &c : kNpyCases)
+    add("Npy", c.name);
+  for (const CliCase &c : kCliCases)
+    add("Cli", c.name);
+  for (const FlagCase &c : kFlagCases)
+    add("Flags", c.name);
+  EXPECT_EQ(names.size(), cases);
+  EXPECT_GE(cases, 40u);
+}
+
+} // namespace
+} // namespace frank::test
