@@ -2,6 +2,7 @@
 // targets, the reasons a nest stays plain loops, `--config` parsing and its errors, and the
 // strategy lines the loop IR prints for the components. Nothing here compiles a kernel.
 #include "loops/Strategy.h"
+#include "Engine.h"
 #include "TestSupport.h"
 
 #include <fmt/ranges.h>
@@ -207,32 +208,43 @@ TEST(Strategy, EmptyNestsLowerToLlvm) {
         << fmt::format("{}", fmt::join(types, ", "));
 }
 
+// The choices the host's target leads to (the golden tests above pin both targets without a JIT).
 TEST(Strategy, LoopIrNamesEachNestsStrategy) {
+  const bool wide = jit::Engine::instance().target().vectorBits == 512;
+  const int lanes = wide ? 16 : 8;
   Module attention = context().load(componentPath("attention/attention_gqa.mlir"));
   std::string loops =
       attention.function("attention_gqa")
           .emit(Stage::Loops, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
   EXPECT_THAT(loops, testing::HasSubstr("// iree_linalg_ext.attention at "));
-  EXPECT_THAT(loops, testing::HasSubstr(": contraction.dot m=d1 n=d2 k=d3 tile=4x2 lanes=8\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = broadcast<8>(0f)\n"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(wide ? ": contraction.dot m=d1 n=d2 k=d3 tile=5x4 lanes=16\n"
+                                      : ": contraction.dot m=d1 n=d2 k=d3 tile=4x2 lanes=8\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64\n"
+                              : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = broadcast<{0}>(0f)\n", lanes)));
   EXPECT_THAT(loops, testing::HasSubstr(" + reduce_add(acc_"));
 
   Module linear = context().load(componentPath("linear/matmul.mlir"));
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
-  EXPECT_THAT(loops, testing::HasSubstr("// pack this block's 128x32 panel of '%w'"));
-  EXPECT_THAT(loops, testing::HasSubstr("temp packed_w: f32[524288]"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 64x64 panel of '%w'"
+                                             : "// pack this block's 128x32 panel of '%w'"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[262144]"
+                                             : "temp packed_w: f32[524288]"));
 
   // mul_mat_id: the ids are checked once, the pairs grouped by expert, each weight broadcast.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
   loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x16xf32", "2x16xi32"});
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8: group the pairs by "
-                         "choice\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}: group the pairs by "
+                         "choice\n",
+                         lanes)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}\n", lanes)));
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_input: f32["));
-  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = (broadcast<8>(t_"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = (broadcast<{0}>(t_", lanes)));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
 
   Module rms = context().load(componentPath("normalization/rms_norm.mlir"));
