@@ -146,9 +146,11 @@ def shapes(torch):
                     out.index_add_(0, tok, F.linear(act, down[i][ex]) * weights[tok, slot, None])
                 return out
             return call
+        # Expert-major, a call reads only the experts its tokens chose (at most used * tokens).
+        chosen_experts = min(experts, used * tokens)
         yield (f"S10t{tokens}", f"moe_ffn_block T={tokens}",
                2.0 * tokens * experts * e + 3 * 2.0 * f * e * used * tokens + 2.0 * tokens * used * e,
-               4.0 * (3 * f * e * experts + experts * e + 2 * tokens * e), True, make_moe)
+               4.0 * (3 * f * e * chosen_experts + experts * e + 2 * tokens * e), True, make_moe)
 
 
 def time_call(call, min_time):

@@ -101,6 +101,11 @@ struct Engine::Impl {
     cpu = builder.getCPU();
     features = builder.getFeatures().getString();
     avx512 = features.find("+avx512f") != std::string::npos;
+    // Hardware gathers are microcoded on every x86 we target, and slow where a mitigation
+    // (Intel's for Gather Data Sampling) or a VM makes them so: 7.7 cycles per element on the
+    // Zen 4 VMs here, where mul_mat_id's strided expert loads took 3x the DRAM time. Loads
+    // built one lane at a time cost about one cycle per element everywhere.
+    features += ",+prefer-no-gather,+prefer-no-scatter";
     machine = unwrap(builder.createTargetMachine(), "creating the target machine");
     // The JIT's own compiler (its target machine prepared by LLJIT for its linker), with the
     // capture attached: the disk cache stores exactly the object the JIT linked.
