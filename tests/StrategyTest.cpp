@@ -81,8 +81,19 @@ TEST(Strategy, GoldenContractions) {
 }
 
 TEST(Strategy, GatherNeedsAVectorOfPairs) {
-  // T = 1 (decode): 2 pairs fill no vector; the row reduction streams the weights.
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 1)), "row-reduction");
+  // T = 1 (decode): 2 pairs fill no vector; every expert of a row is computed, the experts
+  // being the lanes (four rows x two pairs of accumulators and a line of weights per row).
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 1)),
+            "contraction.choices m=d0 n=- k=d3 tile=4x1 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 1), Target::avx512()),
+            "contraction.choices m=d0 n=- k=d3 tile=4x1 lanes=8");
+  // 16 experts: two vectors a row, so two rows fit.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 1)),
+            "contraction.choices m=d0 n=- k=d3 tile=2x2 lanes=8");
+  // 6 pairs leave room for one row; 60 experts are no whole number of vectors.
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 3)),
+            "contraction.choices m=d0 n=- k=d3 tile=1x1 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 60, 2, 1)), "row-reduction");
   // Pairs need not be whole vectors (each group is padded to whole vectors): 24 pairs.
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
             "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
@@ -98,6 +109,15 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   };
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 1), "pipeline=contraction.gather"),
               testing::HasSubstr("2 pairs fill no vector of 8"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.choices"),
+              testing::HasSubstr("64 pairs x 1 vectors of accumulators do not fit the registers"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 1), "tile=2x2"),
+              testing::HasSubstr("contraction.choices takes tile=Mx1 with M at most 64"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 1), "k-block=8"),
+              testing::HasSubstr("and no k-block"));
+  EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 1), Target::avx2(),
+                                                  loops::parseConfig("tile=2x1"))),
+            "contraction.choices m=d0 n=- k=d3 tile=2x1 lanes=8");
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.outer"),
               testing::HasSubstr("it reads an operand through a gather"));
   EXPECT_THAT(error(matmulNest(64, 64, 64), "pipeline=contraction.gather"),
@@ -246,6 +266,14 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_input: f32["));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = (broadcast<{0}>(t_", lanes)));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
+  // At T = 1 every expert of a row is computed, the experts being the lanes.
+  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x1xf32", "2x1xi32"});
+  EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
+  EXPECT_THAT(loops, testing::HasSubstr(": contraction.choices m=d0 n=- k=d3 tile=4x1 lanes=8\n"));
+  EXPECT_THAT(
+      loops, testing::HasSubstr(": f32x8 = weights[((t + (d3 * 8)) + ((m_block * 4) * 256)) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("temp by_choice: f32[1024]"));
+  EXPECT_THAT(loops, testing::HasSubstr("// each pair takes the lane of its choice"));
 
   Module rms = context().load(componentPath("normalization/rms_norm.mlir"));
   loops = rms.function("rms_norm_linalg").emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"});

@@ -498,6 +498,10 @@ private:
       emitGroupedGather(g, result, strategy, extents);
       return;
     }
+    if (strategy.pipeline == Pipeline::ContractionChoices) {
+      emitChoiceLanes(g, result, strategy, extents);
+      return;
+    }
     if (strategy.isContraction()) {
       emitContraction(g, result, strategy, extents);
       return;
@@ -1120,6 +1124,118 @@ private:
     append(stmts);
   }
 
+  // contraction.choices (see loops/Strategy.h): a tile of MR rows computes every choice of
+  // every pair, the choices being the lanes, into by_choice[m, pair, choice]; each pair then
+  // adds the lane of its own choice to the output.
+  void emitChoiceLanes(GenericView &g, const TensorStorage &result, const Strategy &s,
+                       const std::vector<Expr> &extents) {
+    const Op &op = g.op;
+    const int numLoops = g.numLoops();
+    auto extent = [&](int d) { return *asConstant(extents[d]); };
+    const Op *extract = soleExtract(g.body());
+    const int choiceInput = extract->operands.back()->definingOp->operands[0]->index;
+    const Value *choices = g.input(choiceInput);
+    const TensorStorage &ids = storageOf(choices);
+    const int64_t numChoices = *asConstant(storageOf(extract->operands[0]).dims.back());
+    std::vector<int> pairDims;
+    int64_t pairs = 1;
+    for (int d = 0; d < numLoops; ++d)
+      if (mapUses(g.map(choiceInput), d)) {
+        pairDims.push_back(d);
+        pairs *= extent(d);
+      }
+    const int64_t k = extent(s.dimK), rows = extent(s.dimM);
+    const ElemKind elem = op.result()->type.elem;
+    const int lanes = s.lanes;
+    int byChoice = addTemp("by_choice", elem, intConst(rows * pairs * numChoices));
+    checkChoices(extract, choices);
+
+    // The loop variables of pair p: its coordinates along the pair dims (row-major), 0 elsewhere.
+    auto pairCoords = [&](int64_t p, std::vector<Expr> iv) {
+      for (auto d = pairDims.rbegin(); d != pairDims.rend(); ++d) {
+        iv[*d] = intConst(p % extent(*d));
+        p /= extent(*d);
+      }
+      return iv;
+    };
+    std::vector<Expr> base(numLoops, intConst(0));
+    Expr kk = var(freshName(fmt::format("d{}", s.dimK)), ElemKind::Index);
+    const Value *outArg = g.body().arguments.back().get();
+    auto buildTile = [&](int tileRows, const Expr &firstRow) {
+      std::vector<Stmt> init, step, fini;
+      for (int r = 0; r < tileRows; ++r)
+        for (int64_t p = 0; p < pairs; ++p) {
+          std::vector<Expr> iv = pairCoords(p, base);
+          iv[s.dimM] = add(firstRow, intConst(r));
+          iv[s.dimK] = kk;
+          for (int vec = 0; vec < s.tileN; ++vec) {
+            std::unordered_map<const Value *, Expr> values;
+            for (int i = 0; i < g.numInputs(); ++i) {
+              const Value *operand = g.input(i);
+              const Value *arg = g.body().arguments[i].get();
+              if (i == choiceInput) // the first choice of this vector: the extract loads `lanes`
+                values[arg] = intConst(vec * lanes, choices->type.elem);
+              else if (!operand->type.isTensor())
+                values[arg] = scalarOf(operand);
+              else
+                values[arg] =
+                    load(storageOf(operand).buffer,
+                         accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
+            }
+            std::string acc = freshName("acc");
+            values[outArg] = var(acc, elem, lanes);
+            init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
+            BodyContext body{iv, extents, outArg, true};
+            choicesChecked_ = true;
+            choiceLanes_ = lanes;
+            step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
+            choiceLanes_ = 1;
+            choicesChecked_ = false;
+            Expr at =
+                add(mul(add(mul(iv[s.dimM], intConst(pairs)), intConst(p)), intConst(numChoices)),
+                    intConst(vec * lanes));
+            fini.push_back(store(byChoice, at, var(acc, elem, lanes)));
+          }
+        }
+      std::vector<Stmt> tile = std::move(init);
+      tile.push_back(forLoop(kk->name, intConst(k), ForKind::Serial, std::move(step)));
+      tile.insert(tile.end(), fini.begin(), fini.end());
+      return tile;
+    };
+    std::vector<Stmt> stmts;
+    Expr mBlock = var(freshName("m_block"), ElemKind::Index);
+    const int64_t mTrips = rows / s.tileM;
+    Stmt nest = forLoop(mBlock->name, intConst(mTrips), ForKind::Parallel,
+                        buildTile(s.tileM, mul(mBlock, intConst(s.tileM))));
+    nest->bound = minChunk(rows * k * numChoices * pairs, mTrips);
+    nest->comment = strategyComment(op, s);
+    stmts.push_back(nest);
+    if (rows % s.tileM)
+      for (Stmt &st : buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)))
+        stmts.push_back(st);
+    // Each pair's sum: the lane of its choice, added to the output.
+    Expr m = var(freshName(fmt::format("d{}", s.dimM)), ElemKind::Index);
+    std::vector<Stmt> readBack;
+    for (int64_t p = 0; p < pairs; ++p) {
+      std::vector<Expr> iv = pairCoords(p, base);
+      iv[s.dimM] = m;
+      Expr choice =
+          cast(OpKind::IndexCast,
+               load(ids.buffer, accessIndex(g.map(choiceInput), iv, ids.dims), choices->type.elem),
+               ElemKind::Index);
+      Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
+      Expr lane = add(mul(add(mul(m, intConst(pairs)), intConst(p)), intConst(numChoices)), choice);
+      readBack.push_back(store(
+          result.buffer, outIndex,
+          binary(OpKind::AddF, load(result.buffer, outIndex, elem), load(byChoice, lane, elem))));
+    }
+    Stmt unpack = forLoop(m->name, intConst(rows), ForKind::Parallel, std::move(readBack));
+    unpack->bound = minChunk(rows * pairs, rows);
+    unpack->comment = "each pair takes the lane of its choice";
+    stmts.push_back(unpack);
+    append(stmts);
+  }
+
   struct BodyContext {
     const std::vector<Expr> &iv;      // loop variables, for linalg.index
     const std::vector<Expr> &extents; // their trip counts
@@ -1220,7 +1336,7 @@ private:
       Expr dim = t.dims[i - 1];
       stmts.push_back(check(cmp("ult", c, dim), static_cast<int>(checks.size()) - 1, c, dim));
     }
-    return load(t.buffer, linearIndex(coords, t.dims), op.operands[0]->type.elem);
+    return load(t.buffer, linearIndex(coords, t.dims), op.operands[0]->type.elem, choiceLanes_);
   }
 
   // Every choice of a contraction.gather, checked before its nest.
@@ -1576,6 +1692,7 @@ private:
   Mode mode_;
   bool boundsChecks_;
   bool choicesChecked_ = false; // building a contraction.gather tile (see extractExpr)
+  int choiceLanes_ = 1;         // a contraction.choices tile: the extract loads this many lanes
   const LoweringOptions &options_;
   std::vector<Stmt> *current_ = nullptr; // where lowered statements go (a loop body inside scf.for)
   LoweredKernel out_;

@@ -17,6 +17,7 @@ const char *pipelineName(Pipeline p) {
   case Pipeline::ContractionOuter: return "contraction.outer";
   case Pipeline::ContractionDot: return "contraction.dot";
   case Pipeline::ContractionGather: return "contraction.gather";
+  case Pipeline::ContractionChoices: return "contraction.choices";
   }
   return "?";
 }
@@ -34,14 +35,14 @@ ConfigOverride parseConfig(const std::string &text) {
       throw bad(fmt::format("'{}' is not key=value", item.str()));
     if (key == "pipeline") {
       std::optional<Pipeline> found;
-      for (Pipeline p :
-           {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
-            Pipeline::ContractionOuter, Pipeline::ContractionDot, Pipeline::ContractionGather})
+      for (Pipeline p : {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
+                         Pipeline::ContractionOuter, Pipeline::ContractionDot,
+                         Pipeline::ContractionGather, Pipeline::ContractionChoices})
         if (value == pipelineName(p))
           found = p;
       if (!found)
         throw bad(fmt::format("unknown pipeline '{}' (loops, contraction.outer, contraction.dot, "
-                              "contraction.gather)",
+                              "contraction.gather, contraction.choices)",
                               value.str()));
       config.pipeline = found;
     } else if (key == "tile") {
@@ -197,21 +198,17 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   return s;
 }
 
-// Grouping the pairs by choice (see the header) needs one reduction dim k, a parallel dim m
-// the gathered operand is read along and the choices are not, pairs that are all the other
-// parallel dims of extent > 1, and one other tensor input, read along the pairs and k only (it
-// is packed by slot once for every m).
-std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target &target,
-                                  std::string &why) {
+// The roles a folded gather's contraction needs (see the header): one reduction dim k, a
+// parallel dim m the gathered operand is read along and the choices are not, pairs that are all
+// the other parallel dims of extent > 1, and one other tensor input, read along the pairs and k
+// only. Sets dimM and dimK; returns the number of pairs, or 0 with `why`.
+int64_t gatherRoles(const NestShape &nest, Strategy &s, std::string &why) {
   const NestShape::Gather &gather = *nest.gather;
   if (!nest.addAccumulates) {
     why = "the body is not a sum of products";
-    return std::nullopt;
+    return 0;
   }
   const auto &choices = nest.strides[gather.indexInput];
-  Strategy s;
-  s.pipeline = Pipeline::ContractionGather;
-  s.lanes = lanes;
   for (size_t d = 0; d < nest.extents.size(); ++d) {
     if (nest.reduction[d]) {
       s.dimK = s.dimK == -1 ? int(d) : -2;
@@ -219,22 +216,12 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
       s.dimM = s.dimM == -1 ? int(d) : -2;
     } else if (choices[d] == 0 && nest.extents[d] >= 2) {
       why = fmt::format("d{} is neither the gathered rows nor a dim of the choices", d);
-      return std::nullopt;
+      return 0;
     }
   }
   if (s.dimK < 0 || s.dimM < 0) {
     why = "it needs one reduction dim and one dim of gathered rows";
-    return std::nullopt;
-  }
-  // Fewer pairs than a vector (decode: one token) fill no vector; the row reduction streams the
-  // gathered operand as fast.
-  int64_t pairs = 1;
-  for (size_t d = 0; d < nest.extents.size(); ++d)
-    if (choices[d] != 0)
-      pairs *= nest.extents[d];
-  if (pairs < lanes) {
-    why = fmt::format("{} pairs fill no vector of {}", pairs, lanes);
-    return std::nullopt;
+    return 0;
   }
   int others = 0;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
@@ -244,12 +231,35 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
                               [](int64_t x) { return x != 0; });
     if (tensor && nest.strides[i][s.dimM] != 0) {
       why = fmt::format("input #{} is read along the gathered rows", i);
-      return std::nullopt;
+      return 0;
     }
     others += tensor;
   }
   if (others != 1) {
     why = "it needs exactly one input besides the choices and the gathered operand";
+    return 0;
+  }
+  int64_t pairs = 1;
+  for (size_t d = 0; d < nest.extents.size(); ++d)
+    if (choices[d] != 0)
+      pairs *= nest.extents[d];
+  return pairs;
+}
+
+// Grouping the pairs by choice: the input is packed by slot once for every m.
+std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target &target,
+                                  std::string &why) {
+  const NestShape::Gather &gather = *nest.gather;
+  Strategy s;
+  s.pipeline = Pipeline::ContractionGather;
+  s.lanes = lanes;
+  int64_t pairs = gatherRoles(nest, s, why);
+  if (pairs == 0)
+    return std::nullopt;
+  // Fewer pairs than a vector (decode: one token) fill no vector: contraction.choices, or the
+  // row reduction, takes them.
+  if (pairs < lanes) {
+    why = fmt::format("{} pairs fill no vector of {}", pairs, lanes);
     return std::nullopt;
   }
   // MR accumulators, the packed vector and one broadcast element of the gathered operand.
@@ -264,6 +274,41 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
       s.blockK = block;
       break;
     }
+  return s;
+}
+
+// Every choice of a row at once, the choices being the lanes: for few pairs (fewer than a
+// vector, unless `forced`) and a chosen dim that is a whole number of vectors of 4 lanes or more
+// (at most 4 vectors). A tile is MR rows x every pair: MR x pairs x vectors accumulators, MR x
+// vectors loads of A and one broadcast element of the input per pair.
+std::optional<Strategy> tryChoices(const NestShape &nest, int lanes, const Target &target,
+                                   bool forced, std::string &why) {
+  const int64_t choices = nest.gather->choices;
+  Strategy s;
+  s.pipeline = Pipeline::ContractionChoices;
+  int64_t pairs = gatherRoles(nest, s, why);
+  if (pairs == 0)
+    return std::nullopt;
+  s.lanes = int(std::min<int64_t>(choices, lanes));
+  s.tileN = int(choices / s.lanes);
+  if (choices % s.lanes != 0 || s.lanes < 4 || s.tileN > 4) {
+    why = fmt::format("{} choices are not 1 to 4 vectors of {} lanes", choices, s.lanes);
+    return std::nullopt;
+  }
+  if (pairs >= lanes && !forced) {
+    why = fmt::format("{} pairs fill vectors of {}: contraction.gather takes them", pairs, lanes);
+    return std::nullopt;
+  }
+  int free = target.vectorRegisters - 2 - int(pairs); // the broadcasts of the input
+  s.tileM = 0;
+  for (int mr = 4; mr >= 1 && s.tileM == 0; mr /= 2)
+    if (mr * s.tileN * (pairs + 1) <= free && mr <= nest.extents[s.dimM])
+      s.tileM = mr;
+  if (s.tileM == 0) {
+    why = fmt::format("{} pairs x {} vectors of accumulators do not fit the registers", pairs,
+                      s.tileN);
+    return std::nullopt;
+  }
   return s;
 }
 
@@ -314,6 +359,19 @@ int choosePackInput(const NestShape &nest, const Strategy &s) {
 }
 
 void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
+  if (s.pipeline == Pipeline::ContractionChoices) {
+    // N is fixed by the choices (their vectors); rows stream whole, with no k blocks.
+    if ((config.tileN && *config.tileN != s.tileN) ||
+        (config.tileM && *config.tileM > extentOr1(nest, s.dimM)) || config.blockK.value_or(0))
+      throw Error(fmt::format("error: --config: contraction.choices takes tile=Mx{} with M at "
+                              "most {} and no k-block",
+                              s.tileN, extentOr1(nest, s.dimM)));
+    s.tileM = config.tileM.value_or(s.tileM);
+    if (config.pack.value_or(false))
+      throw Error("error: --config: pack=1 needs a contraction.outer nest whose one input read "
+                  "along n and k depends on nothing else, with several m blocks");
+    return;
+  }
   if (config.tileM)
     s.tileM = *config.tileM;
   if (config.tileN)
@@ -362,7 +420,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
 
   bool wantsContraction = config.pipeline && (*config.pipeline == Pipeline::ContractionOuter ||
                                               *config.pipeline == Pipeline::ContractionDot ||
-                                              *config.pipeline == Pipeline::ContractionGather);
+                                              *config.pipeline == Pipeline::ContractionGather ||
+                                              *config.pipeline == Pipeline::ContractionChoices);
   auto allows = [&](Pipeline p) { return !config.pipeline || *config.pipeline == p; };
   if ((config.pipeline && !wantsContraction) || !hasReduction || nest.extents.empty())
     return base;
@@ -379,17 +438,21 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   std::optional<Strategy> chosen;
   std::string whyOuter, whyDot;
   if (nest.gather) {
-    // Only the gather pipeline reads an operand through its indices.
-    if (whyNot.empty() && allows(Pipeline::ContractionGather))
+    // Only the gather pipelines read an operand through its indices.
+    std::string whyChoices;
+    if (whyNot.empty() && allows(Pipeline::ContractionChoices))
+      chosen = tryChoices(nest, lanes, target, config.pipeline.has_value(), whyChoices);
+    if (!chosen && whyNot.empty() && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
-    else if (whyNot.empty())
-      whyNot = "it reads an operand through a gather";
+    else if (!chosen && whyNot.empty())
+      whyNot = whyChoices.empty() ? "it reads an operand through a gather" : whyChoices;
   } else if (whyNot.empty()) {
     if (allows(Pipeline::ContractionOuter))
       chosen = tryOuter(nest, lanes, target, whyOuter);
     if (!chosen && allows(Pipeline::ContractionDot))
       chosen = tryDot(nest, lanes, target, whyDot);
-    if (!chosen && config.pipeline == Pipeline::ContractionGather)
+    if (!chosen && (config.pipeline == Pipeline::ContractionGather ||
+                    config.pipeline == Pipeline::ContractionChoices))
       whyNot = "it reads no operand through a gather";
     else if (!chosen)
       whyNot = whyDot.empty() ? whyOuter : fmt::format("{}; {}", whyOuter, whyDot);
@@ -402,9 +465,13 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
       base.why = whyNot;
     return base;
   }
-  if (chosen->pipeline != Pipeline::ContractionGather) // tryGather chose its own k block
+  // The gather pipelines chose their own k blocks and pack nothing the way the others do.
+  bool gathers = chosen->pipeline == Pipeline::ContractionGather ||
+                 chosen->pipeline == Pipeline::ContractionChoices;
+  if (!gathers) {
     chosen->blockK = chooseBlockK(nest, *chosen);
-  chosen->packInput = choosePackInput(nest, *chosen);
+    chosen->packInput = choosePackInput(nest, *chosen);
+  }
   if (!config.empty())
     applyOverride(nest, *chosen, config);
   return *chosen;

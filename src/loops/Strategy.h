@@ -26,6 +26,11 @@
 //   one choice: each step broadcasts one element of A per row (MR x 1 tile), k-blocked so the
 //   tile's rows of A stay in L1. The m blocks are the outer, parallel loop, so each thread
 //   streams its own rows of A from memory once.
+// - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
+//   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
+//   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
+//   the lane of its choice. A's rows stream contiguously, which is what reading them all costs
+//   anyway when the choices are innermost: the extra lanes are free FMAs beside the memory.
 #pragma once
 
 #include "ir/IR.h"
@@ -50,7 +55,8 @@ enum class Pipeline : uint8_t {
   RowReduction,
   ContractionOuter,
   ContractionDot,
-  ContractionGather
+  ContractionGather,
+  ContractionChoices
 };
 
 const char *pipelineName(Pipeline p);
@@ -67,7 +73,7 @@ struct Strategy {
 
   bool isContraction() const {
     return pipeline == Pipeline::ContractionOuter || pipeline == Pipeline::ContractionDot ||
-           pipeline == Pipeline::ContractionGather;
+           pipeline == Pipeline::ContractionGather || pipeline == Pipeline::ContractionChoices;
   }
 };
 
