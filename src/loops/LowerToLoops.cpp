@@ -952,6 +952,31 @@ private:
   // contraction.gather by groups: the pairs (points of the parallel dims the choices depend
   // on) are sorted by their choice into groups padded to whole vectors, so that every vector of
   // pairs reads one choice and its step broadcasts one element of the gathered operand per row.
+  // What gatherOf recognized in a gather pipeline's body: its one extract, whose last index
+  // casts input #choiceInput, the number of choices, and the pairs (the dims the choices are
+  // read along, and how many points they span).
+  struct GatherParts {
+    const Op *extract;
+    int choiceInput;
+    const Value *choices;
+    int64_t numChoices;
+    std::vector<int> pairDims;
+    int64_t pairs = 1;
+  };
+  GatherParts gatherParts(GenericView &g, const std::vector<Expr> &extents) {
+    GatherParts parts;
+    parts.extract = soleExtract(g.body());
+    parts.choiceInput = parts.extract->operands.back()->definingOp->operands[0]->index;
+    parts.choices = g.input(parts.choiceInput);
+    parts.numChoices = *asConstant(storageOf(parts.extract->operands[0]).dims.back());
+    for (int d = 0; d < g.numLoops(); ++d)
+      if (mapUses(g.map(parts.choiceInput), d)) {
+        parts.pairDims.push_back(d);
+        parts.pairs *= *asConstant(extents[d]);
+      }
+    return parts;
+  }
+
   // Serially first: count the pairs per choice, give each choice its run of vector slots
   // (`group[v]` is vector v's choice, or X for none), and copy each pair's input column to its
   // slot (zero in the padding). Then, m blocks in parallel, an MR x 1 tile of accumulators per
@@ -962,25 +987,15 @@ private:
     const int lanes = s.lanes;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
-    // gatherOf recognized the body: its one extract's last index casts input #choiceInput.
-    const Op *extract = soleExtract(g.body());
-    const int choiceInput = extract->operands.back()->definingOp->operands[0]->index;
-    const Value *choices = g.input(choiceInput);
+    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs] =
+        gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
-    const int64_t numChoices = *asConstant(storageOf(extract->operands[0]).dims.back());
     int packInput = -1; // the one other tensor input, read along the pairs and k
     for (int i = 0; i < g.numInputs(); ++i)
       if (i != choiceInput && g.input(i)->type.isTensor())
         for (int d = 0; d < numLoops; ++d)
           if (mapUses(g.map(i), d))
             packInput = i;
-    std::vector<int> pairDims;
-    int64_t pairs = 1;
-    for (int d = 0; d < numLoops; ++d)
-      if (mapUses(g.map(choiceInput), d)) {
-        pairDims.push_back(d);
-        pairs *= extent(d);
-      }
     const int64_t vectors = (pairs + (lanes - 1) * std::min(numChoices, pairs)) / lanes;
     const int64_t slots = vectors * lanes;
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);
@@ -1132,18 +1147,9 @@ private:
     const Op &op = g.op;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
-    const Op *extract = soleExtract(g.body());
-    const int choiceInput = extract->operands.back()->definingOp->operands[0]->index;
-    const Value *choices = g.input(choiceInput);
+    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs] =
+        gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
-    const int64_t numChoices = *asConstant(storageOf(extract->operands[0]).dims.back());
-    std::vector<int> pairDims;
-    int64_t pairs = 1;
-    for (int d = 0; d < numLoops; ++d)
-      if (mapUses(g.map(choiceInput), d)) {
-        pairDims.push_back(d);
-        pairs *= extent(d);
-      }
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);
     const ElemKind elem = op.result()->type.elem;
     const int lanes = s.lanes;
