@@ -275,6 +275,18 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("temp by_choice: f32[1024]"));
   EXPECT_THAT(loops, testing::HasSubstr("// each pair takes the lane of its choice"));
 
+  // rope: sin and cos vary with position and pair, not head: each is a table of S x D/2 computed
+  // before the nest; the pair's two elements are unrolled so the pairs vectorize.
+  Module rope = context().load(componentPath("position/rope.mlir"));
+  loops = rope.function("rope").emit(Stage::Loops,
+                                     {"1x128x32x128xf32", "1x128xi64", "f32=10000", "f32=1"});
+  EXPECT_THAT(loops, testing::HasSubstr("// 'math.cos' varies with 3 of the nest's 5 dims: a "
+                                        "table of 8192\n"));
+  EXPECT_THAT(loops, testing::HasSubstr("// 'math.sin' varies with 3 of the nest's 5 dims"));
+  EXPECT_THAT(loops, testing::HasSubstr("for d3 in 0..64 vectorized {"));
+  EXPECT_THAT(loops, testing::HasSubstr("= cmp.eq(1, 0)"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("for d4 in 0..2")));
+
   Module rms = context().load(componentPath("normalization/rms_norm.mlir"));
   loops = rms.function("rms_norm_linalg").emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"});
   EXPECT_THAT(loops, testing::HasSubstr(": row-reduction\n"));

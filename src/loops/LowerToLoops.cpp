@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace frank {
 namespace {
@@ -528,37 +529,65 @@ private:
     Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
     const Value *outArg = g.body().arguments.back().get();
     std::string accName = freshName("acc");
-    std::vector<Stmt> inner;
-    std::unordered_map<const Value *, Expr> values;
-    for (int i = 0; i < g.numInputs(); ++i) {
-      const Value *arg = g.body().arguments[i].get();
-      if (countUses(g.body(), arg) == 0)
-        continue;
-      const Value *operand = g.input(i);
-      Expr e;
-      if (operand->type.isTensor()) {
-        const TensorStorage &t = storageOf(operand);
-        e = load(t.buffer, accessIndex(g.map(i), iv, t.dims), operand->type.elem);
-        std::string name = freshName(arg->name);
-        inner.push_back(let(name, e));
-        e = var(name, operand->type.elem);
-      } else {
-        e = scalarOf(operand);
+    std::vector<HoistedValue> hoisted;
+    if (specialized())
+      hoisted = hoistInvariantMath(g, extents);
+    // The body at loop coordinates `at`: its operands loaded, its ops lowered, its value stored
+    // (or accumulated).
+    auto bodyAt = [&](const std::vector<Expr> &at) {
+      std::vector<Stmt> stmts;
+      std::unordered_map<const Value *, Expr> values;
+      for (int i = 0; i < g.numInputs(); ++i) {
+        const Value *arg = g.body().arguments[i].get();
+        if (countUses(g.body(), arg) == 0)
+          continue;
+        const Value *operand = g.input(i);
+        Expr e;
+        if (operand->type.isTensor()) {
+          const TensorStorage &t = storageOf(operand);
+          e = load(t.buffer, accessIndex(g.map(i), at, t.dims), operand->type.elem);
+          std::string name = freshName(arg->name);
+          stmts.push_back(let(name, e));
+          e = var(name, operand->type.elem);
+        } else {
+          e = scalarOf(operand);
+        }
+        values[arg] = e;
       }
-      values[arg] = e;
-    }
-    values[outArg] = accumulate ? var(accName, outElem) : load(result.buffer, outIndex, outElem);
-    BodyContext body{iv, extents, outArg, accumulate && specialized()};
-    Expr yielded = lowerScalarBlock(g.body(), values, body, inner);
-    if (accumulate) {
-      inner.push_back(assign(accName, yielded));
+      Expr outAt = accessIndex(g.outputMap(), at, result.dims);
+      values[outArg] = accumulate ? var(accName, outElem) : load(result.buffer, outAt, outElem);
+      for (const HoistedValue &h : hoisted) {
+        std::vector<Expr> coords;
+        for (int d : h.dims)
+          coords.push_back(at[d]);
+        values[h.value] = load(h.table, linearIndex(coords, h.tableDims), h.value->type.elem);
+      }
+      BodyContext body{at, extents, outArg, accumulate && specialized()};
+      Expr yielded = lowerScalarBlock(g.body(), values, body, stmts);
+      stmts.push_back(accumulate ? assign(accName, yielded) : store(result.buffer, outAt, yielded));
+      return stmts;
+    };
+    // A tiny innermost parallel dim (rope's pair of 2) would leave the vectorizer a loop of 2:
+    // it is unrolled instead, and the next dim vectorized.
+    int innermost = numLoops - 1;
+    std::vector<Stmt> inner;
+    auto constantExtent = [&](int d) { return d >= 0 ? asConstant(extents[d]) : std::nullopt; };
+    if (specialized() && !hasReduction && numLoops >= 2 && constantExtent(innermost) &&
+        *constantExtent(innermost) <= 4 && constantExtent(innermost - 1) &&
+        *constantExtent(innermost - 1) >= 8) {
+      for (int64_t j = 0; j < *constantExtent(innermost); ++j) {
+        std::vector<Expr> at = iv;
+        at[innermost] = intConst(j);
+        for (Stmt &st : bodyAt(at))
+          inner.push_back(st);
+      }
+      --innermost;
     } else {
-      inner.push_back(store(result.buffer, outIndex, yielded));
+      inner = bodyAt(iv);
     }
     // Build the nest from the inside out.
-    int innermost = numLoops - 1;
     std::vector<Stmt> stmts = std::move(inner);
-    for (int d = numLoops; d-- > 0;) {
+    for (int d = innermost + 1; d-- > 0;) {
       bool vectorize = specialized() && d == innermost;
       stmts = {forLoop(names[d], extents[d], vectorize ? ForKind::Vectorize : ForKind::Serial,
                        std::move(stmts))};
@@ -580,6 +609,131 @@ private:
     if (!stmts.empty())
       stmts[0]->comment = strategyComment(op, strategy);
     append(stmts);
+  }
+
+  // A transcendental value of the body that depends on few of the nest's dims (rope's sin and
+  // cos of the angle, which vary with position and pair but not with the head) is computed once
+  // per point of those dims, in a nest of its own before this one, into a table the nest reads.
+  // Worth it when the table has at most a quarter of the nest's points. Binds each hoisted
+  // op's result to its table (the body then loads it, and lowerScalarBlock skips the op).
+  struct HoistedValue {
+    const Value *value;
+    int table;
+    std::vector<int> dims;       // the loop dims the table spans
+    std::vector<Expr> tableDims; // their extents
+  };
+  std::vector<HoistedValue> hoistInvariantMath(GenericView &g, const std::vector<Expr> &extents) {
+    std::vector<HoistedValue> hoisted;
+    const Block &body = g.body();
+    const int numLoops = g.numLoops();
+    int64_t points = 1;
+    for (const Expr &e : extents) {
+      auto c = asConstant(e);
+      if (!c)
+        return hoisted;
+      points *= *c;
+    }
+    // The loop dims each value depends on; nullopt for what cannot move (reads of the
+    // accumulator, extracts, regions).
+    std::unordered_map<const Value *, std::optional<uint64_t>> dimsOf;
+    for (int i = 0; i < g.numInputs(); ++i) {
+      uint64_t mask = 0;
+      for (int d = 0; d < numLoops; ++d)
+        if (mapUses(g.map(i), d))
+          mask |= uint64_t{1} << d;
+      dimsOf[body.arguments[i].get()] = mask;
+    }
+    dimsOf[body.arguments.back().get()] = std::nullopt;
+    auto maskOf = [&](const Value *v) -> std::optional<uint64_t> {
+      auto it = dimsOf.find(v);
+      return it == dimsOf.end() ? std::optional<uint64_t>(0) : it->second; // defined outside
+    };
+    for (auto &bodyOp : body.ops) {
+      if (bodyOp->results.empty())
+        continue;
+      std::optional<uint64_t> mask = 0;
+      if (bodyOp->kind == OpKind::LinalgIndex)
+        mask = uint64_t{1} << indexDim(*bodyOp);
+      else if (bodyOp->kind == OpKind::TensorExtract || !bodyOp->regions.empty())
+        mask = std::nullopt;
+      for (const Value *operand : bodyOp->operands) {
+        auto m = maskOf(operand);
+        mask = mask && m ? std::optional<uint64_t>(*mask | *m) : std::nullopt;
+      }
+      for (size_t r = 0; r < bodyOp->results.size(); ++r)
+        dimsOf[bodyOp->result(static_cast<int>(r))] = mask;
+    }
+    auto expensive = [](OpKind k) {
+      return k == OpKind::Sin || k == OpKind::Cos || k == OpKind::Exp || k == OpKind::Exp2 ||
+             k == OpKind::Log || k == OpKind::Tanh || k == OpKind::Erf || k == OpKind::PowF;
+    };
+    for (auto &bodyOp : body.ops) {
+      if (!expensive(bodyOp->kind) || countUses(body, bodyOp->result()) == 0)
+        continue;
+      std::optional<uint64_t> mask = dimsOf[bodyOp->result()];
+      if (!mask)
+        continue;
+      std::vector<int> dims;
+      int64_t tablePoints = 1;
+      for (int d = 0; d < numLoops; ++d)
+        if (*mask >> d & 1) {
+          dims.push_back(d);
+          tablePoints *= *asConstant(extents[d]);
+        }
+      if (tablePoints * 4 > points)
+        continue;
+      // The ops the value needs, in body order, lowered over the table's dims only.
+      std::unordered_set<const Op *> cone;
+      std::function<void(const Value *)> need = [&](const Value *v) {
+        const Op *def = v->definingOp;
+        if (!def || def->parentBlock != &body || !cone.insert(def).second)
+          return;
+        for (const Value *operand : def->operands)
+          need(operand);
+      };
+      need(bodyOp->result());
+      std::vector<Expr> tableDims;
+      for (int d : dims)
+        tableDims.push_back(extents[d]);
+      ElemKind elem = bodyOp->result()->type.elem;
+      int table =
+          addTemp(freshName(bodyOp->result()->name + "_table"), elem, intConst(tablePoints));
+      std::vector<Stmt> nest = loopNest(tableDims, [&](const std::vector<Expr> &tableVars) {
+        std::vector<Expr> at(numLoops, intConst(0));
+        for (size_t j = 0; j < dims.size(); ++j)
+          at[dims[j]] = tableVars[j];
+        std::vector<Stmt> stmts;
+        std::unordered_map<const Value *, Expr> tableValues;
+        for (auto &op : body.ops) {
+          if (!cone.count(op.get()))
+            continue;
+          std::vector<Expr> args;
+          for (const Value *operand : op->operands) {
+            if (operand->isBlockArgument() && operand->ownerBlock == &body) {
+              const TensorStorage &t = storageOf(g.input(operand->index));
+              args.push_back(load(t.buffer, accessIndex(g.map(operand->index), at, t.dims),
+                                  operand->type.elem));
+            } else {
+              args.push_back(lookupBody(tableValues, operand));
+            }
+          }
+          Expr e = op->kind == OpKind::LinalgIndex ? at[indexDim(*op)] : scalarExpr(*op, args);
+          tableValues[op->result()] =
+              op->kind == OpKind::ArithConstant || op->kind == OpKind::LinalgIndex
+                  ? e
+                  : bindLet(op->result(), e, stmts);
+        }
+        stmts.push_back(
+            store(table, linearIndex(tableVars, tableDims), tableValues[bodyOp->result()]));
+        return stmts;
+      });
+      markParallel(nest, tableDims, std::vector<bool>(dims.size(), false));
+      nest[0]->comment = fmt::format("'{}' varies with {} of the nest's {} dims: a table of {}",
+                                     opName(bodyOp->kind), dims.size(), numLoops, tablePoints);
+      append(nest);
+      hoisted.push_back({bodyOp->result(), table, dims, tableDims});
+    }
+    return hoisted;
   }
 
   static std::string strategyComment(const Op &op, const Strategy &s) {
@@ -1284,6 +1438,8 @@ private:
                       select(cond, thenValues[r], elseValues[r]), inner);
         continue;
       }
+      if (bodyOp->results.size() == 1 && values.count(bodyOp->result()))
+        continue; // computed beforehand (hoistInvariantMath)
       std::vector<Expr> args;
       for (const Value *v : bodyOp->operands)
         args.push_back(lookupBody(values, v));
