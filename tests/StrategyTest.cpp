@@ -59,8 +59,18 @@ TEST(Strategy, GoldenContractions) {
   // With 32 registers of 16 lanes the tile grows.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=64 pack=#1");
-  // One row (GEMV): nothing to reuse a panel, so neither packing nor k blocks.
-  EXPECT_EQ(choose(matmulNest(1, 4096, 4096)), "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
+  // One row (GEMV): B streams by rows, four rows a step into two halves of the output.
+  EXPECT_EQ(choose(matmulNest(1, 4096, 4096)), "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(matmulNest(1, 4096, 4096), Target::avx512()),
+            "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=16");
+  // An odd number of vectors is one part; fewer than four rows, one step of them.
+  EXPECT_EQ(choose(matmulNest(1, 3, 24)), "contraction.stream m=- n=d1 k=d2 tile=3x1 lanes=8");
+  // As a column-stripe contraction.outer, when asked: nothing to reuse a panel, so neither
+  // packing nor k blocks.
+  EXPECT_EQ(
+      loops::describe(loops::selectStrategy(matmulNest(1, 4096, 4096), Target::avx2(),
+                                            loops::parseConfig("pipeline=contraction.outer"))),
+      "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
   // Rows the tile does not divide go to a leftover tile, not to a smaller tile.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
@@ -192,7 +202,12 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));
   EXPECT_THAT(error("pipeline=contraction.dot", mm),
               testing::HasSubstr("pipeline contraction.dot does not apply"));
-  EXPECT_THAT(error("pack=1", matmulNest(1, 256, 256)), testing::HasSubstr("pack=1 needs"));
+  EXPECT_THAT(error("pipeline=contraction.outer,pack=1", matmulNest(1, 256, 256)),
+              testing::HasSubstr("pack=1 needs"));
+  EXPECT_THAT(error("tile=4x3", matmulNest(1, 256, 256)),
+              testing::HasSubstr("contraction.stream takes tile=RxP with P dividing 32 vectors"));
+  EXPECT_THAT(error("pack=1", matmulNest(1, 256, 256)),
+              testing::HasSubstr("and no k-block or packing"));
   // A bad config is refused when the context is made.
   ContextOptions options;
   options.loweringConfig = "tile=x";
@@ -252,6 +267,13 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                                              : "// pack this block's 128x32 panel of '%w'"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[262144]"
                                              : "temp packed_w: f32[524288]"));
+
+  // GEMV: each part of the output adds four rows of the weights at a time.
+  loops = linear.function("matmul").emit(Stage::Loops, {"1x4096xf32", "4096x4096xf32"});
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         ": contraction.stream m=- n=d1 k=d2 tile=4x2 lanes={}\n", lanes)));
+  EXPECT_THAT(loops, testing::HasSubstr("for part in 0..2 parallel"));
+  EXPECT_THAT(loops, testing::HasSubstr("for k_step in 0..1024 {"));
 
   // mul_mat_id: the ids are checked once, the pairs grouped by expert, each weight broadcast.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));

@@ -503,6 +503,10 @@ private:
       emitChoiceLanes(g, result, strategy, extents);
       return;
     }
+    if (strategy.pipeline == Pipeline::ContractionStream) {
+      emitStream(g, result, strategy, extents);
+      return;
+    }
     if (strategy.isContraction()) {
       emitContraction(g, result, strategy, extents);
       return;
@@ -1393,6 +1397,60 @@ private:
     unpack->bound = minChunk(rows * pairs, rows);
     unpack->comment = "each pair takes the lane of its choice";
     stmts.push_back(unpack);
+    append(stmts);
+  }
+
+  // contraction.stream (see loops/Strategy.h): for each part of N (in parallel), MR rows of B
+  // at a time are added to every vector of the part's slice of the output.
+  void emitStream(GenericView &g, const TensorStorage &result, const Strategy &s,
+                  const std::vector<Expr> &extents) {
+    const int numLoops = g.numLoops();
+    const int lanes = s.lanes;
+    const int64_t k = *asConstant(extents[s.dimK]);
+    const int64_t partVectors = *asConstant(extents[s.dimN]) / lanes / s.tileN;
+    const ElemKind elem = g.op.result()->type.elem;
+    const Value *outArg = g.body().arguments.back().get();
+    Expr part = var(freshName("part"), ElemKind::Index);
+    Expr step = var(freshName("k_step"), ElemKind::Index);
+    Expr v = var(freshName("v"), ElemKind::Index);
+    // `rows` rows of B from `firstRow`, added to vector v of the part.
+    auto addRows = [&](int rows, const Expr &firstRow) {
+      std::vector<Expr> iv(numLoops, intConst(0));
+      iv[s.dimN] = mul(add(mul(part, intConst(partVectors)), v), intConst(lanes));
+      Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
+      std::string acc = freshName("acc");
+      std::vector<Stmt> body{local(acc, load(result.buffer, outIndex, elem, lanes))};
+      for (int r = 0; r < rows; ++r) {
+        iv[s.dimK] = add(firstRow, intConst(r));
+        std::unordered_map<const Value *, Expr> values;
+        for (int i = 0; i < g.numInputs(); ++i) {
+          const Value *operand = g.input(i);
+          const Value *arg = g.body().arguments[i].get();
+          if (!operand->type.isTensor()) {
+            values[arg] = scalarOf(operand);
+            continue;
+          }
+          const TensorStorage &t = storageOf(operand);
+          int width = mapUses(g.map(i), s.dimN) ? lanes : 1;
+          values[arg] = bindLet(
+              arg, load(t.buffer, accessIndex(g.map(i), iv, t.dims), operand->type.elem, width),
+              body);
+        }
+        values[outArg] = var(acc, elem, lanes);
+        BodyContext context{iv, extents, outArg, true};
+        body.push_back(assign(acc, lowerScalarBlock(g.body(), values, context, body)));
+      }
+      body.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
+      return forLoop(v->name, intConst(partVectors), ForKind::Serial, std::move(body));
+    };
+    std::vector<Stmt> perPart{forLoop(step->name, intConst(k / s.tileM), ForKind::Serial,
+                                      {addRows(s.tileM, mul(step, intConst(s.tileM)))})};
+    if (k % s.tileM)
+      perPart.push_back(addRows(int(k % s.tileM), intConst(k - k % s.tileM)));
+    Stmt nest = forLoop(part->name, intConst(s.tileN), ForKind::Parallel, std::move(perPart));
+    nest->bound = intConst(1);
+    nest->comment = strategyComment(g.op, s);
+    std::vector<Stmt> stmts{nest};
     append(stmts);
   }
 

@@ -18,6 +18,7 @@ const char *pipelineName(Pipeline p) {
   case Pipeline::ContractionDot: return "contraction.dot";
   case Pipeline::ContractionGather: return "contraction.gather";
   case Pipeline::ContractionChoices: return "contraction.choices";
+  case Pipeline::ContractionStream: return "contraction.stream";
   }
   return "?";
 }
@@ -35,14 +36,15 @@ ConfigOverride parseConfig(const std::string &text) {
       throw bad(fmt::format("'{}' is not key=value", item.str()));
     if (key == "pipeline") {
       std::optional<Pipeline> found;
-      for (Pipeline p : {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
-                         Pipeline::ContractionOuter, Pipeline::ContractionDot,
-                         Pipeline::ContractionGather, Pipeline::ContractionChoices})
+      for (Pipeline p :
+           {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
+            Pipeline::ContractionOuter, Pipeline::ContractionDot, Pipeline::ContractionGather,
+            Pipeline::ContractionChoices, Pipeline::ContractionStream})
         if (value == pipelineName(p))
           found = p;
       if (!found)
         throw bad(fmt::format("unknown pipeline '{}' (loops, contraction.outer, contraction.dot, "
-                              "contraction.gather, contraction.choices)",
+                              "contraction.gather, contraction.choices, contraction.stream)",
                               value.str()));
       config.pipeline = found;
     } else if (key == "tile") {
@@ -312,6 +314,26 @@ std::optional<Strategy> tryChoices(const NestShape &nest, int lanes, const Targe
   return s;
 }
 
+// One row of output (no m dim of extent > 1) and one reduction dim: stream B by rows. The
+// parts split N for the threads in long runs (two: each reads half of every row of B, 8 KiB
+// at S8); each step adds 4 rows of B.
+std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target &target,
+                                  std::string &why) {
+  std::optional<Strategy> outer = tryOuter(nest, lanes, target, why);
+  if (!outer || outer->dimK < 0 || extentOr1(nest, outer->dimM) != 1)
+    return std::nullopt;
+  for (size_t d = 0; d < nest.extents.size(); ++d)
+    if (int(d) != outer->dimN && int(d) != outer->dimK && nest.extents[d] != 1)
+      return std::nullopt;
+  Strategy s = *outer;
+  s.pipeline = Pipeline::ContractionStream;
+  s.dimM = -1;
+  int64_t vectors = nest.extents[s.dimN] / lanes;
+  s.tileM = int(std::min<int64_t>(4, nest.extents[s.dimK]));
+  s.tileN = vectors % 2 == 0 ? 2 : 1;
+  return s;
+}
+
 // An outer-product nest with one reduction dim whose B panels serve several m blocks: the
 // case that k blocks and packing pay for.
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
@@ -359,6 +381,18 @@ int choosePackInput(const NestShape &nest, const Strategy &s) {
 }
 
 void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
+  if (s.pipeline == Pipeline::ContractionStream) {
+    // M counts rows of B per step, N the parts of the output.
+    int64_t vectors = nest.extents[s.dimN] / s.lanes;
+    if ((config.tileN && !divides(*config.tileN, vectors)) || config.blockK.value_or(0) ||
+        config.pack.value_or(false))
+      throw Error(fmt::format("error: --config: contraction.stream takes tile=RxP with P "
+                              "dividing {} vectors, and no k-block or packing",
+                              vectors));
+    s.tileM = config.tileM.value_or(s.tileM);
+    s.tileN = config.tileN.value_or(s.tileN);
+    return;
+  }
   if (s.pipeline == Pipeline::ContractionChoices) {
     // N is fixed by the choices (their vectors); rows stream whole, with no k blocks.
     if ((config.tileN && *config.tileN != s.tileN) ||
@@ -421,7 +455,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   bool wantsContraction = config.pipeline && (*config.pipeline == Pipeline::ContractionOuter ||
                                               *config.pipeline == Pipeline::ContractionDot ||
                                               *config.pipeline == Pipeline::ContractionGather ||
-                                              *config.pipeline == Pipeline::ContractionChoices);
+                                              *config.pipeline == Pipeline::ContractionChoices ||
+                                              *config.pipeline == Pipeline::ContractionStream);
   auto allows = [&](Pipeline p) { return !config.pipeline || *config.pipeline == p; };
   if ((config.pipeline && !wantsContraction) || !hasReduction || nest.extents.empty())
     return base;
@@ -447,7 +482,9 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     else if (!chosen && whyNot.empty())
       whyNot = whyChoices.empty() ? "it reads an operand through a gather" : whyChoices;
   } else if (whyNot.empty()) {
-    if (allows(Pipeline::ContractionOuter))
+    if (allows(Pipeline::ContractionStream))
+      chosen = tryStream(nest, lanes, target, whyOuter);
+    if (!chosen && allows(Pipeline::ContractionOuter))
       chosen = tryOuter(nest, lanes, target, whyOuter);
     if (!chosen && allows(Pipeline::ContractionDot))
       chosen = tryDot(nest, lanes, target, whyDot);
@@ -467,7 +504,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   }
   // The gather pipelines chose their own k blocks and pack nothing the way the others do.
   bool gathers = chosen->pipeline == Pipeline::ContractionGather ||
-                 chosen->pipeline == Pipeline::ContractionChoices;
+                 chosen->pipeline == Pipeline::ContractionChoices ||
+                 chosen->pipeline == Pipeline::ContractionStream;
   if (!gathers) {
     chosen->blockK = chooseBlockK(nest, *chosen);
     chosen->packInput = choosePackInput(nest, *chosen);

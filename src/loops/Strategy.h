@@ -31,6 +31,12 @@
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
 //   the lane of its choice. A's rows stream contiguously, which is what reading them all costs
 //   anyway when the choices are innermost: the extra lanes are free FMAs beside the memory.
+// - contraction.stream: a contraction.outer nest with one row of output (GEMV: x[K] W[K, N])
+//   reads B row after row instead of in column stripes: N is split into a few parts (the
+//   parallel loop), and each part adds MR rows of B at a time to its slice of the output, which
+//   stays in L1. Each row of B is then read in long contiguous runs, as the prefetchers and DRAM
+//   want; column stripes touch every 4 KiB page of B for 256 bytes at a time. The tile is
+//   printed as MRxP: rows per step by parts.
 #pragma once
 
 #include "ir/IR.h"
@@ -56,7 +62,8 @@ enum class Pipeline : uint8_t {
   ContractionOuter,
   ContractionDot,
   ContractionGather,
-  ContractionChoices
+  ContractionChoices,
+  ContractionStream
 };
 
 const char *pipelineName(Pipeline p);
@@ -73,7 +80,8 @@ struct Strategy {
 
   bool isContraction() const {
     return pipeline == Pipeline::ContractionOuter || pipeline == Pipeline::ContractionDot ||
-           pipeline == Pipeline::ContractionGather || pipeline == Pipeline::ContractionChoices;
+           pipeline == Pipeline::ContractionGather || pipeline == Pipeline::ContractionChoices ||
+           pipeline == Pipeline::ContractionStream;
   }
 };
 
