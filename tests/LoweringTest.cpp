@@ -157,6 +157,48 @@ TEST(Lowering, BroadcastConstantResultAndScalarOperand) {
                 expected);
 }
 
+// exp(j * s) varies with j alone: specialized, it becomes a table of n values computed before
+// the nest, reading the scalar operand s there too; the pair dim of 2 is unrolled.
+TEST(Lowering, InvariantMathBecomesATableAndATinyInnerDimUnrolls) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?x2xf32>, %s: f32) -> tensor<?x?x2xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %x, %c0 : tensor<?x?x2xf32>
+      %n = tensor.dim %x, %c1 : tensor<?x?x2xf32>
+      %e = tensor.empty(%m, %n) : tensor<?x?x2xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, j, k)>,
+                                            affine_map<(i, j, k) -> ()>,
+                                            affine_map<(i, j, k) -> (i, j, k)>],
+                           iterator_types = ["parallel", "parallel", "parallel"]}
+          ins(%x, %s : tensor<?x?x2xf32>, f32) outs(%e : tensor<?x?x2xf32>) {
+      ^bb0(%v: f32, %sc: f32, %o: f32):
+        %j = linalg.index 1 : index
+        %ji = arith.index_cast %j : index to i32
+        %jf = arith.sitofp %ji : i32 to f32
+        %a = arith.mulf %jf, %sc : f32
+        %g = math.exp %a : f32
+        %u = arith.mulf %v, %g : f32
+        linalg.yield %u : f32
+      } -> tensor<?x?x2xf32>
+      return %r : tensor<?x?x2xf32>
+    })";
+  const int64_t m = 7, n = 37;
+  auto x = iota(m * n * 2);
+  const float s = -0.05f;
+  std::vector<double> expected(x.size());
+  for (int64_t i = 0; i < m * n * 2; ++i)
+    expected[i] = static_cast<double>(x[i]) * std::exp(static_cast<double>(i / 2 % n) * s);
+  expectAllNear(runBoth(text, {borrow(x, {m, n, 2}), Scalar::f32(s)}), expected);
+  std::string loops = context()
+                          .loadString(text, "lowering.mlir")
+                          .function("f")
+                          .emit(Stage::Loops, {"7x37x2xf32", "f32"});
+  EXPECT_THAT(loops, testing::HasSubstr("// 'math.exp' varies with 1 of the nest's 3 dims: a "
+                                        "table of 37"));
+  EXPECT_THAT(loops, testing::HasSubstr("for d1 in 0..37 vectorized"));
+}
+
 TEST(Lowering, NoInputsUsesLinalgIndexAndCapturedScalar) {
   // out[i, j] = float(i * 100 + j) * scale, with `scale` captured from the function scope.
   const char *text = R"(

@@ -714,7 +714,12 @@ private:
           std::vector<Expr> args;
           for (const Value *operand : op->operands) {
             if (operand->isBlockArgument() && operand->ownerBlock == &body) {
-              const TensorStorage &t = storageOf(g.input(operand->index));
+              const Value *input = g.input(operand->index);
+              if (!input->type.isTensor()) {
+                args.push_back(scalarOf(input));
+                continue;
+              }
+              const TensorStorage &t = storageOf(input);
               args.push_back(load(t.buffer, accessIndex(g.map(operand->index), at, t.dims),
                                   operand->type.elem));
             } else {
