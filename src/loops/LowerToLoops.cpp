@@ -1453,7 +1453,7 @@ private:
     if (k % s.tileM)
       perPart.push_back(addRows(int(k % s.tileM), intConst(k - k % s.tileM)));
     Stmt nest = forLoop(part->name, intConst(s.tileN), ForKind::Parallel, std::move(perPart));
-    nest->bound = intConst(1);
+    nest->bound = minChunk(*asConstant(extents[s.dimN]) * k, s.tileN);
     nest->comment = strategyComment(g.op, s);
     std::vector<Stmt> stmts{nest};
     append(stmts);
