@@ -92,7 +92,8 @@ const Mode kModes[] = {Mode::Specialized, Mode::Generic};
 
 // ---- Elementwise ops ----------------------------------------------------------------------
 
-std::string elementwise(const std::string &body, int operands) {
+/// A function `f` of `operands` f32 vectors whose elementwise body is `body`.
+Function elementwise(const std::string &body, int operands) {
   std::string args, ins, types, blockArgs, maps;
   for (int i = 0; i < operands; ++i) {
     args += fmt::format("{}%x{}: tensor<?xf32>", i ? ", " : "", i);
@@ -101,7 +102,7 @@ std::string elementwise(const std::string &body, int operands) {
     blockArgs += fmt::format("%a{}: f32, ", i);
     maps += "affine_map<(i) -> (i)>, ";
   }
-  return fmt::format(R"(
+  std::string text = fmt::format(R"(
     func.func @f({}) -> tensor<?xf32> {{
       %c0 = arith.constant 0 : index
       %n = tensor.dim %x0, %c0 : tensor<?xf32>
@@ -114,7 +115,8 @@ std::string elementwise(const std::string &body, int operands) {
       }} -> tensor<?xf32>
       return %r : tensor<?xf32>
     }})",
-                     args, maps, ins, types, blockArgs, body);
+                                 args, maps, ins, types, blockArgs, body);
+  return context().loadString(text, "edge.mlir").function("f");
 }
 
 struct UnaryCase {
@@ -143,13 +145,8 @@ class UnaryEdgeTest : public testing::TestWithParam<UnaryCase> {};
 
 TEST_P(UnaryEdgeTest, SpecialValuesFollowIeee) {
   const UnaryCase &c = GetParam();
-  Function fn = context()
-                    .loadString(elementwise(fmt::format("%y = {} %a0 : f32\n"
-                                                        "        linalg.yield %y : f32",
-                                                        c.op),
-                                            1),
-                                "edge.mlir")
-                    .function("f");
+  Function fn =
+      elementwise(fmt::format("%y = {} %a0 : f32\n        linalg.yield %y : f32", c.op), 1);
   // Every special value twice over, 35 elements: a vector body and a tail.
   std::vector<float> x = kSpecials;
   x.insert(x.end(), kSpecials.begin(), kSpecials.end());
@@ -227,13 +224,8 @@ class BinaryEdgeTest : public testing::TestWithParam<BinaryCase> {};
 
 TEST_P(BinaryEdgeTest, EveryPairOfSpecialValuesFollowsIeee) {
   const BinaryCase &c = GetParam();
-  Function fn = context()
-                    .loadString(elementwise(fmt::format("%y = {} %a0, %a1 : f32\n"
-                                                        "        linalg.yield %y : f32",
-                                                        c.op),
-                                            2),
-                                "edge.mlir")
-                    .function("f");
+  Function fn =
+      elementwise(fmt::format("%y = {} %a0, %a1 : f32\n        linalg.yield %y : f32", c.op), 2);
   auto [lhs, rhs] = allPairs();
   const int64_t n = static_cast<int64_t>(lhs.size());
   std::vector<double> reference;
@@ -281,16 +273,13 @@ TEST(EdgeValues, CmpfPredicatesOnSpecialValues) {
   const int64_t n = static_cast<int64_t>(lhs.size());
   for (const auto &[name, predicate] : predicates) {
     SCOPED_TRACE(name);
-    Function fn = context()
-                      .loadString(elementwise(fmt::format(R"(%p = arith.cmpf {}, %a0, %a1 : f32
+    Function fn = elementwise(fmt::format(R"(%p = arith.cmpf {}, %a0, %a1 : f32
         %one = arith.constant 1.0 : f32
         %zero = arith.constant 0.0 : f32
         %y = arith.select %p, %one, %zero : f32
         linalg.yield %y : f32)",
-                                                          name),
-                                              2),
-                                  "edge.mlir")
-                      .function("f");
+                                          name),
+                              2);
     std::vector<double> reference;
     for (int64_t i = 0; i < n; ++i)
       reference.push_back(predicate(lhs[i], rhs[i]) ? 1.0 : 0.0);

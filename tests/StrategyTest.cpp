@@ -125,6 +125,8 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("contraction.choices takes tile=Mx1 with M at most 64"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 1), "k-block=8"),
               testing::HasSubstr("and no k-block"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 1), "pack=1"),
+              testing::HasSubstr("and no k-block or packing"));
   EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 1), Target::avx2(),
                                                   loops::parseConfig("tile=2x1"))),
             "contraction.choices m=d0 n=- k=d3 tile=2x1 lanes=8");

@@ -367,6 +367,12 @@ private:
 
   // The fewest iterations of a parallel loop of `extent` trips, in a nest of `total` points,
   // worth giving one thread.
+  // result[index] += value: how the gather and dot pipelines add a finished sum to the output.
+  static Stmt addToOutput(const TensorStorage &result, Expr index, Expr value, ElemKind elem) {
+    return store(result.buffer, index,
+                 binary(OpKind::AddF, load(result.buffer, index, elem), std::move(value)));
+  }
+
   static Expr minChunk(int64_t total, int64_t extent) {
     return intConst(std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, total / extent)));
   }
@@ -1018,8 +1024,7 @@ private:
           } else {
             init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
             Expr sum = reduceAdd(var(acc, elem, lanes));
-            fini.push_back(store(result.buffer, outIndex,
-                                 binary(OpKind::AddF, load(result.buffer, outIndex, elem), sum)));
+            fini.push_back(addToOutput(result, outIndex, sum, elem));
           }
           BodyContext body{iv, extents, outArg, true};
           step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
@@ -1292,10 +1297,9 @@ private:
     Expr outIndex = accessIndex(g.outputMap(), vars, result.dims);
     Stmt unpack = forLoop(
         o->name, intConst(rows), ForKind::Parallel,
-        overPairs({store(
-            result.buffer, outIndex,
-            binary(OpKind::AddF, load(result.buffer, outIndex, elem),
-                   load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem)))}));
+        overPairs({addToOutput(
+            result, outIndex,
+            load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem), elem)}));
     unpack->bound = minChunk(rows * pairs, rows);
     unpack->comment = "read each pair's sum back from its slot";
     stmts.push_back(unpack);
@@ -1394,9 +1398,7 @@ private:
                ElemKind::Index);
       Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
       Expr lane = add(mul(add(mul(m, intConst(pairs)), intConst(p)), intConst(numChoices)), choice);
-      readBack.push_back(store(
-          result.buffer, outIndex,
-          binary(OpKind::AddF, load(result.buffer, outIndex, elem), load(byChoice, lane, elem))));
+      readBack.push_back(addToOutput(result, outIndex, load(byChoice, lane, elem), elem));
     }
     Stmt unpack = forLoop(m->name, intConst(rows), ForKind::Parallel, std::move(readBack));
     unpack->bound = minChunk(rows * pairs, rows);

@@ -396,14 +396,12 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   if (s.pipeline == Pipeline::ContractionChoices) {
     // N is fixed by the choices (their vectors); rows stream whole, with no k blocks.
     if ((config.tileN && *config.tileN != s.tileN) ||
-        (config.tileM && *config.tileM > extentOr1(nest, s.dimM)) || config.blockK.value_or(0))
+        (config.tileM && *config.tileM > extentOr1(nest, s.dimM)) || config.blockK.value_or(0) ||
+        config.pack.value_or(false))
       throw Error(fmt::format("error: --config: contraction.choices takes tile=Mx{} with M at "
-                              "most {} and no k-block",
+                              "most {}, and no k-block or packing",
                               s.tileN, extentOr1(nest, s.dimM)));
     s.tileM = config.tileM.value_or(s.tileM);
-    if (config.pack.value_or(false))
-      throw Error("error: --config: pack=1 needs a contraction.outer nest whose one input read "
-                  "along n and k depends on nothing else, with several m blocks");
     return;
   }
   if (config.tileM)
