@@ -11,6 +11,7 @@
 #include "runtime/Parallel.h"
 
 #include <llvm/ADT/Hashing.h>
+#include <llvm/ADT/StringExtras.h>
 #include <llvm/Support/xxhash.h>
 
 #include <chrono>
@@ -77,13 +78,13 @@ TypeSpec parseTypeSpec(const std::string &text) {
       size_t next = dims.find('x', start);
       std::string d =
           dims.substr(start, next == std::string::npos ? std::string::npos : next - start);
-      if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos)
-        throw Error(fmt::format("error: bad type '{}': dims must be non-negative integers "
+      if (d.empty() || (d != "?" && d.find_first_not_of("0123456789") != std::string::npos))
+        throw Error(fmt::format("error: bad type '{}': dims must be non-negative integers or ? "
                                 "separated by 'x', as in 32x4096xf32",
                                 text));
       if (d.size() > 15)
         throw Error(fmt::format("error: bad type '{}': dim '{}' is too large", text, d));
-      spec.shape.push_back(std::stoll(d));
+      spec.shape.push_back(d == "?" ? -1 : std::stoll(d));
       if (next == std::string::npos)
         break;
       start = next + 1;
@@ -178,7 +179,18 @@ Scalar coerceScalar(const Scalar &s, const Type &declared, const std::string &ar
   return out;
 }
 
-std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mode mode) {
+using RuntimeDims = std::vector<std::pair<int, int64_t>>;
+
+// Partial specialization: these dims of the specs become runtime values.
+void keepRuntimeDims(std::vector<ArgSpec> &specs, const RuntimeDims &dims) {
+  for (auto [arg, dim] : dims)
+    if (static_cast<size_t>(arg) < specs.size() && specs[arg].type.isTensor() &&
+        dim < specs[arg].type.rank())
+      specs[arg].type.shape[dim] = kDynamic;
+}
+
+std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mode mode,
+                              const RuntimeDims &runtimeDims) {
   if (args.size() != fn.argTypes.size())
     throw Error(fmt::format("error: in call to '@{}': expected {} arguments, got {}", fn.name,
                             fn.argTypes.size(), args.size()));
@@ -201,16 +213,24 @@ std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mo
     }
     specs.push_back(spec);
   }
+  if (mode == Mode::Specialized)
+    keepRuntimeDims(specs, runtimeDims);
   return specs;
 }
 
 std::vector<ArgSpec> specsFromStrings(const FuncOp &fn, const std::vector<std::string> &types,
-                                      Mode mode) {
+                                      Mode mode, RuntimeDims runtimeDims) {
   std::vector<Arg> args;
   for (const std::string &text : types) {
     TypeSpec t = parseTypeSpec(text);
     if (t.isTensor) {
-      // Shape only: a borrowed tensor with no data describes the argument.
+      // Shape only: a borrowed tensor with no data describes the argument; a `?` dim is a
+      // runtime dim.
+      for (size_t d = 0; d < t.shape.size(); ++d)
+        if (t.shape[d] < 0) {
+          t.shape[d] = 0;
+          runtimeDims.push_back({static_cast<int>(args.size()), static_cast<int64_t>(d)});
+        }
       args.push_back(Tensor::borrow(nullptr, t.dtype, t.shape));
       continue;
     }
@@ -234,7 +254,7 @@ std::vector<ArgSpec> specsFromStrings(const FuncOp &fn, const std::vector<std::s
     }
     args.push_back(s);
   }
-  std::vector<ArgSpec> specs = specsFor(fn, args, mode);
+  std::vector<ArgSpec> specs = specsFor(fn, args, mode, runtimeDims);
   // Integer scalars given without a value stay runtime values; flags need one.
   for (size_t i = 0; i < types.size() && i < specs.size(); ++i)
     if (types[i].find('=') == std::string::npos && !specs[i].type.isTensor()) {
@@ -306,8 +326,9 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
     std::string want = k.mode == Mode::Generic
                            ? fmt::format("rank {} {}", spec.type.rank(), elemName(spec.type.elem))
                            : spec.str();
-    bool ok = elemOf(t->dtype()) == spec.type.elem && t->rank() == spec.type.rank() &&
-              (k.mode == Mode::Generic || t->shape() == spec.type.shape);
+    bool ok = elemOf(t->dtype()) == spec.type.elem && t->rank() == spec.type.rank();
+    for (int64_t d = 0; ok && k.mode == Mode::Specialized && d < t->rank(); ++d)
+      ok = spec.type.shape[d] == kDynamic || spec.type.shape[d] == t->shape()[d];
     if (!ok)
       throw Error(fmt::format("error: kernel for '@{}' was compiled for argument #{} as {} but "
                               "was given {}",
@@ -560,14 +581,63 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
   return detail::Access::makeKernel(future.get());
 }
 
+std::vector<RuntimeDim> parseRuntimeDims(const std::string &text) {
+  std::vector<RuntimeDim> dims;
+  for (llvm::StringRef item : llvm::split(llvm::StringRef(text), ',')) {
+    auto [argument, dim] = item.trim().rsplit(':');
+    RuntimeDim d{argument.trim().str(), 0};
+    if (argument.trim().empty() || dim.trim().getAsInteger(10, d.dim) || d.dim < 0)
+      throw Error(fmt::format("error: bad runtime dim '{}': expected ARGUMENT:DIM, as in key:1",
+                              item.trim().str()));
+    dims.push_back(d);
+  }
+  return dims;
+}
+
+Function Function::withRuntimeDims(const std::vector<RuntimeDim> &dims) const {
+  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  Function f = *this;
+  for (const RuntimeDim &d : dims) {
+    llvm::StringRef name(d.argument);
+    name.consume_front("%");
+    std::optional<size_t> index;
+    for (size_t i = 0; i < fn.argTypes.size() && !index; ++i)
+      if (fn.body->arguments[i]->name == name)
+        index = i;
+    size_t position = 0;
+    name.consume_front("#");
+    if (!index && !name.getAsInteger(10, position) && position < fn.argTypes.size())
+      index = position;
+    if (!index) {
+      std::vector<std::string> names;
+      for (size_t i = 0; i < fn.argTypes.size(); ++i)
+        names.push_back(fn.body->arguments[i]->name.empty() ? fmt::format("#{}", i)
+                                                            : fn.body->arguments[i]->name);
+      throw Error(fmt::format("error: runtime dim {}:{}: '@{}' has no argument '{}' (it has {})",
+                              d.argument, d.dim, name_, d.argument, fmt::join(names, ", ")));
+    }
+    const Type &type = fn.argTypes[*index];
+    std::string arg = argumentName(fn, *index);
+    if (!type.isTensor() || d.dim >= type.rank())
+      throw Error(fmt::format("error: runtime dim {}:{}: {} of '@{}' is '{}', which has no dim {}",
+                              d.argument, d.dim, arg, name_, type.str(), d.dim));
+    if (type.shape[d.dim] != kDynamic)
+      throw Error(fmt::format("error: runtime dim {}:{}: dim {} of {} of '@{}' is {} in the "
+                              "signature ('{}'); only a dynamic dim can stay a runtime value",
+                              d.argument, d.dim, d.dim, arg, name_, type.shape[d.dim], type.str()));
+    f.runtimeDims_.push_back({static_cast<int>(*index), d.dim});
+  }
+  return f;
+}
+
 Kernel Function::specialize(const std::vector<Arg> &args, Mode mode) const {
   const FuncOp &fn = lookupFunction(*module_->ir, name_);
-  return getKernel(module_, name_, specsFor(fn, args, mode), mode);
+  return getKernel(module_, name_, specsFor(fn, args, mode, runtimeDims_), mode);
 }
 
 Kernel Function::specialize(const std::vector<std::string> &argTypes, Mode mode) const {
   const FuncOp &fn = lookupFunction(*module_->ir, name_);
-  return getKernel(module_, name_, specsFromStrings(fn, argTypes, mode), mode);
+  return getKernel(module_, name_, specsFromStrings(fn, argTypes, mode, runtimeDims_), mode);
 }
 
 std::vector<Tensor> Function::operator()(const std::vector<Arg> &args, Mode mode) const {
@@ -579,7 +649,7 @@ std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes
   const FuncOp &fn = lookupFunction(*module_->ir, name_);
   if (stage == Stage::Mlir)
     return printModule(*module_->ir);
-  std::vector<ArgSpec> specs = specsFromStrings(fn, argTypes, mode);
+  std::vector<ArgSpec> specs = specsFromStrings(fn, argTypes, mode, runtimeDims_);
   std::string log;
   PipelineOptions options = pipelineOptions(*module_->context, mode);
   auto dump = [&](const std::string &pass, const std::string &ir) {

@@ -7,7 +7,7 @@ std::string ArgSpec::str() const {
   if (type.isTensor()) {
     std::string s;
     for (int64_t d : type.shape)
-      s += std::to_string(d) + "x";
+      s += (d == kDynamic ? std::string("?") : std::to_string(d)) + "x";
     return s + elemName(type.elem);
   }
   if (intValue)
@@ -42,7 +42,11 @@ void checkArguments(const FuncOp &fn, const std::vector<ArgSpec> &args) {
       throw Error(fmt::format("error: {}: {} has rank {} ('{}') but was given rank {} ('{}')",
                               where, arg, want.rank(), want.str(), got.rank(), args[i].str()));
     for (int64_t d = 0; d < want.rank(); ++d) {
-      if (got.shape[d] < 0)
+      if (got.shape[d] == kDynamic && want.shape[d] != kDynamic)
+        throw Error(fmt::format("error: {}: {} dim {} is {} in the signature ('{}'); only a "
+                                "dynamic dim can stay a runtime value",
+                                where, arg, d, want.shape[d], want.str()));
+      if (got.shape[d] < 0 && got.shape[d] != kDynamic)
         throw Error(
             fmt::format("error: {}: {} dim {} has negative size {}", where, arg, d, got.shape[d]));
       if (want.shape[d] != kDynamic && want.shape[d] != got.shape[d])

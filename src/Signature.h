@@ -11,13 +11,14 @@
 
 namespace frank {
 
-/// One argument of a call: a tensor type with static shape, or a scalar type. Integer, index
-/// and i1 scalars carry their value when it is a specialization key.
+/// One argument of a call: a tensor type with static shape (but for the dims that stay runtime
+/// values, kDynamic), or a scalar type. Integer, index and i1 scalars carry their value when it
+/// is a specialization key.
 struct ArgSpec {
   Type type;
   std::optional<int64_t> intValue;
 
-  std::string str() const; // "32x4096xf32", "f32", "index=4"
+  std::string str() const; // "32x4096xf32", "?x4096xf32", "f32", "index=4"
 };
 
 /// Checks kinds, ranks, dtypes and the signature's static dims; errors name the argument.

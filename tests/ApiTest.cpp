@@ -166,8 +166,9 @@ TEST(Api, TensorBasics) {
   EXPECT_EQ(s.shape, (std::vector<int64_t>{32, 4096}));
   EXPECT_EQ(s.value, "@x.npy");
   EXPECT_TRUE(parseTypeSpec("index=4").isIndex);
-  EXPECT_THAT([] { parseTypeSpec("32x?xf32"); },
-              ThrowsMessage<Error>(HasSubstr("dims must be non-negative integers")));
+  EXPECT_EQ(parseTypeSpec("32x?xf32").shape, (std::vector<int64_t>{32, -1})); // a runtime dim
+  EXPECT_THAT([] { parseTypeSpec("32x??xf32"); },
+              ThrowsMessage<Error>(HasSubstr("dims must be non-negative integers or ?")));
   EXPECT_THAT([] { parseTypeSpec("4xq8"); },
               ThrowsMessage<Error>(HasSubstr("unknown element type 'q8'")));
 }

@@ -393,6 +393,34 @@ TEST(CliBench, JsonReportAndSpeedupSummary) {
       << r.err;
 }
 
+TEST(CliBench, RuntimeDimsAddAPartlySpecializedKernel) {
+  ToolResult r =
+      runTool({"bench", kRmsNorm, "--function=rms_norm_linalg", "--input=32x4096xf32=random",
+               "--input=4096xf32=random", "--input=f32=1e-6", "--runtime-dims=input:0",
+               "--benchmark_min_time=0.01", "--benchmark_format=json"});
+  EXPECT_SUCCESS(r);
+  for (const char *kind : {"specialized", "partial", "generic"})
+    EXPECT_TRUE(std::regex_search(
+        r.out, std::regex(fmt::format(R"("name": "rms_norm_linalg/{}(/real_time)?")", kind))))
+        << kind << "\n"
+        << r.out;
+  EXPECT_TRUE(
+      std::regex_search(r.err, std::regex(R"(rms_norm_linalg: partly specialized \(input:0\))"
+                                          R"( takes \d+\.\d\dx the fully specialized time\n)")))
+      << "stderr:\n"
+      << r.err;
+}
+
+TEST(CliCompile, QuestionMarkDimsStayRuntimeValues) {
+  ToolResult r = runTool({"compile", kRmsNorm, "--function=rms_norm_linalg", "--input=?x4096xf32",
+                          "--input=4096xf32", "--input=f32", "--emit=loops", "--explain"});
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.err, HasSubstr("tensor<?x?xf32> -> tensor<?x4096xf32>, baked in: dim 1 = 4096, "
+                               "runtime: dim 0\n"));
+  EXPECT_THAT(r.out, HasSubstr("in 0..dims[0]"));
+  EXPECT_THAT(r.out, HasSubstr("in 0..4096"));
+}
+
 // ---- errors: exit 1, nothing on stdout, the exact message on stderr ----------------------------
 
 TEST(CliErrors, UnknownFlag) {
@@ -511,8 +539,8 @@ TEST(CliErrors, BadTypeString) {
   ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=32x?xf32=random",
                           "--input=4xf32=1", "--input=f32=1"});
   EXPECT_FAILURE(r);
-  EXPECT_EQ(r.err, "frank-jit: error: --input #0 '32x?xf32=random': dims must be non-negative "
-                   "integers separated by 'x', as in 32x4096xf32\n");
+  EXPECT_EQ(r.err, "frank-jit: error: --input #0 '32x?xf32=random': a tensor with data has no '?' "
+                   "dims (--runtime-dims keeps a dim a runtime value)\n");
 }
 
 TEST(CliErrors, BadValueCount) {

@@ -288,7 +288,7 @@ const ApiCase kApiCases[] = {
        m.function("add").specialize(std::vector<std::string>{"2x-3xf32", "2x3xf32"});
      },
      "",
-     "bad type '2x-3xf32': dims must be non-negative integers separated by 'x', as in "
+     "bad type '2x-3xf32': dims must be non-negative integers or ? separated by 'x', as in "
      "32x4096xf32"},
     {"type_string_unknown_element", kAdd,
      [](Module &m) {
@@ -803,10 +803,25 @@ const CliCase kCliCases[] = {
      "--input #0 '2x3xf32=1,2': gives 2 values but 2x3xf32 has 6 elements (give one value to "
      "fill, or all of them)"},
     {"input_bad_type",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x-xf32=1", "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '2x-xf32=1': dims must be non-negative integers or ? separated by 'x', as in "
+     "32x4096xf32"},
+    {"input_runtime_dim_with_data",
      {"run", "{dir}/add.mlir", "--function=add", "--input=2x?xf32=1", "--input=2x3xf32=1"},
      "frank-jit",
-     "--input #0 '2x?xf32=1': dims must be non-negative integers separated by 'x', as in "
-     "32x4096xf32"},
+     "--input #0 '2x?xf32=1': a tensor with data has no '?' dims (--runtime-dims keeps a dim a "
+     "runtime value)"},
+    {"runtime_dims_bad",
+     {"run", "{dir}/add.mlir", "--function=add", "--runtime-dims=x", "--input=2x3xf32=1",
+      "--input=2x3xf32=1"},
+     "frank-jit",
+     "bad runtime dim 'x': expected ARGUMENT:DIM, as in key:1"},
+    {"runtime_dims_unknown_argument",
+     {"run", "{dir}/add.mlir", "--function=add", "--runtime-dims=z:0", "--input=2x3xf32=1",
+      "--input=2x3xf32=1"},
+     "frank-jit",
+     "runtime dim z:0: '@add' has no argument 'z' (it has a, b)"},
     {"input_bad_integer",
      {"run", "{dir}/sized.mlir", "--function=raw", "--input=index=2.5"},
      "frank-jit",

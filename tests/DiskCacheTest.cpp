@@ -127,15 +127,19 @@ struct RmsCase {
     return fmt::format("@rms_norm_linalg (specialized, {0}x{1}xf32, {1}xf32, f32)", rows, cols);
   }
   /// `frank-jit run` on these inputs with the disk cache in `cacheDir`, writing `output`.
-  ToolResult run(const std::string &cacheDir, const std::string &output,
-                 EnvOverrides env = {}) const {
+  ToolResult run(const std::string &cacheDir, const std::string &output, EnvOverrides env = {},
+                 const std::vector<std::string> &flags = {}) const {
     env.emplace("FRANK_CACHE", "on");
     env.emplace("FRANK_CACHE_DIR", cacheDir);
-    return runTool({"run", kRmsNorm, "--function=rms_norm_linalg",
-                    fmt::format("--input={}x{}xf32=@{}", rows, cols, xPath),
-                    fmt::format("--input={}xf32=@{}", cols, wPath), "--input=f32=1e-6",
-                    "--output=@" + output},
-                   env);
+    std::vector<std::string> args{"run",
+                                  kRmsNorm,
+                                  "--function=rms_norm_linalg",
+                                  fmt::format("--input={}x{}xf32=@{}", rows, cols, xPath),
+                                  fmt::format("--input={}xf32=@{}", cols, wPath),
+                                  "--input=f32=1e-6",
+                                  "--output=@" + output};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return runTool(args, env);
   }
   void expectMatchesOracle(const Tensor &y) {
     auto cmp = oracle::compare(y.as<float>(),
@@ -427,6 +431,25 @@ TEST(DiskCacheSettings, SizeCap) {
 }
 
 // ---- Kernels -----------------------------------------------------------------------------------
+
+TEST(DiskCacheKernels, RuntimeDimsShareOneEntryAcrossSizes) {
+  TempDir dir;
+  std::string cacheDir = dir / "cache";
+  RmsCase small(dir, 3, 80), large(dir, 11, 80);
+  const std::string description = "@rms_norm_linalg (specialized, ?x80xf32, 80xf32, f32)";
+  ToolResult first =
+      small.run(cacheDir, dir / "y1.npy", {{"FRANK_DEBUG", "1"}}, {"--runtime-dims=input:0"});
+  EXPECT_SUCCESS(first);
+  EXPECT_THAT(first.err, HasSubstr(fmt::format("frank: compiled {} in ", description)));
+  // Another process, another row count: the same kernel, from disk.
+  ToolResult second =
+      large.run(cacheDir, dir / "y2.npy", {{"FRANK_DEBUG", "1"}}, {"--runtime-dims=input:0"});
+  EXPECT_SUCCESS(second);
+  EXPECT_THAT(second.err,
+              HasSubstr(fmt::format("frank: loaded {} from the disk cache in ", description)));
+  EXPECT_EQ(entriesIn(cacheDir).size(), 1u);
+  large.expectMatchesOracle(readNpy(dir / "y2.npy"));
+}
 
 TEST(DiskCacheKernels, LaterProcessLoadsInsteadOfCompiling) {
   TempDir dir;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -115,6 +116,9 @@ Arg parseInput(const std::string &text, const std::string &declaredType, uint64_
     bad(position, text, why.substr(why.find(": ", why.find("'")) + 2));
   }
   std::string value = spec.value;
+  if (std::find(spec.shape.begin(), spec.shape.end(), -1) != spec.shape.end())
+    bad(position, text,
+        "a tensor with data has no '?' dims (--runtime-dims keeps a dim a runtime value)");
   if (!spec.isTensor) {
     Scalar s;
     s.type = spec.dtype;

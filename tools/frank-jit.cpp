@@ -88,6 +88,13 @@ cl::opt<std::string> loweringConfig(
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
 
+cl::opt<std::string> runtimeDims(
+    "runtime-dims",
+    cl::desc("Dims that specialized kernels keep as runtime values, as ARGUMENT:DIM pairs "
+             "(key:1,value:1); `bench` then also times this partly specialized kernel"),
+    cl::value_desc("dims"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+    cl::cat(category));
+
 cl::opt<bool> noDiskCache("no-disk-cache",
                           cl::desc("Neither load kernels from the disk cache nor store them there"),
                           cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
@@ -112,7 +119,8 @@ Module loadModule(Context &ctx) {
   return ctx.load(file, link);
 }
 
-Function lookup(Context &ctx, Module &module) {
+// The chosen function, with no runtime dims.
+Function lookupFully(Module &module) {
   if (!function.empty())
     return module.function(function);
   auto names = module.functionNames();
@@ -123,6 +131,12 @@ Function lookup(Context &ctx, Module &module) {
                     file.getValue(), names.size(),
                     names.empty() ? "none" : "@" + fmt::format("{}", fmt::join(names, ", @"))));
   return module.function(names.front());
+}
+
+// The chosen function, keeping the --runtime-dims.
+Function lookup(Module &module) {
+  Function fn = lookupFully(module);
+  return runtimeDims.empty() ? fn : fn.withRuntimeDims(parseRuntimeDims(runtimeDims));
 }
 
 void checkInputCount(const Function &fn) {
@@ -145,7 +159,7 @@ std::vector<Arg> parseInputs(const Function &fn) {
 int compileCommand() {
   Context ctx(contextOptions());
   Module module = loadModule(ctx);
-  Function fn = lookup(ctx, module);
+  Function fn = lookup(module);
   checkInputCount(fn);
   std::vector<std::string> types(inputs.begin(), inputs.end());
   if (explain) {
@@ -173,7 +187,7 @@ int linkCommand() {
 int runCommand() {
   Context ctx(contextOptions());
   Module module = loadModule(ctx);
-  Function fn = lookup(ctx, module);
+  Function fn = lookup(module);
   std::vector<Arg> args = parseInputs(fn);
   Kernel kernel = fn.specialize(args, mode);
   if (explain)
@@ -212,7 +226,7 @@ int64_t argumentBytes(const std::vector<Arg> &args, const std::vector<std::vecto
 int benchCommand(int benchArgc, char **benchArgv) {
   Context ctx(contextOptions());
   Module module = loadModule(ctx);
-  Function fn = lookup(ctx, module);
+  Function fn = lookup(module);
   std::vector<Arg> args = parseInputs(fn);
   std::string format = "console";
   for (int i = 1; i < benchArgc; ++i)
@@ -221,12 +235,16 @@ int benchCommand(int benchArgc, char **benchArgv) {
   benchmark::Initialize(&benchArgc, benchArgv);
   if (benchArgc > 1)
     throw Error(fmt::format("error: unknown benchmark flag '{}'", benchArgv[1]));
-  for (Mode m : {Mode::Specialized, Mode::Generic}) {
-    Kernel kernel = fn.specialize(args, m);
+  // Fully specialized, partly specialized (with --runtime-dims), generic.
+  std::vector<std::pair<std::string, Kernel>> kernels{
+      {"specialized", lookupFully(module).specialize(args)}};
+  if (!runtimeDims.empty())
+    kernels.push_back({"partial", fn.specialize(args)});
+  kernels.push_back({"generic", fn.specialize(args, Mode::Generic)});
+  for (auto &[kind, kernel] : kernels) {
     std::vector<Tensor> results = kernel(args);
     int64_t bytes = argumentBytes(args, {}, results);
-    std::string name =
-        fmt::format("{}/{}", fn.name(), m == Mode::Generic ? "generic" : "specialized");
+    std::string name = fmt::format("{}/{}", fn.name(), kind);
     benchmark::RegisterBenchmark(name.c_str(), [kernel, args, results,
                                                 bytes](benchmark::State &state) mutable {
       for (auto _ : state) {
@@ -244,6 +262,10 @@ int benchCommand(int benchArgc, char **benchArgv) {
   if (specialized > 0 && generic > 0)
     fmt::print(stderr, "{}: specialized is {:.2f}x faster than generic\n", fn.name(),
                generic / specialized);
+  double partial = reporter->seconds(fn.name() + "/partial");
+  if (specialized > 0 && partial > 0)
+    fmt::print(stderr, "{}: partly specialized ({}) takes {:.2f}x the fully specialized time\n",
+               fn.name(), runtimeDims.getValue(), partial / specialized);
   benchmark::Shutdown();
   return 0;
 }

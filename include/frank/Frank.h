@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -58,7 +59,8 @@ public:
   void run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) const;
   /// The output shapes for these arguments.
   std::vector<std::vector<int64_t>> outputShapes(const std::vector<Arg> &args) const;
-  /// "32x4096xf32, 4096xf32, f32" (generic kernels show '?' dims).
+  /// "32x4096xf32, 4096xf32, f32" ('?' for the dims that stay runtime values: all of them in
+  /// generic kernels).
   std::string signature() const;
   Mode mode() const;
   /// Seconds it took to make this kernel: to compile it, or to load it from the disk cache.
@@ -72,14 +74,29 @@ private:
   std::shared_ptr<const detail::KernelImpl> impl_;
 };
 
+/// A dim that specialized kernels keep as a runtime value (partial specialization): dim `dim` of
+/// the argument named `argument` in the source ("key" or "%key") or at that position ("1" or
+/// "#1"). Only dims the signature declares dynamic (`?`) can be runtime dims.
+struct RuntimeDim {
+  std::string argument;
+  int64_t dim = 0;
+};
+/// Parses runtime dims as the command line takes them: "key:1,value:1".
+std::vector<RuntimeDim> parseRuntimeDims(const std::string &text);
+
 class Function {
 public:
+  /// The same function, whose specialized kernels keep these dims as runtime values and bake in
+  /// every other: one kernel then serves every size of them (the KV length of a decode loop, the
+  /// token count), at the price of loops whose trip counts are not constants. Checked now.
+  Function withRuntimeDims(const std::vector<RuntimeDim> &dims) const;
+
   /// Specializes (or finds the cached kernel) for these arguments, then runs it.
   std::vector<Tensor> operator()(const std::vector<Arg> &args, Mode mode = Mode::Specialized) const;
   /// The kernel for arguments like these: their shapes, dtypes and integer values.
   Kernel specialize(const std::vector<Arg> &args, Mode mode = Mode::Specialized) const;
   /// The same from type strings as the command line takes them: "32x4096xf32", "f32",
-  /// "index=4", "i1=true".
+  /// "index=4", "i1=true". A `?` dim ("?x4096xf32") stays a runtime value, as a runtime dim does.
   Kernel specialize(const std::vector<std::string> &argTypes, Mode mode = Mode::Specialized) const;
   /// The text of one stage for these argument types. `printAfterAll` prefixes the IR after every
   /// pass, as `--print-ir-after-all` does.
@@ -95,6 +112,7 @@ private:
   friend class Module;
   std::shared_ptr<const detail::ModuleImpl> module_;
   std::string name_;
+  std::vector<std::pair<int, int64_t>> runtimeDims_; // (argument, dim)
 };
 
 class Module {
@@ -186,7 +204,8 @@ int numThreads();
 void setNumThreads(int threads);
 
 /// Parses a command-line style type: "32x4096xf32" (tensor), "f32", "index=4", "i1=true".
-/// Returns the element type, the shape (empty and `isTensor` false for scalars) and the value.
+/// Returns the element type, the shape (empty and `isTensor` false for scalars; -1 for a `?`
+/// dim) and the value.
 struct TypeSpec {
   bool isTensor = false;
   DType dtype = DType::F32;

@@ -378,29 +378,41 @@ private:
   }
 
   // The loop to parallelize is the first of extent >= 2 under loops of extent 1 (a [1, 32, N]
-  // nest parallelizes over the 32); it must be a parallel dim.
+  // nest parallelizes over the 32); it must be a parallel dim. With runtime extents (partial
+  // specialization) the loop is the first whose extent is not the constant 1, and the chunk
+  // size is computed when the kernel runs: a nest too small for two chunks runs on one thread.
   void markParallel(std::vector<Stmt> &nest, const std::vector<Expr> &extents,
                     const std::vector<bool> &reductions) const {
     if (!specialized() || extents.empty())
       return;
-    int64_t total = 1;
+    int64_t constantTotal = 1;
+    bool runtime = false;
     for (const Expr &e : extents) {
       auto c = asConstant(e);
-      if (!c)
-        return;
-      total *= *c;
+      runtime = runtime || !c;
+      constantTotal *= c.value_or(1);
     }
-    if (total < kMinParallelElements)
+    if (constantTotal == 0 || (!runtime && constantTotal < kMinParallelElements))
       return;
     std::vector<Stmt> *level = &nest;
     for (size_t d = 0; d < extents.size(); ++d) {
       if (reductions[d] || level->size() != 1 || (*level)[0]->kind != StmtKind::For)
         return;
       Stmt loop = (*level)[0];
-      int64_t extent = *asConstant(extents[d]);
-      if (extent >= 2) {
+      auto extent = asConstant(extents[d]);
+      if (!extent || *extent >= 2) {
         loop->forKind = ForKind::Parallel;
-        loop->bound = minChunk(total, extent);
+        if (!runtime) {
+          loop->bound = minChunk(constantTotal, *extent);
+          return;
+        }
+        // kMinChunkElements / (the points under one iteration, at least 1).
+        Expr inner = intConst(1);
+        for (size_t k = d + 1; k < extents.size(); ++k)
+          inner = mul(inner, extents[k]);
+        loop->bound = binary(OpKind::MaxSI, intConst(1),
+                             binary(OpKind::DivSI, intConst(kMinChunkElements),
+                                    binary(OpKind::MaxSI, inner, intConst(1))));
         return;
       }
       level = &loop->body;

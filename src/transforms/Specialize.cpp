@@ -4,6 +4,7 @@
 #include "ir/IntegerSemantics.h"
 #include "ir/Ops.h"
 
+#include <tuple>
 #include <unordered_map>
 
 namespace frank {
@@ -81,23 +82,24 @@ public:
     return at - 1;
   }
 
-  // The value of an index operand that a shape depends on, or an error naming it.
-  int64_t requireConstant(const Op &op, const Value *v, const char *what) {
-    std::optional<int64_t> c = constantOf(v);
-    if (!c)
-      fail(op.loc, fmt::format("unsupported: {} of '{}' (%{}) does not fold to a constant", what,
-                               op.name(), v->name));
-    return *c;
-  }
-
-  // The static values of a mixed static/dynamic list, SSA entries taken from operands[next...].
-  std::vector<int64_t> mixedValues(const Op &op, const char *attr, size_t &next, const char *what) {
+  // The sizes of a mixed static/dynamic list, SSA entries taken from operands[next...]. An
+  // entry that does not fold (it depends on a runtime dim) stays kDynamic; a negative one is an
+  // error worded by `negative` (the entry's position, then its value).
+  std::vector<int64_t> mixedSizes(const Op &op, const char *attr, size_t &next,
+                                  const char *negative) {
     std::vector<int64_t> values;
-    for (const Attribute &a : op.attr(attr).list())
-      values.push_back(a.integer() == kDynamic ? requireConstant(op, op.operands[next++], what)
-                                               : a.integer());
+    for (const Attribute &a : op.attr(attr).list()) {
+      std::optional<int64_t> v =
+          a.integer() == kDynamic ? constantOf(op.operands[next++]) : a.integer();
+      if (v && *v < 0)
+        fail(op.loc, fmt::format(fmt::runtime(negative), values.size(), *v));
+      values.push_back(v.value_or(kDynamic));
+    }
     return values;
   }
+
+  // Static sizes that disagree; a runtime dim agrees with anything here (the kernel checks it).
+  static bool differ(int64_t a, int64_t b) { return a != kDynamic && b != kDynamic && a != b; }
 
   void refineView(Op &op) {
     const Type &from = op.operands[0]->type;
@@ -107,27 +109,28 @@ public:
     std::vector<int64_t> shape;
     if (expand) {
       size_t next = 1;
-      shape = mixedValues(op, "static_output_shape", next, "an 'output_shape' entry");
+      shape = mixedSizes(op, "static_output_shape", next,
+                         "'tensor.expand_shape' output dim {} is negative ({})");
     }
-    for (size_t d = 0; d < shape.size(); ++d)
-      if (shape[d] < 0)
-        fail(op.loc,
-             fmt::format("'tensor.expand_shape' output dim {} is negative ({})", d, shape[d]));
     size_t dim = 0;
     for (size_t g = 0; g < groups.size(); ++g) {
       // Checked: the sizes may come from index arguments of any value.
       int64_t product = 1;
-      for (size_t k = 0; k < groups[g].list().size(); ++k, ++dim)
-        if (__builtin_mul_overflow(product, expand ? shape[dim] : from.shape[dim], &product))
+      for (size_t k = 0; k < groups[g].list().size(); ++k, ++dim) {
+        int64_t size = expand ? shape[dim] : from.shape[dim];
+        if (size == kDynamic || product == kDynamic)
+          product = kDynamic;
+        else if (__builtin_mul_overflow(product, size, &product))
           fail(op.loc, fmt::format("'{}' group {} has more than 2^63 elements", op.name(), g));
-      if (expand && product != from.shape[g])
+      }
+      if (expand && differ(product, from.shape[g]))
         fail(op.loc, fmt::format("'tensor.expand_shape' splits dim {} of size {} into {} elements",
                                  g, from.shape[g], product));
       if (!expand)
         shape.push_back(product);
     }
     for (int64_t d = 0; d < to.rank(); ++d)
-      if (to.shape[d] != kDynamic && to.shape[d] != shape[d])
+      if (differ(to.shape[d], shape[d]))
         fail(op.loc, fmt::format("dim {} of '{}' is {} but the reshape gives {}", d, to.str(),
                                  to.shape[d], shape[d]));
     to.shape = shape;
@@ -138,17 +141,17 @@ public:
     bool insert = op.kind == OpKind::TensorInsertSlice;
     const Type &full = insert ? op.operands[1]->type : op.operands[0]->type;
     size_t next = insert ? 2 : 1;
-    // Offsets may stay unknown (a loop variable): the kernel checks those windows at run time.
+    // Offsets may stay unknown (a loop variable): the kernel checks those windows at run time,
+    // as it does windows of runtime sizes.
     std::vector<std::optional<int64_t>> offsets;
     for (const Attribute &a : op.attr("static_offsets").list())
       offsets.push_back(a.integer() == kDynamic ? constantOf(op.operands[next++])
                                                 : std::optional<int64_t>(a.integer()));
-    std::vector<int64_t> sizes = mixedValues(op, "static_sizes", next, "a slice size");
+    std::vector<int64_t> sizes =
+        mixedSizes(op, "static_sizes", next, "slice dim {} has negative size {}");
     const AttrList &strides = op.attr("static_strides").list();
     for (int64_t d = 0; d < full.rank(); ++d) {
-      if (sizes[d] < 0)
-        fail(op.loc, fmt::format("slice dim {} has negative size {}", d, sizes[d]));
-      if (!offsets[d])
+      if (!offsets[d] || sizes[d] == kDynamic || full.shape[d] == kDynamic)
         continue;
       // Checked: an offset, size or stride from an index argument may be of any value.
       int64_t last = 0;
@@ -162,9 +165,11 @@ public:
     const Type &declared = insert ? op.operands[0]->type : op.result()->type;
     std::vector<int64_t> sliceShape = droppedUnitDims(op, sizes, declared);
     if (insert) {
-      if (op.operands[0]->type.shape != sliceShape)
-        fail(op.loc, fmt::format("the inserted '{}' does not match the window sizes [{}]",
-                                 op.operands[0]->type.str(), fmt::join(sizes, ", ")));
+      const std::vector<int64_t> &inserted = op.operands[0]->type.shape;
+      for (size_t d = 0; d < sliceShape.size(); ++d)
+        if (differ(inserted[d], sliceShape[d]))
+          fail(op.loc, fmt::format("the inserted '{}' does not match the window sizes [{}]",
+                                   op.operands[0]->type.str(), fmt::join(sizes, ", ")));
       op.result()->type = full;
     } else {
       op.result()->type.shape = sliceShape;
@@ -172,7 +177,7 @@ public:
   }
 
   // The slice's shape: the sizes, less the unit dims a rank-reducing slice drops (the first
-  // unit dims that must go for the ranks to match).
+  // static unit dims that must go for the ranks to match).
   std::vector<int64_t> droppedUnitDims(const Op &op, const std::vector<int64_t> &sizes,
                                        const Type &slice) {
     std::vector<int64_t> shape;
@@ -184,11 +189,18 @@ public:
       }
       shape.push_back(sizes[d]);
     }
-    if (toDrop != 0 || static_cast<int64_t>(shape.size()) != slice.rank())
-      fail(op.loc, fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(sizes, ", "),
+    auto text = [](int64_t size) {
+      return size == kDynamic ? std::string("?") : std::to_string(size);
+    };
+    if (toDrop != 0 || static_cast<int64_t>(shape.size()) != slice.rank()) {
+      std::vector<std::string> words;
+      for (int64_t size : sizes)
+        words.push_back(text(size));
+      fail(op.loc, fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(words, ", "),
                                slice.str()));
+    }
     for (int64_t d = 0; d < slice.rank(); ++d)
-      if (slice.shape[d] != kDynamic && slice.shape[d] != shape[d])
+      if (differ(slice.shape[d], shape[d]))
         fail(op.loc, fmt::format("dim {} of '{}' is {} but the slice size is {}", d, slice.str(),
                                  slice.shape[d], shape[d]));
     return shape;
@@ -280,23 +292,25 @@ private:
   void refineTypes(Op &op) {
     switch (op.kind) {
     case OpKind::TensorEmpty: {
+      // Sizes that fold are baked in; a size that depends on a runtime dim stays an operand.
       Type type = op.result()->type;
+      std::vector<Value *> runtimeSizes;
       size_t next = 0;
       for (int64_t d = 0; d < type.rank(); ++d) {
         if (type.shape[d] != kDynamic)
           continue;
         Value *size = op.operands[next++];
         std::optional<int64_t> c = constantOf(size);
-        if (!c)
-          fail(op.loc, fmt::format("unsupported: size of dim {} of 'tensor.empty' (%{}) does not "
-                                   "fold to a constant",
-                                   d, size->name));
+        if (!c) {
+          runtimeSizes.push_back(size);
+          continue;
+        }
         if (*c < 0)
           fail(op.loc,
                fmt::format("'tensor.empty' dim {} has negative size {} (%{})", d, *c, size->name));
         type.shape[d] = *c;
       }
-      op.operands.clear();
+      op.operands = runtimeSizes;
       op.result()->type = type;
       return;
     }
@@ -308,7 +322,7 @@ private:
     case OpKind::TensorCast: {
       const Type &from = op.operands[0]->type, &to = op.result()->type;
       for (int64_t d = 0; d < to.rank(); ++d)
-        if (to.shape[d] != kDynamic && to.shape[d] != from.shape[d])
+        if (differ(to.shape[d], from.shape[d]))
           fail(op.loc,
                fmt::format("'tensor.cast' to '{}': dim {} is {}", to.str(), d, from.shape[d]));
       op.result()->type = from;
@@ -321,12 +335,12 @@ private:
       for (int r = 0; r < 2; ++r) {
         const Type &out = op.operands[ins + r]->type;
         for (int64_t k = 0; k < x.rank(); ++k)
-          if (k != d && out.shape[k] != x.shape[k])
+          if (k != d && differ(out.shape[k], x.shape[k]))
             fail(op.loc, fmt::format("topk output dim {} is {} but the input's is {}", k,
                                      out.shape[k], x.shape[k]));
         op.result(r)->type = out;
       }
-      if (op.operands[ins]->type.shape[d] > x.shape[d])
+      if (x.shape[d] != kDynamic && op.operands[ins]->type.shape[d] > x.shape[d])
         fail(op.loc, fmt::format("topk selects {} of only {} elements along dim {}",
                                  op.operands[ins]->type.shape[d], x.shape[d], d));
       return;
@@ -347,11 +361,17 @@ private:
     auto sources = loopDimSources(op);
     const AttrList &maps = op.attr("indexing_maps").list();
     for (size_t d = 0; d < sources.size(); ++d) {
+      // Compared with the first static size: runtime sizes are checked by the kernel.
       auto [firstOperand, firstDim] = sources[d][0];
+      for (auto [operand, dim] : sources[d])
+        if (op.operands[operand]->type.shape[dim] != kDynamic) {
+          std::tie(firstOperand, firstDim) = std::pair(operand, dim);
+          break;
+        }
       int64_t extent = op.operands[firstOperand]->type.shape[firstDim];
       for (auto [operand, dim] : sources[d]) {
         int64_t size = op.operands[operand]->type.shape[dim];
-        if (size != extent)
+        if (differ(size, extent))
           fail(op.loc, fmt::format("loop dim d{} of '{}' has extent {} from {} but "
                                    "{} from {}",
                                    d, displayName(op), extent,
@@ -363,7 +383,8 @@ private:
     for (size_t i = 0; i < maps.size(); ++i) {
       const AffineMap &map = maps[i].map();
       for (size_t r = 0; r < map.results.size(); ++r)
-        if (map.results[r].isConstant && map.results[r].value >= op.operands[i]->type.shape[r])
+        if (map.results[r].isConstant && op.operands[i]->type.shape[r] != kDynamic &&
+            map.results[r].value >= op.operands[i]->type.shape[r])
           fail(op.loc, fmt::format("indexing map #{} reads index {} of {}, which has size {}", i,
                                    map.results[r].value,
                                    describeOperandDim(op, static_cast<int>(i), static_cast<int>(r)),
@@ -437,13 +458,19 @@ std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> 
       std::string arg = argumentName(fn, i);
       const Type &declared = fn.argTypes[i];
       if (declared.isTensor()) {
-        std::vector<std::string> baked;
-        for (int64_t d = 0; d < declared.rank(); ++d)
-          if (declared.shape[d] == kDynamic)
+        std::vector<std::string> baked, runtime;
+        for (int64_t d = 0; d < declared.rank(); ++d) {
+          if (args[i].type.shape[d] == kDynamic)
+            runtime.push_back(fmt::format("dim {}", d));
+          else if (declared.shape[d] == kDynamic)
             baked.push_back(fmt::format("dim {} = {}", d, args[i].type.shape[d]));
-        explain->push_back(fmt::format(
-            "{}: {} -> {}{}{}", arg, declared.str(), args[i].type.str(),
-            baked.empty() ? "" : ", baked in: ", fmt::format("{}", fmt::join(baked, ", "))));
+        }
+        std::string line = fmt::format("{}: {} -> {}", arg, declared.str(), args[i].type.str());
+        if (!baked.empty())
+          line += fmt::format(", baked in: {}", fmt::join(baked, ", "));
+        if (!runtime.empty())
+          line += fmt::format(", runtime: {}", fmt::join(runtime, ", "));
+        explain->push_back(line);
       } else if (args[i].intValue) {
         explain->push_back(
             fmt::format("{}: {} = {} baked in", arg, declared.str(), *args[i].intValue));

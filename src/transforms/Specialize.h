@@ -1,16 +1,19 @@
 // \file Shape specialization: binds every argument's concrete shape (and the values of index,
-// integer and i1 arguments) so that every tensor type becomes static.
+// integer and i1 arguments) so that every tensor type becomes static, except the dims the caller
+// keeps as runtime values (partial specialization: `?` in the argument's type).
 //
 // Algorithm, in one forward walk over the function body:
-//  1. Argument types become the given static types; integer arguments with values become
+//  1. Argument types become the given types; integer arguments with values become
 //     `arith.constant`s.
-//  2. `tensor.dim` of a static tensor folds to a constant; integer arithmetic and casts whose
+//  2. `tensor.dim` of a static dim folds to a constant; integer arithmetic and casts whose
 //     operands are constants fold (division by zero is an error at the op).
-//  3. `tensor.empty` takes its dynamic sizes from constants (a size that does not fold, or is
-//     negative, is an error); fill and generic results take their `outs` type.
-//  4. Each `linalg.generic` checks that all operand dims mapped to one loop dim agree, naming
-//     both operands and sizes: the error a wrong weight shape produces.
-//  5. Dead scalar ops are removed; the result types become static.
+//  3. `tensor.empty`, reshapes and slices take their sizes from constants (a negative one is an
+//     error); a size that depends on a runtime dim stays dynamic. Fill and generic results take
+//     their `outs` type.
+//  4. Each `linalg.generic` checks that all static operand dims mapped to one loop dim agree,
+//     naming both operands and sizes: the error a wrong weight shape produces. Runtime dims are
+//     checked by the kernel when it is called.
+//  5. Dead scalar ops are removed; the result types are refined.
 #pragma once
 
 #include "Signature.h"

@@ -1,0 +1,366 @@
+// Partial specialization: kernels that keep chosen dims (a decode loop's KV length, a prefill's
+// token count) as runtime values and bake in every other. Each component runs through one
+// partly specialized kernel at several sizes of its runtime dims, checked against its oracle,
+// and the kernel must be compiled exactly once for all of them. Also: `?` type strings, runtime
+// sizes that disagree, and every bad runtime-dim request (DiskCacheTest covers the disk cache).
+//
+// Tolerances are the components' own (see their tests): rms_norm rtol 1e-5 / atol 1e-6 (f32 row
+// sums), attention and matmul rtol 1e-4 / atol 1e-5 (reassociated f32 dot products against a
+// double oracle), rope rtol 1e-5 / atol 1e-5 (f32 angle, double oracle), mul_mat_id and the MoE
+// block rtol 1e-4 / atol 1e-4 (f32 sums of up to 256 products of magnitude ~1..10).
+#include "TestSupport.h"
+#include "oracles/AttentionMoe.h"
+#include "oracles/EmbeddingRopeMoe.h"
+#include "oracles/Oracles.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+namespace frank::test {
+namespace {
+
+// A context of its own, with no disk cache: its statistics count this test's kernels only.
+ContextOptions memoryOnly() {
+  ContextOptions options;
+  options.diskCache = false;
+  return options;
+}
+
+// One component function, its runtime dims, and a case per size: the arguments and the
+// expected result for that size, compared with the tolerances given.
+struct PartialCase {
+  std::string component, function, runtimeDims;
+  std::vector<int64_t> sizes;
+  double rtol, atol;
+  // Makes the arguments for runtime size n and returns the oracle's result for them; the
+  // vectors it fills own the data the arguments borrow.
+  std::function<std::vector<double>(int64_t n, std::vector<std::vector<float>> &floats,
+                                    std::vector<std::vector<int64_t>> &ints,
+                                    std::vector<std::vector<int32_t>> &ids, std::vector<Arg> &args)>
+      make;
+  std::string name;
+};
+
+std::vector<PartialCase> partialCases() {
+  std::vector<PartialCase> cases;
+  const std::vector<int64_t> tokens{1, 5, 16, 37};
+
+  for (const char *fn : {"rms_norm_linalg", "rms_norm_fused"})
+    cases.push_back({"normalization/rms_norm.mlir", fn, "input:0", tokens, 1e-5, 1e-6,
+                     [](int64_t n, auto &f, auto &, auto &, auto &args) {
+                       const int64_t cols = 300;
+                       f = {oracle::randomFloats(n * cols, 3 + n, -2, 2),
+                            oracle::randomFloats(cols, 5, 0.5f, 1.5f)};
+                       args = {Tensor::borrow(f[0].data(), DType::F32, {n, cols}),
+                               Tensor::borrow(f[1].data(), DType::F32, {cols}), Scalar::f32(1e-6f)};
+                       return oracle::rmsNorm(f[0].data(), f[1].data(), 1e-6f, n, cols);
+                     },
+                     fn});
+
+  // Decode: one query against a growing cache (the S6 shape at 512).
+  cases.push_back(
+      {"attention/attention_gqa.mlir",
+       "attention_gqa_decode",
+       "key:1,value:1",
+       {1, 3, 16, 17, 100, 512},
+       1e-4,
+       1e-5,
+       [](int64_t n, auto &f, auto &, auto &, auto &args) {
+         oracle::AttentionDims d{1, 1, n, 32, 8, 128};
+         f = {oracle::randomFloats(32 * 128, 11, -2, 2), oracle::randomFloats(n * 8 * 128, 12 + n),
+              oracle::randomFloats(n * 8 * 128, 13 + n)};
+         const float scale = 1.0f / std::sqrt(128.0f);
+         args = {Tensor::borrow(f[0].data(), DType::F32, {1, 1, 32, 128}),
+                 Tensor::borrow(f[1].data(), DType::F32, {1, n, 8, 128}),
+                 Tensor::borrow(f[2].data(), DType::F32, {1, n, 8, 128}), Scalar::f32(scale)};
+         return oracle::attentionGqa(f[0].data(), f[1].data(), f[2].data(), scale, d, false);
+       },
+       "attention_gqa_decode"});
+
+  // Causal prefill of n tokens: queries and keys both runtime.
+  cases.push_back(
+      {"attention/attention_gqa.mlir", "attention_gqa_causal", "query:1,key:1,value:1", tokens,
+       1e-4, 1e-5,
+       [](int64_t n, auto &f, auto &, auto &, auto &args) {
+         oracle::AttentionDims d{1, n, n, 8, 2, 64};
+         f = {oracle::randomFloats(n * 8 * 64, 21 + n, -2, 2),
+              oracle::randomFloats(n * 2 * 64, 22 + n), oracle::randomFloats(n * 2 * 64, 23 + n)};
+         args = {Tensor::borrow(f[0].data(), DType::F32, {1, n, 8, 64}),
+                 Tensor::borrow(f[1].data(), DType::F32, {1, n, 2, 64}),
+                 Tensor::borrow(f[2].data(), DType::F32, {1, n, 2, 64}), Scalar::f32(0.125f)};
+         return oracle::attentionGqa(f[0].data(), f[1].data(), f[2].data(), 0.125, d, true);
+       },
+       "attention_gqa_causal"});
+
+  cases.push_back({"position/rope.mlir", "rope", "input:1,positions:1", tokens, 1e-5, 1e-5,
+                   [](int64_t n, auto &f, auto &ints, auto &, auto &args) {
+                     f = {oracle::randomFloats(n * 4 * 64, 31 + n)};
+                     ints = {std::vector<int64_t>(n)};
+                     for (int64_t i = 0; i < n; ++i)
+                       ints[0][i] = 3 * i + 1;
+                     args = {Tensor::borrow(f[0].data(), DType::F32, {1, n, 4, 64}),
+                             Tensor::borrow(ints[0].data(), DType::I64, {1, n}),
+                             Scalar::f32(10000.0f), Scalar::f32(1.0f)};
+                     return oracle::rope(f[0].data(), ints[0].data(), 1, n, 4, 64, 10000.0f, 1.0f);
+                   },
+                   "rope"});
+
+  // Token count as matmul's M, with K and N baked in (tiles, leftovers).
+  cases.push_back({"linear/matmul.mlir",
+                   "matmul",
+                   "x:0",
+                   {1, 5, 16, 37, 100},
+                   1e-4,
+                   1e-5,
+                   [](int64_t n, auto &f, auto &, auto &, auto &args) {
+                     const int64_t k = 96, cols = 200;
+                     f = {oracle::randomFloats(n * k, 41 + n), oracle::randomFloats(k * cols, 42)};
+                     args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
+                             Tensor::borrow(f[1].data(), DType::F32, {k, cols})};
+                     std::vector<double> y(n * cols, 0.0);
+                     for (int64_t i = 0; i < n; ++i)
+                       for (int64_t j = 0; j < cols; ++j)
+                         for (int64_t p = 0; p < k; ++p)
+                           y[i * cols + j] += double(f[0][i * k + p]) * f[1][p * cols + j];
+                     return y;
+                   },
+                   "matmul"});
+
+  cases.push_back({"moe/mul_mat_id.mlir", "mul_mat_id", "input:2,ids:1", tokens, 1e-4, 1e-4,
+                   [](int64_t n, auto &f, auto &, auto &ids, auto &args) {
+                     const int64_t out = 64, in = 128, experts = 8, used = 2;
+                     f = {oracle::randomFloats(out * in * experts, 51),
+                          oracle::randomFloats(in * used * n, 52 + n)};
+                     ids = {std::vector<int32_t>(used * n)};
+                     for (int64_t i = 0; i < used * n; ++i)
+                       ids[0][i] = static_cast<int32_t>((i * 5 + n) % experts);
+                     args = {Tensor::borrow(f[0].data(), DType::F32, {out, in, experts}),
+                             Tensor::borrow(f[1].data(), DType::F32, {in, used, n}),
+                             Tensor::borrow(ids[0].data(), DType::I32, {used, n})};
+                     return oracle::mulMatId(f[0].data(), f[1].data(), ids[0].data(), out, in,
+                                             experts, used, n);
+                   },
+                   "mul_mat_id"});
+
+  cases.push_back({"moe/moe_ffn_block.mlir", "moe_ffn_block", "input:0", tokens, 1e-4, 1e-4,
+                   [](int64_t n, auto &f, auto &, auto &, auto &args) {
+                     const int64_t e = 64, ff = 96, x = 8, k = 2;
+                     // Token t leans on features t % 8 and (t + 3) % 8, and the router's expert j
+                     // reads feature j: every token's top 2 are far apart from the rest (a
+                     // well-posed top-k).
+                     f = {oracle::randomFloats(n * e, 61 + n, -0.1f, 0.1f),
+                          oracle::randomFloats(x * e, 62, -0.05f, 0.05f),
+                          oracle::randomFloats(ff * e * x, 63, -0.2f, 0.2f),
+                          oracle::randomFloats(ff * e * x, 64, -0.2f, 0.2f),
+                          oracle::randomFloats(e * ff * x, 65, -0.2f, 0.2f)};
+                     for (int64_t t = 0; t < n; ++t) {
+                       f[0][t * e + t % x] = 3.0f;
+                       f[0][t * e + (t + 3) % x] = 2.0f;
+                     }
+                     for (int64_t j = 0; j < x; ++j)
+                       f[1][j * e + j] += 1.0f;
+                     args = {Tensor::borrow(f[0].data(), DType::F32, {n, e}),
+                             Tensor::borrow(f[1].data(), DType::F32, {x, e}),
+                             Tensor::borrow(f[2].data(), DType::F32, {ff, e, x}),
+                             Tensor::borrow(f[3].data(), DType::F32, {ff, e, x}),
+                             Tensor::borrow(f[4].data(), DType::F32, {e, ff, x}),
+                             Scalar::index(x),
+                             Scalar::index(k),
+                             Scalar::index(e),
+                             Scalar::index(ff),
+                             Scalar::i1(true)};
+                     oracle::MoeResult r =
+                         oracle::moeFfnBlock(f[0].data(), f[1].data(), f[2].data(), f[3].data(),
+                                             f[4].data(), {n, e, ff, x, k}, true);
+                     EXPECT_GT(r.minSelectionGap, 1e-5) << "test data: ill-conditioned top-k";
+                     return r.out;
+                   },
+                   "moe_ffn_block"});
+  return cases;
+}
+
+class PartialTest : public testing::TestWithParam<PartialCase> {};
+
+TEST_P(PartialTest, OneKernelServesEverySizeOfItsRuntimeDims) {
+  const PartialCase &c = GetParam();
+  Context ctx(memoryOnly());
+  Function fn = ctx.load(componentPath(c.component))
+                    .function(c.function)
+                    .withRuntimeDims(parseRuntimeDims(c.runtimeDims));
+  std::string signature;
+  for (int64_t n : c.sizes) {
+    SCOPED_TRACE(fmt::format("runtime size {}", n));
+    std::vector<std::vector<float>> floats;
+    std::vector<std::vector<int64_t>> ints;
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<Arg> args;
+    std::vector<double> expected = c.make(n, floats, ints, ids, args);
+    Kernel kernel = fn.specialize(args);
+    EXPECT_EQ(kernel.mode(), Mode::Specialized);
+    if (signature.empty())
+      signature = kernel.signature();
+    EXPECT_EQ(kernel.signature(), signature);
+    ASSERT_EQ(kernel.outputShapes(args).size(), 1u);
+    GuardedOutput out(kernel.outputShapes(args)[0]);
+    std::vector<Tensor> outputs{out.tensor()};
+    kernel.run(args, outputs);
+    EXPECT_EQ(out.guardsIntact(), "");
+    auto cmp = oracle::compare(out.data(), expected, c.rtol, c.atol);
+    EXPECT_TRUE(cmp.ok) << cmp.describe();
+  }
+  EXPECT_NE(signature.find('?'), std::string::npos) << signature;
+  CacheStats stats = ctx.cacheStats();
+  EXPECT_EQ(stats.misses, 1u) << "compiled more than one kernel for " << signature;
+  EXPECT_EQ(stats.hits, c.sizes.size() - 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Components, PartialTest, testing::ValuesIn(partialCases()),
+                         [](const auto &info) { return info.param.name; });
+
+// ---- What the kernel says, and what it is keyed by ------------------------------------------
+
+Module &attention() {
+  static Module module = context().load(componentPath("attention/attention_gqa.mlir"));
+  return module;
+}
+
+TEST(Partial, SignatureAndExplanationNameTheRuntimeDims) {
+  Function fn =
+      attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"%value", 1}});
+  Kernel k = fn.specialize({"1x1x32x128xf32", "1x9x8x128xf32", "1x9x8x128xf32", "f32"});
+  EXPECT_EQ(k.signature(), "1x1x32x128xf32, 1x?x8x128xf32, 1x?x8x128xf32, f32");
+  ASSERT_EQ(k.explanation().size(), 4u);
+  EXPECT_EQ(k.explanation()[1],
+            "argument #1 (%key): tensor<?x?x?x?xf32> -> tensor<1x?x8x128xf32>, baked in: dim 0 "
+            "= 1, dim 2 = 8, dim 3 = 128, runtime: dim 1");
+}
+
+TEST(Partial, QuestionMarksInTypeStringsAreRuntimeDims) {
+  Context ctx(memoryOnly());
+  Module module = ctx.load(componentPath("normalization/rms_norm.mlir"));
+  Function fn = module.function("rms_norm_linalg");
+  Kernel byType = fn.specialize({"?x4096xf32", "4096xf32", "f32"});
+  EXPECT_EQ(byType.signature(), "?x4096xf32, 4096xf32, f32");
+  // The same kernel as a runtime dim on real tensors gives.
+  std::vector<float> x(3 * 4096, 1.0f), w(4096, 2.0f);
+  Kernel byDims =
+      fn.withRuntimeDims({{"input", 0}})
+          .specialize({Tensor::borrow(x.data(), DType::F32, {3, 4096}),
+                       Tensor::borrow(w.data(), DType::F32, {4096}), Scalar::f32(1e-6f)});
+  EXPECT_EQ(byDims.signature(), byType.signature());
+  EXPECT_EQ(ctx.cacheStats().misses, 1u);
+  // The loop IR reads the row count from the call; the columns stay constants.
+  std::string loops = fn.emit(Stage::Loops, {"?x4096xf32", "4096xf32", "f32"});
+  EXPECT_NE(loops.find("in 0..dims[0]"), std::string::npos) << loops;
+  EXPECT_NE(loops.find("in 0..4096"), std::string::npos) << loops;
+  EXPECT_EQ(loops.find("dims[1]"), std::string::npos) << loops;
+}
+
+TEST(Partial, BakedInDimsAreStillChecked) {
+  Function fn =
+      attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"value", 1}});
+  std::vector<float> q(32 * 128), kv(4 * 8 * 128), wide(4 * 8 * 64);
+  auto args = [&](int64_t d) {
+    return std::vector<Arg>{
+        Tensor::borrow(q.data(), DType::F32, {1, 1, 32, 128}),
+        Tensor::borrow(d == 128 ? kv.data() : wide.data(), DType::F32, {1, 4, 8, d}),
+        Tensor::borrow(kv.data(), DType::F32, {1, 4, 8, 128}), Scalar::f32(1.0f)};
+  };
+  Kernel kernel = fn.specialize(args(128));
+  try {
+    kernel(args(64));
+    FAIL() << "a kernel ran on a head dim it was not compiled for";
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "error: kernel for '@attention_gqa_decode' was compiled for argument #1 as "
+              "1x?x8x128xf32 but was given 1x4x8x64xf32");
+  }
+}
+
+TEST(Partial, RuntimeSizesThatMustAgreeAreCheckedAtTheCall) {
+  Function fn =
+      attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"value", 1}});
+  std::vector<float> q(32 * 128), k(5 * 8 * 128), v(6 * 8 * 128);
+  std::vector<Arg> args{Tensor::borrow(q.data(), DType::F32, {1, 1, 32, 128}),
+                        Tensor::borrow(k.data(), DType::F32, {1, 5, 8, 128}),
+                        Tensor::borrow(v.data(), DType::F32, {1, 6, 8, 128}), Scalar::f32(1.0f)};
+  try {
+    fn(args);
+    FAIL() << "keys and values of different lengths were accepted";
+  } catch (const Error &e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("attention_gqa.mlir:"), std::string::npos) << message;
+    EXPECT_NE(message.find("has extent 6 from operand #0 (%value) dim 1 but 5"), std::string::npos)
+        << message;
+  }
+}
+
+TEST(Partial, GenericModeIgnoresRuntimeDims) {
+  Function fn =
+      attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"value", 1}});
+  Kernel k = fn.specialize({"1x1x4x8xf32", "1x3x2x8xf32", "1x3x2x8xf32", "f32"}, Mode::Generic);
+  EXPECT_EQ(k.signature(), "?x?x?x?xf32, ?x?x?x?xf32, ?x?x?x?xf32, f32");
+}
+
+// ---- Bad requests ---------------------------------------------------------------------------
+
+struct BadRuntimeDim {
+  std::string name, text, message;
+};
+
+TEST(Partial, BadRuntimeDimsAreClearErrors) {
+  const char *source = R"(
+module @m {
+  util.func public @f(%x: tensor<?x8xf32>, %s: f32) -> tensor<?x8xf32> {
+    util.return %x : tensor<?x8xf32>
+  }
+})";
+  Context ctx(memoryOnly());
+  Function fn = ctx.loadString(source, "m.mlir").function("f");
+  const BadRuntimeDim cases[] = {
+      {"unknown argument", "y:0", "error: runtime dim y:0: '@f' has no argument 'y' (it has x, s)"},
+      {"position past the arguments", "#5:0",
+       "error: runtime dim #5:0: '@f' has no argument '#5' (it has x, s)"},
+      {"a static dim", "x:1",
+       "error: runtime dim x:1: dim 1 of argument #0 (%x) of '@f' is 8 in the signature "
+       "('tensor<?x8xf32>'); only a dynamic dim can stay a runtime value"},
+      {"a dim past the rank", "#0:2",
+       "error: runtime dim #0:2: argument #0 (%x) of '@f' is 'tensor<?x8xf32>', which has no "
+       "dim 2"},
+      {"a scalar", "s:0",
+       "error: runtime dim s:0: argument #1 (%s) of '@f' is 'f32', which has no dim 0"},
+  };
+  for (const BadRuntimeDim &c : cases) {
+    SCOPED_TRACE(c.name);
+    try {
+      fn.withRuntimeDims(parseRuntimeDims(c.text));
+      ADD_FAILURE() << "accepted " << c.text;
+    } catch (const Error &e) {
+      EXPECT_EQ(std::string(e.what()), c.message);
+    }
+  }
+  for (const char *text : {"x", "x:", ":0", "x:-1", "x:one", "x:0,,"}) {
+    SCOPED_TRACE(text);
+    try {
+      parseRuntimeDims(text);
+      ADD_FAILURE() << "parsed " << text;
+    } catch (const Error &e) {
+      EXPECT_EQ(std::string(e.what()).rfind("error: bad runtime dim '", 0), 0u) << e.what();
+    }
+  }
+  // A `?` type string for a static dim of the signature.
+  try {
+    fn.specialize(std::vector<std::string>{"?x?xf32", "f32"});
+    ADD_FAILURE() << "a static dim became a runtime dim";
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "error: in call to '@f': argument #0 (%x) dim 1 is 8 in the signature "
+              "('tensor<?x8xf32>'); only a dynamic dim can stay a runtime value");
+  }
+}
+
+} // namespace
+} // namespace frank::test
