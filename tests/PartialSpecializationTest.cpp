@@ -108,7 +108,8 @@ std::vector<PartialCase> partialCases() {
                    },
                    "rope"});
 
-  // Token count as matmul's M, with K and N baked in (tiles, leftovers).
+  // Token count as matmul's M, with K and N baked in: contraction.outer with a runtime number
+  // of m blocks and one-row tiles for the rows left over (fewer rows than a tile, too).
   cases.push_back({"linear/matmul.mlir",
                    "matmul",
                    "x:0",
@@ -116,7 +117,7 @@ std::vector<PartialCase> partialCases() {
                    1e-4,
                    1e-5,
                    [](int64_t n, auto &f, auto &, auto &, auto &args) {
-                     const int64_t k = 96, cols = 200;
+                     const int64_t k = 96, cols = 208;
                      f = {oracle::randomFloats(n * k, 41 + n), oracle::randomFloats(k * cols, 42)};
                      args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
                              Tensor::borrow(f[1].data(), DType::F32, {k, cols})};
@@ -257,6 +258,25 @@ TEST(Partial, QuestionMarksInTypeStringsAreRuntimeDims) {
   EXPECT_NE(loops.find("in 0..dims[0]"), std::string::npos) << loops;
   EXPECT_NE(loops.find("in 0..4096"), std::string::npos) << loops;
   EXPECT_EQ(loops.find("dims[1]"), std::string::npos) << loops;
+}
+
+TEST(Partial, ContractionsKeepTheirRegisterTiles) {
+  // Runtime M: the outer tile runs a runtime number of m blocks, then one-row tiles.
+  std::string loops = context()
+                          .load(componentPath("linear/matmul.mlir"))
+                          .function("matmul")
+                          .emit(Stage::Loops, {"?x512xf32", "512x512xf32"});
+  EXPECT_NE(loops.find("contraction.outer m=d0 n=d1 k=d2"), std::string::npos) << loops;
+  EXPECT_NE(loops.find("for m_block in 0..(dims[0] / "), std::string::npos) << loops;
+  EXPECT_NE(loops.find("for m_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << loops;
+  EXPECT_EQ(loops.find("k-block"), std::string::npos) << loops;
+  // Decode attention over a runtime KV length: Q K^T takes the keys as m, P V reduces over them.
+  std::string attn =
+      attention()
+          .function("attention_gqa_decode")
+          .emit(Stage::Loops, {"1x1x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
+  EXPECT_NE(attn.find("contraction.dot m=d2 n=d1 k=d3"), std::string::npos) << attn;
+  EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
 }
 
 TEST(Partial, BakedInDimsAreStillChecked) {

@@ -174,6 +174,41 @@ TEST(Strategy, WhyPlainLoops) {
   EXPECT_THAT(choose(strided), testing::StartsWith("loops ("));
 }
 
+// Partial specialization: runtime extents count as kNominalExtent (strides too), and only m,
+// outer's reduction and the dims outside the tile may be runtime values.
+NestShape withRuntime(NestShape nest, std::vector<bool> runtime) {
+  nest.runtime = std::move(runtime);
+  return nest;
+}
+
+TEST(Strategy, RuntimeExtents) {
+  const int64_t r = loops::kNominalExtent;
+  // Token count as M: the S7 tile, with neither k blocks nor packing.
+  EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
+  // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
+  EXPECT_EQ(choose(withRuntime(matmulNest(4, r, 128), {false, false, true}), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16");
+  // A runtime n (the vectorized dim of outer) or k (of dot) leaves plain loops.
+  EXPECT_EQ(choose(withRuntime(matmulNest(64, 64, r), {false, true, false})), "row-reduction");
+  EXPECT_EQ(choose(withRuntime(transposedNest(64, r, 64), {false, false, true})), "row-reduction");
+  // Q x K^T over runtime keys: dot takes the keys as m and a constant dim as n.
+  EXPECT_EQ(choose(withRuntime(transposedNest(4, 128, r), {false, true, false})),
+            "contraction.dot m=d1 n=d0 k=d2 tile=4x2 lanes=8");
+  // GEMV with a runtime K does not stream; a runtime token count never groups a gather.
+  EXPECT_EQ(choose(withRuntime(matmulNest(1, r, 4096), {false, false, true})),
+            "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, false, true, false})),
+            "row-reduction");
+  EXPECT_THAT(
+      [&] {
+        loops::selectStrategy(withRuntime(matmulNest(r, 256, 256), {true, false, false}),
+                              Target::avx2(), loops::parseConfig("k-block=64"));
+      },
+      testing::ThrowsMessage<Error>(
+          testing::HasSubstr("k blocks and packing need a nest whose extents are all constants")));
+}
+
 TEST(Strategy, OverridesApply) {
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "tile=6x2,k-block=0,pack=0"),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8");

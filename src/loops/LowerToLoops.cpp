@@ -377,6 +377,17 @@ private:
     return intConst(std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, total / extent)));
   }
 
+  // The same for extents that may be runtime values: computed when the kernel runs, where
+  // they are; a nest too small for two chunks then runs on one thread.
+  static Expr runtimeChunk(const Expr &total, const Expr &extent) {
+    auto t = asConstant(total), e = asConstant(extent);
+    if (t && e)
+      return minChunk(*t, *e);
+    auto atLeast1 = [](Expr x) { return binary(OpKind::MaxSI, std::move(x), intConst(1)); };
+    Expr perIteration = binary(OpKind::DivSI, total, atLeast1(extent));
+    return atLeast1(binary(OpKind::DivSI, intConst(kMinChunkElements), atLeast1(perIteration)));
+  }
+
   // The loop to parallelize is the first of extent >= 2 under loops of extent 1 (a [1, 32, N]
   // nest parallelizes over the 32); it must be a parallel dim. With runtime extents (partial
   // specialization) the loop is the first whose extent is not the constant 1, and the chunk
@@ -769,17 +780,14 @@ private:
   }
 
   // Row-major element strides of an operand along each loop dim, when its dims are constants.
-  static std::optional<std::vector<int64_t>> stridesOf(const AffineMap &map,
-                                                       const std::vector<Expr> &dims) {
+  // Element strides along each loop dim, runtime dims counted as kNominalExtent.
+  static std::vector<int64_t> stridesOf(const AffineMap &map, const std::vector<Expr> &dims) {
     std::vector<int64_t> strides(map.numDims, 0);
     int64_t stride = 1;
     for (size_t r = map.results.size(); r-- > 0;) {
-      auto extent = asConstant(dims[r]);
-      if (!extent)
-        return std::nullopt;
       if (!map.results[r].isConstant)
         strides[map.results[r].value] += stride;
-      stride *= *extent;
+      stride *= asConstant(dims[r]).value_or(kNominalExtent);
     }
     return strides;
   }
@@ -885,29 +893,34 @@ private:
     NestShape nest;
     ElemKind elem = g.op.result()->type.elem;
     nest.elemBits = elemBits(elem);
-    bool constant = specialized();
     bool sameTypes = elem == ElemKind::F32 || elem == ElemKind::F64;
+    bool runtime = false;
     for (int d = 0; d < g.numLoops(); ++d) {
       nest.reduction.push_back(g.isReduction(d));
       auto c = asConstant(extents[d]);
-      constant = constant && c;
-      nest.extents.push_back(c.value_or(0));
+      runtime = runtime || !c;
+      nest.extents.push_back(c.value_or(kNominalExtent));
+      nest.runtime.push_back(!c);
     }
-    if (specialized())
+    if (!runtime)
+      nest.runtime.clear();
+    if (specialized() && !runtime)
       nest.gather = gatherOf(g);
     for (int i = 0; i <= g.numInputs(); ++i) {
       const Value *operand = i < g.numInputs() ? g.input(i) : g.output();
-      std::optional<std::vector<int64_t>> strides(std::vector<int64_t>(g.numLoops(), 0));
+      std::vector<int64_t> strides(g.numLoops(), 0);
       if (operand->type.isTensor()) {
         bool choices = nest.gather && nest.gather->indexInput == i;
         sameTypes = sameTypes && (operand->type.elem == elem || choices);
         strides = stridesOf(g.map(i), i < g.numInputs() ? storageOf(operand).dims : result.dims);
       }
-      constant = constant && strides;
-      nest.strides.push_back(strides.value_or(std::vector<int64_t>{}));
+      nest.strides.push_back(strides);
     }
-    if (!constant)
+    // Generic mode is the baseline: its nests stay plain loops.
+    if (!specialized()) {
       nest.extents.clear();
+      nest.runtime.clear();
+    }
     nest.vectorBody = sameTypes && isVectorBody(g.body(), nest.gather.has_value());
     nest.addAccumulates = addAccumulates(g.body());
     try {
@@ -943,7 +956,15 @@ private:
     const int lanes = s.lanes;
     const int vectorDim = outer ? s.dimN : s.dimK;
     const int numLoops = g.numLoops();
-    auto extent = [&](int d) { return *asConstant(extents[d]); };
+    // Only m, outer's reductions and the dims outside the tile may be runtime values (see
+    // Strategy.h); a k block or a packed panel needs a constant k.
+    auto extent = [&](int d) {
+      auto c = asConstant(extents[d]);
+      if (!c)
+        internalError(fmt::format("{} with a runtime extent where it needs a constant",
+                                  pipelineName(s.pipeline)));
+      return *c;
+    };
     std::vector<Expr> vars(numLoops);
     for (int d = 0; d < numLoops; ++d)
       vars[d] = var(freshName(fmt::format("d{}", d)), ElemKind::Index);
@@ -967,7 +988,7 @@ private:
 
     ElemKind elem = op.result()->type.elem;
     // Packed B: panel after panel of (k-block x NR vectors), each contiguous.
-    const int64_t panelK = s.blockK ? s.blockK : (s.dimK >= 0 ? extent(s.dimK) : 0);
+    const int64_t panelK = s.blockK ? s.blockK : (s.packInput >= 0 ? extent(s.dimK) : 0);
     const int64_t panelRow = int64_t(s.tileN) * lanes;
     int packed = -1;
     Stmt pack;
@@ -1051,10 +1072,12 @@ private:
         reductionOrder.push_back(s.dimK);
       std::vector<Stmt> stmts = std::move(step);
       for (auto d = reductionOrder.rbegin(); d != reductionOrder.rend(); ++d) {
-        int64_t trips = extent(*d);
-        if (*d == s.dimK)
-          trips = outer ? (s.blockK ? s.blockK : trips) : trips / lanes;
-        stmts = {forLoop(vars[*d]->name, intConst(trips), ForKind::Serial, std::move(stmts))};
+        Expr trips = extents[*d];
+        if (*d == s.dimK && outer && s.blockK)
+          trips = intConst(s.blockK);
+        else if (*d == s.dimK && !outer)
+          trips = intConst(extent(*d) / lanes);
+        stmts = {forLoop(vars[*d]->name, trips, ForKind::Serial, std::move(stmts))};
       }
       std::vector<Stmt> tile = std::move(init);
       tile.insert(tile.end(), stmts.begin(), stmts.end());
@@ -1062,55 +1085,71 @@ private:
       return tile;
     };
     // Rows left over when MR does not divide M: one shorter tile after the m blocks. The
-    // strategy never picks (nor accepts) a tile taller than M.
-    const int64_t mRows = s.dimM >= 0 ? extent(s.dimM) : s.tileM;
-    if (mRows < s.tileM)
-      internalError("a register tile taller than its nest");
+    // strategy never picks (nor accepts) a tile taller than a constant M. A runtime M leaves
+    // its rows to a loop of one-row tiles.
+    const bool runtimeM = s.dimM >= 0 && !asConstant(extents[s.dimM]);
     std::vector<Stmt> stmts = buildTile(s.tileM, mul(mBlock, intConst(s.tileM)));
     std::vector<Stmt> leftover;
-    if (mRows % s.tileM)
-      leftover = buildTile(int(mRows % s.tileM), intConst(mRows - mRows % s.tileM));
+    Expr mTrips = intConst(0); // 0: no m loop
+    if (runtimeM) {
+      mTrips = binary(OpKind::DivSI, extents[s.dimM], intConst(s.tileM));
+      Expr row = var(freshName("m_left"), ElemKind::Index);
+      Expr done = mul(mTrips, intConst(s.tileM));
+      leftover = {forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done), ForKind::Serial,
+                          buildTile(1, add(done, row)))};
+    } else {
+      const int64_t mRows = s.dimM >= 0 ? extent(s.dimM) : s.tileM;
+      if (mRows < s.tileM)
+        internalError("a register tile taller than its nest");
+      if (mRows % s.tileM)
+        leftover = buildTile(int(mRows % s.tileM), intConst(mRows - mRows % s.tileM));
+      mTrips = intConst(s.dimM >= 0 ? mRows / s.tileM : 0);
+    }
 
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
-    // iterations runs in parallel when the nest is large enough.
-    std::vector<std::pair<Expr, int64_t>> loops;        // (variable, trips), outside in
-    int64_t mTrips = s.dimM >= 0 ? mRows / s.tileM : 0; // 0: no m loop
+    // iterations runs in parallel when the nest is large enough (decided when the kernel runs
+    // if its extents are runtime values).
+    std::vector<std::pair<Expr, Expr>> loops; // (variable, trips), outside in
     int64_t nTrips = s.dimN >= 0 ? extent(s.dimN) / (s.tileN * (outer ? lanes : 1)) : 0;
     for (int d = 0; d < numLoops; ++d)
       if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
-        loops.push_back({vars[d], extent(d)});
+        loops.push_back({vars[d], extents[d]});
+    const bool hasM = runtimeM || *asConstant(mTrips) > 0;
     if (outer) {
       if (nTrips)
-        loops.push_back({nBlock, nTrips});
+        loops.push_back({nBlock, intConst(nTrips)});
       if (s.blockK)
-        loops.push_back({kBlock, extent(s.dimK) / s.blockK});
-      if (mTrips)
+        loops.push_back({kBlock, intConst(extent(s.dimK) / s.blockK)});
+      if (hasM)
         loops.push_back({mBlock, mTrips});
     } else {
-      if (mTrips)
+      if (hasM)
         loops.push_back({mBlock, mTrips});
       if (nTrips)
-        loops.push_back({nBlock, nTrips});
+        loops.push_back({nBlock, intConst(nTrips)});
     }
-    int64_t total = 1;
+    Expr total = intConst(1);
     for (int d = 0; d < numLoops; ++d)
-      total *= extent(d);
+      total = mul(total, extents[d]);
     int parallel = -1;
     for (size_t l = 0; l < loops.size() && parallel < 0; ++l) {
       if (loops[l].first == kBlock)
         break; // never split a reduction
-      if (loops[l].second >= 2)
+      auto trips = asConstant(loops[l].second);
+      if (!trips || *trips >= 2)
         parallel = int(l);
     }
     // The leftover tile runs in the loops inside the m blocks, after them.
-    bool insideM = mTrips > 0;
+    bool insideM = hasM;
     for (size_t l = loops.size(); l-- > 0;) {
-      bool isParallel = int(l) == parallel && total >= kMinParallelElements;
+      auto constantTotal = asConstant(total);
+      bool isParallel =
+          int(l) == parallel && (!constantTotal || *constantTotal >= kMinParallelElements);
       auto wrap = [&](std::vector<Stmt> body) {
-        Stmt loop = forLoop(loops[l].first->name, intConst(loops[l].second),
+        Stmt loop = forLoop(loops[l].first->name, loops[l].second,
                             isParallel ? ForKind::Parallel : ForKind::Serial, std::move(body));
         if (isParallel)
-          loop->bound = minChunk(total, loops[l].second);
+          loop->bound = runtimeChunk(total, loops[l].second);
         return loop;
       };
       stmts = {wrap(std::move(stmts))};

@@ -103,11 +103,22 @@ void chooseTile(Strategy &s, int64_t rows, int64_t cols, int registers, int maxN
 
 int64_t extentOr1(const NestShape &nest, int dim) { return dim < 0 ? 1 : nest.extents[dim]; }
 
-// The parallel dim other than `exclude` with the smallest non-zero output stride.
-int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t> &outStrides) {
+bool isRuntime(const NestShape &nest, int dim) {
+  return dim >= 0 && !nest.runtime.empty() && nest.runtime[dim];
+}
+
+bool hasRuntimeExtents(const NestShape &nest) {
+  return std::find(nest.runtime.begin(), nest.runtime.end(), true) != nest.runtime.end();
+}
+
+// The parallel dim other than `exclude` with the smallest non-zero output stride; with
+// `constant`, only dims whose extent is a constant.
+int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t> &outStrides,
+                  bool constant = false) {
   int best = -1;
   for (size_t d = 0; d < nest.extents.size(); ++d) {
-    if (nest.reduction[d] || int(d) == exclude || outStrides[d] == 0 || nest.extents[d] < 2)
+    if (nest.reduction[d] || int(d) == exclude || outStrides[d] == 0 || nest.extents[d] < 2 ||
+        (constant && isRuntime(nest, int(d))))
       continue;
     if (best < 0 || outStrides[d] < outStrides[best])
       best = int(d);
@@ -122,7 +133,7 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && out[d] == 1)
       n = int(d);
-  if (n < 0 || nest.extents[n] % lanes != 0) {
+  if (n < 0 || nest.extents[n] % lanes != 0 || isRuntime(nest, n)) {
     why = "the output is not contiguous along a parallel dim of whole vectors";
     return std::nullopt;
   }
@@ -169,7 +180,7 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   const auto &out = nest.strides.back();
   int k = -1;
   for (size_t d = 0; d < nest.extents.size() && k < 0; ++d) {
-    if (!nest.reduction[d] || nest.extents[d] % lanes != 0)
+    if (!nest.reduction[d] || nest.extents[d] % lanes != 0 || isRuntime(nest, int(d)))
       continue;
     // Two operands read along k: a product to block (one alone is a row reduction).
     bool contiguous = true;
@@ -189,7 +200,7 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   s.pipeline = Pipeline::ContractionDot;
   s.lanes = lanes;
   s.dimK = k;
-  s.dimN = nextOutputDim(nest, -1, out);
+  s.dimN = nextOutputDim(nest, -1, out, /*constant=*/true);
   s.dimM = s.dimN < 0 ? -1 : nextOutputDim(nest, s.dimN, out);
   // Accumulators, the loads of the smaller side (the other side is a memory operand) and one
   // register for the FMA's result in flight.
@@ -337,7 +348,7 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
 // An outer-product nest with one reduction dim whose B panels serve several m blocks: the
 // case that k blocks and packing pay for.
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
-  return s.pipeline == Pipeline::ContractionOuter && s.dimK >= 0 &&
+  return s.pipeline == Pipeline::ContractionOuter && s.dimK >= 0 && !hasRuntimeExtents(nest) &&
          extentOr1(nest, s.dimM) / s.tileM >= 2;
 }
 
@@ -404,6 +415,9 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.tileM = config.tileM.value_or(s.tileM);
     return;
   }
+  if (hasRuntimeExtents(nest) && (config.blockK.value_or(0) || config.pack.value_or(false)))
+    throw Error("error: --config: k blocks and packing need a nest whose extents are all "
+                "constants");
   if (config.tileM)
     s.tileM = *config.tileM;
   if (config.tileN)
@@ -470,7 +484,9 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   int lanes = std::max(1, target.vectorBits / nest.elemBits);
   std::optional<Strategy> chosen;
   std::string whyOuter, whyDot;
-  if (nest.gather) {
+  if (nest.gather && hasRuntimeExtents(nest)) {
+    whyNot = "it reads an operand through a gather, over runtime extents";
+  } else if (nest.gather) {
     // Only the gather pipelines read an operand through its indices.
     std::string whyChoices;
     if (whyNot.empty() && allows(Pipeline::ContractionChoices))
@@ -480,7 +496,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     else if (!chosen && whyNot.empty())
       whyNot = whyChoices.empty() ? "it reads an operand through a gather" : whyChoices;
   } else if (whyNot.empty()) {
-    if (allows(Pipeline::ContractionStream))
+    if (allows(Pipeline::ContractionStream) && !hasRuntimeExtents(nest))
       chosen = tryStream(nest, lanes, target, whyOuter);
     if (!chosen && allows(Pipeline::ContractionOuter))
       chosen = tryOuter(nest, lanes, target, whyOuter);

@@ -37,6 +37,10 @@
 //   stays in L1. Each row of B is then read in long contiguous runs, as the prefetchers and DRAM
 //   want; column stripes touch every 4 KiB page of B for 256 bytes at a time. The tile is
 //   printed as MRxP: rows per step by parts.
+//
+// With runtime extents (partial specialization), contraction.outer and contraction.dot still
+// apply when n (and, for dot, k) is a constant: the m blocks and the reductions of outer then
+// run a runtime number of times, and the rows m leaves over take one-row tiles.
 #pragma once
 
 #include "ir/IR.h"
@@ -85,10 +89,19 @@ struct Strategy {
   }
 };
 
+/// What a nest's runtime extents (partial specialization) count as, in extents and strides,
+/// when its pipeline and tiles are chosen.
+constexpr int64_t kNominalExtent = 256;
+
 /// The facts the choice depends on, gathered by the lowering from one generic.
 struct NestShape {
-  std::vector<int64_t> extents; // per loop dim; empty when any extent is not a constant
+  std::vector<int64_t> extents; // per loop dim; empty when the nest's extents are not known
   std::vector<bool> reduction;  // per loop dim
+  /// Per loop dim: its extent is a runtime value, counted as kNominalExtent in `extents`.
+  /// Empty when every extent is a constant. Only m (the tile's rows), a reduction of
+  /// contraction.outer and the dims outside the tile may be runtime values; such nests get no
+  /// k blocks and no packing.
+  std::vector<bool> runtime;
   /// Per tensor input, then the output: the element stride along each loop dim (0 when the
   /// operand does not depend on it).
   std::vector<std::vector<int64_t>> strides;
