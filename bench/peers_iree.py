@@ -303,7 +303,7 @@ def main():
                 try:
                     times = [build(component, vmfb, tmp) for _ in range(args.compile_repetitions)]
                     builds[component] = (vmfb, statistics.median(times))
-                except RuntimeError as e:
+                except (RuntimeError, OSError, ValueError) as e:  # a compile error, no tool
                     builds[component] = first_line(e)
             if isinstance(builds[component], str):
                 benchmarks.append(skipped(f"{name}/iree-compile", builds[component]))
@@ -318,11 +318,11 @@ def main():
                 [sys.executable, os.path.abspath(__file__), f"--shape={sid}", f"--vmfb={vmfb}",
                  f"--repetitions={args.repetitions}", f"--min-time={args.min_time}",
                  f"--threads={args.threads}"], stdout=subprocess.PIPE, text=True)
-            if child.returncode == 0 and child.stdout.strip():
+            try:
                 benchmarks.append(json.loads(child.stdout.strip().splitlines()[-1]))
-            else:
+            except (IndexError, ValueError):
                 crash = (f"the IREE run crashed ({signal.Signals(-child.returncode).name})"
-                         if child.returncode < 0 else f"exit status {child.returncode}")
+                         if child.returncode < 0 else f"no result (exit status {child.returncode})")
                 benchmarks.append(skipped(f"{name}/iree", crash))
     context = {"iree": importlib.metadata.version("iree-base-runtime"), "driver": DRIVER,
                "threads": str(args.threads), "compile_flags": " ".join(COMPILE_FLAGS)}
