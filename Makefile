@@ -85,21 +85,31 @@ bench: build deps-bench
 	  $(PEERS_VENV)/bin/python bench/peers_torch.py --repetitions=$(BENCH_REPETITIONS) \
 	    --out=$(BENCH_OUT)/torch.json; \
 	else echo "PyTorch: skipped (make bench-peers installs it)"; fi
+	@rm -f $(BENCH_OUT)/iree.json; \
+	if [ -x $(PEERS_VENV)/bin/python ] && $(PEERS_VENV)/bin/python -c "import iree.compiler, iree.runtime" 2>/dev/null; then \
+	  $(PEERS_VENV)/bin/python bench/peers_iree.py --repetitions=$(BENCH_REPETITIONS) \
+	    --min-time=$(BENCH_MIN_TIME) --out=$(BENCH_OUT)/iree.json; \
+	else echo "IREE: skipped (make bench-peers installs it)"; fi
 	/usr/bin/python3 bench/report.py $(BENCH_OUT)/shapes.json \
 	  $$([ -f $(BENCH_OUT)/torch.json ] && echo $(BENCH_OUT)/torch.json) \
+	  $$([ -f $(BENCH_OUT)/iree.json ] && echo $(BENCH_OUT)/iree.json) \
 	  --json $(BENCH_OUT)/report.json --png $(BENCH_OUT)/roofline.png | tee $(BENCH_OUT)/report.md
 
 deps-bench:
 	$(call install-missing,$(PACKAGES) $(BENCH_PACKAGES))
 
 # The optional peers: OpenBLAS and oneDNN from Debian (the build finds them when it is next
-# configured), PyTorch from PyPI in its own virtual environment.
+# configured), PyTorch and IREE (compiler and runtime) from PyPI in their own virtual environment.
 bench-peers: deps-bench
 	$(call install-missing,$(PEER_PACKAGES))
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 	@if [ ! -x $(PEERS_VENV)/bin/python ]; then \
 	  python3 -m venv $(PEERS_VENV) && $(PEERS_VENV)/bin/pip install -q torch numpy || \
 	  echo "PyTorch could not be installed from PyPI: its benchmarks will be skipped"; \
+	fi
+	@if ! $(PEERS_VENV)/bin/python -c "import iree.compiler, iree.runtime" 2>/dev/null; then \
+	  $(PEERS_VENV)/bin/pip install -q iree-base-compiler iree-base-runtime || \
+	  echo "IREE could not be installed from PyPI: its benchmarks will be skipped"; \
 	fi
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer (g++). Kernels are

@@ -10,7 +10,8 @@ script) add implementations; the machine numbers come from the first file whose 
 
 Benchmark names are "<shape id> <description>/<implementation>". Google Benchmark appends
 "/iterations:N", "/real_time" and the like to the registered name; those are stripped first.
-Implementations named "compile*" are compile times and go to the compile section.
+Implementations named "compile*" or "*-compile" (a peer's compiler, e.g. "iree-compile") are
+compile times and go to the compile section, which lists them shape by shape.
 
 The JSON report: {"machine": {peak_gflops, dram_gbps, l3_gbps, l3_bytes, threads},
 "implementations": [...], "shapes": [{"id", "description", "flops", "bytes", "intensity", "cold",
@@ -37,7 +38,7 @@ PROG = "report.py"
 SPECIALIZED = "frank-specialized"
 GENERIC = "frank-generic"
 # Table and legend order; implementations not listed follow in order of appearance.
-KNOWN_IMPLS = [SPECIALIZED, GENERIC, "openblas", "onednn", "torch"]
+KNOWN_IMPLS = [SPECIALIZED, GENERIC, "openblas", "onednn", "torch", "iree"]
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # User counters read from each entry (everything else is Google Benchmark's own fields).
@@ -52,6 +53,11 @@ THREADS_SUFFIX = re.compile(r"^threads:(\d+)$")
 
 class ReportError(Exception):
     pass
+
+
+def is_compile(impl):
+    """Compile times: frank-shapes' "compile-cold", a peer's "iree-compile"."""
+    return impl.startswith("compile") or impl.endswith("-compile")
 
 
 def is_number(v):
@@ -228,7 +234,7 @@ def build_report(docs, names=None):
                     run["flops"] = run["FLOP/s"] * run["seconds"]
                 if "bytes" not in run and "bytes_per_second" in run:
                     run["bytes"] = run["bytes_per_second"] * run["seconds"]
-            if impl.startswith("compile"):
+            if is_compile(impl):
                 compile_runs.append((shape_id, description, impl, run))
                 continue
             shape = shapes.setdefault(shape_id, {"id": shape_id, "description": description,
@@ -262,6 +268,11 @@ def build_report(docs, names=None):
             if impl == "compile-cold" or shape_id not in compile_by_shape:
                 compile_by_shape[shape_id] = item["ms"]
         compile_section.append(item)
+    # Shape by shape (in the order shapes first appear), each shape's kinds in input order.
+    first_seen = {}
+    for item in compile_section:
+        first_seen.setdefault(item["id"], len(first_seen))
+    compile_section.sort(key=lambda item: first_seen[item["id"]])
 
     out_shapes = []
     ratios = []
@@ -414,6 +425,7 @@ STYLES = {
     "openblas": ("^", "#1f77b4"),
     "onednn": ("D", "#2ca02c"),
     "torch": ("v", "#9467bd"),
+    "iree": ("p", "#00a087"),
 }
 EXTRA_STYLES = [("P", "#8c564b"), ("X", "#e377c2"), ("*", "#7f7f7f"), ("h", "#bcbd22"),
                 ("<", "#17becf"), (">", "#000000")]
@@ -666,6 +678,29 @@ def _sample_docs():
     return shapes_doc, torch_doc
 
 
+def _iree_doc():
+    """What peers_iree.py writes: S8 skipped (compile and run), then medians for S7 and its
+    compile (after S8, so that the compile section has to regroup them by shape)."""
+    S7, S8 = "S7 matmul 128x256x256", "S8 matmul 1x256x256"
+    s7, s7b = 2.0 * 128 * 256 * 256, 4.0 * (128 * 256 + 256 * 256 + 128 * 256)
+
+    def median(name, real_time, unit, **counters):
+        return {"name": f"{name}_median", "run_name": name, "run_type": "aggregate",
+                "aggregate_name": "median", "repetitions": 3, "iterations": 10,
+                "real_time": real_time, "time_unit": unit, **counters}
+
+    def skip(name, message):
+        return {"name": name, "run_name": name, "run_type": "iteration", "iterations": 0,
+                "real_time": 0, "time_unit": "us", "error_occurred": True,
+                "error_message": message}
+    return {"context": {"iree": "3.0.0", "threads": "2"}, "benchmarks": [
+        skip(f"{S8}/iree-compile", "matmul.mlir:1:1: error: no"),
+        skip(f"{S8}/iree", "matmul.mlir:1:1: error: no"),
+        median(f"{S7}/iree-compile", 1030, "ms"),
+        median(f"{S7}/iree", 800, "us", flops=s7, bytes=s7b, cold=0),
+    ]}
+
+
 def self_test():
     failures = []
 
@@ -747,6 +782,29 @@ def self_test():
     check("table geomean", "2.08×" in table)
     check("table compile", "| S7 | matmul 128x256x256 | compile-cold | 85.0 ms |" in table)
 
+    # An IREE file: its runs are a column, its compile times join the compile section beside
+    # frank-shapes' of the same shape, and compile-cold stays the number a shape carries.
+    iree = build_report([shapes_doc, torch_doc, _iree_doc()])
+    check("iree implementations", iree["implementations"] ==
+          [SPECIALIZED, GENERIC, "openblas", "onednn", "torch", "iree"])
+    s7, s8 = iree["shapes"][0], iree["shapes"][1]
+    close("S7 iree seconds", s7["results"].get("iree", {}).get("seconds"), 800e-6)
+    close("S7 iree speedup", s7["results"].get("iree", {}).get("speedup_vs_generic"), 1.5)
+    check("S8 iree skipped", s8["results"].get("iree") ==
+          {"skipped": "matmul.mlir:1:1: error: no"})
+    close("S7 compile stays compile-cold", s7["compile_ms"], 85.0)
+    kinds = [(c["id"], c["kind"]) for c in iree["compile"]]
+    check(f"iree compile section {kinds}", kinds ==
+          [("S7", "compile-cold"), ("S7", "iree-compile"), ("S8", "iree-compile")])
+    compiles = {(c["id"], c["kind"]): c for c in iree["compile"]}
+    close("S7 iree-compile ms", compiles.get(("S7", "iree-compile"), {}).get("ms"), 1030.0)
+    check("S8 iree-compile skipped", compiles.get(("S8", "iree-compile"), {}).get("skipped") ==
+          "matmul.mlir:1:1: error: no")
+    table = markdown(iree)
+    check("iree table compile", "| S7 | matmul 128x256x256 | iree-compile | 1030 ms |" in table)
+    s7_row = next(line for line in table.splitlines() if line.startswith("| S7 "))
+    check(f"table S7 row has the iree time: {s7_row}", "| 800 µs (" in s7_row)
+
     # Same numbers when the median comes from iteration entries instead of an aggregate.
     plain = {"benchmarks": [dict(e, run_type="iteration") for e in shapes_doc["benchmarks"]
                             if e.get("aggregate_name") in (None, "median")]}
@@ -759,7 +817,7 @@ def self_test():
     # End to end through files, including the plot when matplotlib is there.
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
-        for i, doc in enumerate((shapes_doc, torch_doc)):
+        for i, doc in enumerate((shapes_doc, torch_doc, _iree_doc())):
             paths.append(os.path.join(tmp, f"in{i}.json"))
             with open(paths[-1], "w", encoding="utf-8") as f:
                 json.dump(doc, f)
