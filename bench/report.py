@@ -36,9 +36,10 @@ import tempfile
 PROG = "report.py"
 
 SPECIALIZED = "frank-specialized"
+PARTIAL = "frank-partial"  # specialized but for the token count or KV length
 GENERIC = "frank-generic"
 # Table and legend order; implementations not listed follow in order of appearance.
-KNOWN_IMPLS = [SPECIALIZED, GENERIC, "openblas", "onednn", "torch", "iree"]
+KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "torch", "iree"]
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # User counters read from each entry (everything else is Google Benchmark's own fields).
@@ -421,6 +422,7 @@ def markdown(report):
 
 STYLES = {
     SPECIALIZED: ("o", "#d62728"),
+    PARTIAL: ("o", "#f4a6a6"),
     GENERIC: ("s", "#ff7f0e"),
     "openblas": ("^", "#1f77b4"),
     "onednn": ("D", "#2ca02c"),
@@ -654,6 +656,7 @@ def _sample_docs():
                       roofline=0.42)
     benchmarks += agg(f"{S7}/frank-generic/real_time", 1.2, unit="ms", flops=s7, bytes=s7b,
                       cold=0)
+    benchmarks += agg(f"{S7}/frank-partial/real_time", 500, flops=s7, bytes=s7b, cold=0)
     benchmarks += err(f"{S7}/onednn/real_time", "oneDNN is not installed")
     benchmarks += agg(f"{S7}/compile-cold/iterations:3/real_time", 85.0, unit="ms")
     # Cold, roofline computed from DRAM bandwidth; the peer has its own bytes.
@@ -730,7 +733,7 @@ def self_test():
     check("machine", m == {"peak_gflops": 100.0, "dram_gbps": 10.0, "l3_gbps": 50.0,
                            "l3_bytes": 33554432, "threads": 2})
     check("implementations", report["implementations"] ==
-          [SPECIALIZED, GENERIC, "openblas", "onednn", "torch"])
+          [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "torch"])
     ids = [s["id"] for s in report["shapes"]]
     check(f"shape order {ids}", ids == ["S7", "S8", "S3"])
     s7, s8, s3 = report["shapes"]
@@ -753,6 +756,7 @@ def self_test():
     warm_bound = max(s7f / 100e9, s7b / 50e9)
     close("S7 torch roofline", r["torch"]["roofline"], warm_bound / 600e-6)
     close("S7 torch speedup", r["torch"]["speedup_vs_generic"], 2.0)
+    close("S7 partial speedup", r[PARTIAL]["speedup_vs_generic"], 2.4)
     close("S7 compile", s7["compile_ms"], 85.0)
 
     s8f, s8b = 2.0 * 256 * 256, 4.0 * (256 + 256 * 256 + 256)
@@ -773,11 +777,11 @@ def self_test():
           == "compile-cold")
     points, off_plot = plot_points(report)
     check("S3 off the plot", [s["id"] for s in off_plot] == ["S3"])
-    check("plot points", len(points) == 6)
+    check("plot points", len(points) == 7)
 
     table = markdown(report)
     s7_row = next(line for line in table.splitlines() if line.startswith("| S7 "))
-    for want in ("400 µs (42%)", "1.20 ms", "skipped", "3.00×", "warm"):
+    for want in ("400 µs (42%)", "500 µs", "1.20 ms", "skipped", "3.00×", "warm"):
         check(f"table S7 row has {want!r}: {s7_row}", want in s7_row)
     check("table geomean", "2.08×" in table)
     check("table compile", "| S7 | matmul 128x256x256 | compile-cold | 85.0 ms |" in table)
@@ -786,7 +790,7 @@ def self_test():
     # frank-shapes' of the same shape, and compile-cold stays the number a shape carries.
     iree = build_report([shapes_doc, torch_doc, _iree_doc()])
     check("iree implementations", iree["implementations"] ==
-          [SPECIALIZED, GENERIC, "openblas", "onednn", "torch", "iree"])
+          [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "torch", "iree"])
     s7, s8 = iree["shapes"][0], iree["shapes"][1]
     close("S7 iree seconds", s7["results"].get("iree", {}).get("seconds"), 800e-6)
     close("S7 iree speedup", s7["results"].get("iree", {}).get("speedup_vs_generic"), 1.5)

@@ -42,6 +42,9 @@ struct Shape {
   std::string component, function;
   double flops = 0, bytes = 0; // per call: nominal FLOPs, compulsory bytes
   bool cold = false;
+  // The dims a model keeps as runtime values (the token count, the KV length): frank-partial
+  // is the kernel that bakes in every other.
+  std::string runtimeDims;
   std::vector<std::vector<Arg>> argSets; // one per rotated copy of the weights
   std::vector<PeerSpec> peers;
 };
@@ -119,6 +122,7 @@ Shape matmulShape(const std::string &id, int64_t m, int64_t k, int64_t n, bool c
   Tensor x = randomTensor({m, k}, 1), w = randomTensor({k, n}, 2, -0.05f, 0.05f);
   std::vector<std::vector<Tensor>> weights;
   rotate(s, {x, w}, {1}, machine, &weights);
+  s.runtimeDims = "x:0";
   s.peers.push_back(matmulPeer("openblas", openblasStatus(), openblasMatmul, x, weights[0], n));
   s.peers.push_back(matmulPeer("onednn", onednnStatus(), onednnMatmul, x, weights[0], n));
   return s;
@@ -140,6 +144,7 @@ Shape mulMatIdShape(int64_t tokens, const Machine &machine) {
   // every expert: even one token's two experts read all of them.
   s.bytes = 4.0 * (nOut * nIn * experts + nIn * used * tokens + nOut * used * tokens);
   s.cold = true;
+  s.runtimeDims = "input:2,ids:1";
   Tensor w = randomTensor({nOut, nIn, experts}, 3, -0.03f, 0.03f);
   Tensor x = randomTensor({nIn, used, tokens}, 4);
   Tensor ids = intTensor(DType::I32, {used, tokens}, expertIds(tokens));
@@ -167,6 +172,7 @@ Shape moeBlockShape(int64_t tokens, const Machine &machine) {
   s.flops = 2.0 * tokens * experts * e + 3 * 2.0 * f * e * used * tokens + 2.0 * tokens * used * e;
   s.bytes = 4.0 * (3 * f * e * experts + experts * e + 2 * tokens * e);
   s.cold = true;
+  s.runtimeDims = "input:0";
   std::vector<Arg> args = {randomTensor({tokens, e}, 5),
                            randomTensor({experts, e}, 6),
                            randomTensor({f, e, experts}, 7, -0.03f, 0.03f),
@@ -183,32 +189,36 @@ Shape moeBlockShape(int64_t tokens, const Machine &machine) {
 
 std::vector<Shape> makeShapes(const Machine &m) {
   std::vector<Shape> shapes;
-  auto warm = [&](Shape s, std::vector<Arg> args) {
+  auto warm = [&](Shape s, std::vector<Arg> args, const char *runtimeDims) {
+    s.runtimeDims = runtimeDims;
     rotate(s, args, {}, m);
     shapes.push_back(std::move(s));
   };
   // S1: 4 FLOPs per element (square, add, scale, weight).
   for (auto [id, rows] : {std::pair<const char *, int64_t>{"S1", 32}, {"S1d", 1}})
-    warm(
-        {id, fmt::format("rms_norm {}x4096", rows), "normalization/rms_norm.mlir",
-         "rms_norm_linalg", 4.0 * rows * 4096, 4.0 * (2 * rows * 4096 + 4096)},
-        {randomTensor({rows, 4096}, 10), randomTensor({4096}, 11, 0.5f, 1.5f), Scalar::f32(1e-6f)});
+    warm({id, fmt::format("rms_norm {}x4096", rows), "normalization/rms_norm.mlir",
+          "rms_norm_linalg", 4.0 * rows * 4096, 4.0 * (2 * rows * 4096 + 4096)},
+         {randomTensor({rows, 4096}, 10), randomTensor({4096}, 11, 0.5f, 1.5f), Scalar::f32(1e-6f)},
+         "input:0");
   // S2: 6 FLOPs per element, exp counted as one.
   const int64_t n2 = 32 * 14336;
   warm({"S2", "swiglu 1x32x14336", "activation/swiglu.mlir", "swiglu", 6.0 * n2, 12.0 * n2},
-       {randomTensor({1, 32, 14336}, 12, -4, 4), randomTensor({1, 32, 14336}, 13, -8, 8)});
+       {randomTensor({1, 32, 14336}, 12, -4, 4), randomTensor({1, 32, 14336}, 13, -8, 8)},
+       "gate:1,up:1");
   // S3: a copy of the 128 rows the ids name.
   warm({"S3", "embedding_lookup 32000x2048 ids 1x128", "embedding/embedding_lookup.mlir",
         "embedding_lookup", 0, 4.0 * (2 * 128 * 2048) + 8 * 128},
        {randomTensor({32000, 2048}, 14),
-        intTensor(DType::I64, {1, 128}, {17, 31990, 5, 2048, 999, 12345, 0, 31999})});
+        intTensor(DType::I64, {1, 128}, {17, 31990, 5, 2048, 999, 12345, 0, 31999})},
+       "indices:1");
   // S4: 3 FLOPs per element for the rotation (sin and cos per pair not counted).
   const int64_t n4 = 128 * 32 * 128;
   std::vector<int64_t> positions(128);
   std::iota(positions.begin(), positions.end(), 0);
   warm({"S4", "rope 1x128x32x128", "position/rope.mlir", "rope", 3.0 * n4, 8.0 * n4 + 8 * 128},
        {randomTensor({1, 128, 32, 128}, 15), intTensor(DType::I64, {1, 128}, positions),
-        Scalar::f32(10000), Scalar::f32(1)});
+        Scalar::f32(10000), Scalar::f32(1)},
+       "input:1,positions:1");
   // S5, S6: 4 FLOPs per (query, key, d) per head: the scores and the weighted sum.
   const float scale = 1.0f / std::sqrt(128.0f);
   for (auto [id, fn, pairs] :
@@ -217,11 +227,13 @@ std::vector<Shape> makeShapes(const Machine &m) {
     warm({id, fmt::format("{} 1x128x32x128 kv 8 heads", fn), "attention/attention_gqa.mlir", fn,
           4.0 * 32 * 128 * pairs, 4.0 * (2 * 128 * 32 * 128 + 2 * 128 * 8 * 128)},
          {randomTensor({1, 128, 32, 128}, 16), randomTensor({1, 128, 8, 128}, 17),
-          randomTensor({1, 128, 8, 128}, 18), Scalar::f32(scale)});
+          randomTensor({1, 128, 8, 128}, 18), Scalar::f32(scale)},
+         "query:1,key:1,value:1");
   warm({"S6", "attention_gqa_decode q 1x1x32x128 kv 1x512x8x128", "attention/attention_gqa.mlir",
         "attention_gqa_decode", 4.0 * 32 * 512 * 128, 4.0 * (2 * 32 * 128 + 2 * 512 * 8 * 128)},
        {randomTensor({1, 1, 32, 128}, 19), randomTensor({1, 512, 8, 128}, 20),
-        randomTensor({1, 512, 8, 128}, 21), Scalar::f32(scale)});
+        randomTensor({1, 512, 8, 128}, 21), Scalar::f32(scale)},
+       "key:1,value:1");
   shapes.push_back(matmulShape("S7", 128, 4096, 4096, /*cold=*/false, m));
   shapes.push_back(matmulShape("S8", 1, 4096, 4096, /*cold=*/true, m));
   for (int64_t tokens : {1, 32})
@@ -261,8 +273,18 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
   auto s = std::make_shared<Shape>(shape);
   Function fn =
       ctx.load(std::string(FRANK_COMPONENTS_DIR) + "/" + s->component).function(s->function);
-  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
-    std::string impl = mode == Mode::Specialized ? "frank-specialized" : "frank-generic";
+  struct Variant {
+    std::string impl;
+    Function fn;
+    Mode mode;
+  };
+  std::vector<Variant> kernels;
+  kernels.push_back({"frank-specialized", fn, Mode::Specialized});
+  if (!s->runtimeDims.empty())
+    kernels.push_back(
+        {"frank-partial", fn.withRuntimeDims(parseRuntimeDims(s->runtimeDims)), Mode::Specialized});
+  kernels.push_back({"frank-generic", fn, Mode::Generic});
+  for (const auto &[impl, fn, mode] : kernels) {
     benchmark::RegisterBenchmark(name(*s, impl).c_str(),
                                  [=, &m](benchmark::State &state) {
                                    Kernel kernel = fn.specialize(s->argSets[0], mode);

@@ -364,6 +364,7 @@ private:
   // thread costs microseconds. Generic mode stays single-threaded, as a baseline should.
   static constexpr int64_t kMinParallelElements = 1 << 16;
   static constexpr int64_t kMinChunkElements = 1 << 14;
+  static constexpr int64_t kMinRuntimeRowElements = 1 << 8;
 
   // The fewest iterations of a parallel loop of `extent` trips, in a nest of `total` points,
   // worth giving one thread.
@@ -412,15 +413,20 @@ private:
       Stmt loop = (*level)[0];
       auto extent = asConstant(extents[d]);
       if (!extent || *extent >= 2) {
-        loop->forKind = ForKind::Parallel;
         if (!runtime) {
+          loop->forKind = ForKind::Parallel;
           loop->bound = minChunk(constantTotal, *extent);
           return;
         }
-        // kMinChunkElements / (the points under one iteration, at least 1).
+        // kMinChunkElements / (the points under one iteration, at least 1). A loop over
+        // runtime rows of a few points each stays serial: it would take rows by the thousand
+        // to be worth two threads.
         Expr inner = intConst(1);
         for (size_t k = d + 1; k < extents.size(); ++k)
           inner = mul(inner, extents[k]);
+        if (auto points = asConstant(inner); points && *points < kMinRuntimeRowElements)
+          return;
+        loop->forKind = ForKind::Parallel;
         loop->bound = binary(OpKind::MaxSI, intConst(1),
                              binary(OpKind::DivSI, intConst(kMinChunkElements),
                                     binary(OpKind::MaxSI, inner, intConst(1))));
@@ -659,13 +665,11 @@ private:
     std::vector<HoistedValue> hoisted;
     const Block &body = g.body();
     const int numLoops = g.numLoops();
+    // Runtime extents count as kNominalExtent when deciding whether a table pays.
+    auto nominal = [](const Expr &e) { return asConstant(e).value_or(kNominalExtent); };
     int64_t points = 1;
-    for (const Expr &e : extents) {
-      auto c = asConstant(e);
-      if (!c)
-        return hoisted;
-      points *= *c;
-    }
+    for (const Expr &e : extents)
+      points *= nominal(e);
     // The loop dims each value depends on; nullopt for what cannot move (reads of the
     // accumulator, extracts, regions).
     std::unordered_map<const Value *, std::optional<uint64_t>> dimsOf;
@@ -711,7 +715,7 @@ private:
       for (int d = 0; d < numLoops; ++d)
         if (*mask >> d & 1) {
           dims.push_back(d);
-          tablePoints *= *asConstant(extents[d]);
+          tablePoints *= nominal(extents[d]);
         }
       if (tablePoints * 4 > points)
         continue;
@@ -729,8 +733,8 @@ private:
       for (int d : dims)
         tableDims.push_back(extents[d]);
       ElemKind elem = bodyOp->result()->type.elem;
-      int table =
-          addTemp(freshName(bodyOp->result()->name + "_table"), elem, intConst(tablePoints));
+      Expr tableSize = numElements(tableDims);
+      int table = addTemp(freshName(bodyOp->result()->name + "_table"), elem, tableSize);
       std::vector<Stmt> nest = loopNest(tableDims, [&](const std::vector<Expr> &tableVars) {
         std::vector<Expr> at(numLoops, intConst(0));
         for (size_t j = 0; j < dims.size(); ++j)
@@ -767,7 +771,7 @@ private:
       });
       markParallel(nest, tableDims, std::vector<bool>(dims.size(), false));
       nest[0]->comment = fmt::format("'{}' varies with {} of the nest's {} dims: a table of {}",
-                                     opName(bodyOp->kind), dims.size(), numLoops, tablePoints);
+                                     opName(bodyOp->kind), dims.size(), numLoops, print(tableSize));
       append(nest);
       hoisted.push_back({bodyOp->result(), table, dims, tableDims});
     }
@@ -779,8 +783,7 @@ private:
                        describe(s));
   }
 
-  // Row-major element strides of an operand along each loop dim, when its dims are constants.
-  // Element strides along each loop dim, runtime dims counted as kNominalExtent.
+  // Row-major element strides along each loop dim, runtime dims counted as kNominalExtent.
   static std::vector<int64_t> stridesOf(const AffineMap &map, const std::vector<Expr> &dims) {
     std::vector<int64_t> strides(map.numDims, 0);
     int64_t stride = 1;
