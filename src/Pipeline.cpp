@@ -3,6 +3,7 @@
 #include "ir/Clone.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "transforms/CollapseBeforeCopy.h"
 #include "transforms/FoldCopies.h"
 #include "transforms/Fusion.h"
 #include "transforms/Generalize.h"
@@ -83,6 +84,10 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
       foldCopiesIntoExtracts(*fn);
       verifyFunction(*fn);
       after("fold-copies", *fn, t);
+      t = clock::now();
+      collapseBeforeCopies(*fn);
+      verifyFunction(*fn);
+      after("collapse-before-copy", *fn, t);
       t = clock::now();
       fuseElementwise(*fn);
       verifyFunction(*fn);

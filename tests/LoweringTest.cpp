@@ -3,6 +3,7 @@
 #include "TestSupport.h"
 #include "oracles/Oracles.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -362,6 +363,102 @@ TEST(Lowering, ElementwiseChainFusesIntoOneLoopNest) {
   for (size_t i = 0; i < expected.size(); ++i)
     expected[i] = std::exp(static_cast<double>(x[i])) * y[i];
   expectAllNear(runBoth(text, {borrow(x, {3, 45}), borrow(y, {3, 45})}), expected);
+}
+
+// K in attention: [1, S, H, D] transposed to [1, H, S, D] and collapsed to [H, S, D] before a
+// contraction reads it. collapse-before-copy collapses the source instead ([S, H, D], a view),
+// and the copy that is left fuses into the contraction: no copy, no temporary. A collapse that
+// merges dims in an order the source does not have them in keeps its copy.
+TEST(Lowering, TransposeThroughACollapseFoldsIntoItsConsumer) {
+  auto text = [](const char *permutation, const char *transposedType, const char *reassociation,
+                 const char *collapsedType) {
+    return fmt::format(R"(
+    func.func @f(%k: tensor<1x5x3x7xf32>, %w: tensor<5xf32>) -> tensor<3x7xf32> {{
+      %e = tensor.empty() : tensor<{1}>
+      %t = linalg.transpose ins(%k : tensor<1x5x3x7xf32>) outs(%e : tensor<{1}>)
+          permutation = {0}
+      %c = tensor.collapse_shape %t {2} : tensor<{1}> into tensor<{3}>
+      %z = arith.constant 0.0 : f32
+      %o = tensor.empty() : tensor<3x7xf32>
+      %init = linalg.fill ins(%z : f32) outs(%o : tensor<3x7xf32>) -> tensor<3x7xf32>
+      %r = linalg.generic {{indexing_maps = [affine_map<(h, d, s) -> (h, s, d)>,
+                                            affine_map<(h, d, s) -> (s)>,
+                                            affine_map<(h, d, s) -> (h, d)>],
+                           iterator_types = ["parallel", "parallel", "reduction"]}}
+          ins(%c, %w : tensor<{3}>, tensor<5xf32>) outs(%init : tensor<3x7xf32>) {{
+      ^bb0(%a: f32, %b: f32, %acc: f32):
+        %p = arith.mulf %a, %b : f32
+        %q = arith.addf %acc, %p : f32
+        linalg.yield %q : f32
+      }} -> tensor<3x7xf32>
+      return %r : tensor<3x7xf32>
+    }})",
+                       permutation, transposedType, reassociation, collapsedType);
+  };
+  auto count = [](const std::string &s, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  auto k = iota(5 * 3 * 7), w = iota(5, 0.5f);
+  std::vector<Arg> args{borrow(k, {1, 5, 3, 7}), borrow(w, {5})};
+  std::vector<double> expected(3 * 7, 0.0);
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t d = 0; d < 7; ++d)
+      for (int64_t s = 0; s < 5; ++s)
+        expected[h * 7 + d] += double(k[(s * 3 + h) * 7 + d]) * w[s];
+
+  // [1, H, S, D] -> [H, S, D]: groups {1, H}, {S}, {D} are runs of the source (the unit dim
+  // aside), so the source collapses and the copy fuses.
+  std::string folds = text("[0, 2, 1, 3]", "1x3x5x7xf32", "[[0, 1], [2], [3]]", "3x5x7xf32");
+  Function fn = context().loadString(folds, "lowering.mlir").function("f");
+  std::vector<std::string> types{"1x5x3x7xf32", "5xf32"};
+  std::string specialized = fn.emit(Stage::Specialized, types);
+  EXPECT_EQ(count(specialized, "linalg.generic"), 1u) << specialized;
+  EXPECT_EQ(count(fn.emit(Stage::Loops, types), "temp "), 0u) << fn.emit(Stage::Loops, types);
+  expectAllNear(runBoth(folds, args), expected);
+
+  // [H, 1, S, D] -> [H, S, D] through groups {H, 1}, {S}, {D}: the same, with the unit dim
+  // joining the group before it.
+  std::string unitAfter = text("[2, 0, 1, 3]", "3x1x5x7xf32", "[[0, 1], [2], [3]]", "3x5x7xf32");
+  specialized = context()
+                    .loadString(unitAfter, "lowering.mlir")
+                    .function("f")
+                    .emit(Stage::Specialized, types);
+  EXPECT_EQ(count(specialized, "linalg.generic"), 1u) << specialized;
+  expectAllNear(runBoth(unitAfter, args), expected);
+
+  // [S, H, D] -> [H, S, D] -> [H*S, D]: the group {H, S} merges the source's S and H in the
+  // other order, which no collapse of the source gives: the copy stays.
+  const char *merged = R"(
+    func.func @f(%k: tensor<5x3x7xf32>) -> tensor<15x7xf32> {
+      %e = tensor.empty() : tensor<3x5x7xf32>
+      %t = linalg.transpose ins(%k : tensor<5x3x7xf32>) outs(%e : tensor<3x5x7xf32>)
+          permutation = [1, 0, 2]
+      %c = tensor.collapse_shape %t [[0, 1], [2]] : tensor<3x5x7xf32> into tensor<15x7xf32>
+      %o = tensor.empty() : tensor<15x7xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, d) -> (i, d)>,
+                                            affine_map<(i, d) -> (i, d)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%c : tensor<15x7xf32>) outs(%o : tensor<15x7xf32>) {
+      ^bb0(%a: f32, %acc: f32):
+        %p = arith.mulf %a, %a : f32
+        linalg.yield %p : f32
+      } -> tensor<15x7xf32>
+      return %r : tensor<15x7xf32>
+    })";
+  specialized = context()
+                    .loadString(merged, "lowering.mlir")
+                    .function("f")
+                    .emit(Stage::Specialized, {"5x3x7xf32"});
+  EXPECT_EQ(count(specialized, "linalg.generic"), 2u) << specialized;
+  std::vector<double> squares(15 * 7);
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t s = 0; s < 5; ++s)
+      for (int64_t d = 0; d < 7; ++d)
+        squares[(h * 5 + s) * 7 + d] = double(k[(s * 3 + h) * 7 + d]) * k[(s * 3 + h) * 7 + d];
+  expectAllNear(runBoth(merged, {borrow(k, {5, 3, 7})}), squares);
 }
 
 // Where reassociation is allowed: the specialized kernel sums in vector lanes. Over a million

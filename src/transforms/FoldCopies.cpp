@@ -6,7 +6,6 @@
 #include "transforms/Specialize.h"
 
 namespace frank {
-namespace {
 
 bool isPureCopy(const Op *op) {
   if (!op || op->kind != OpKind::LinalgGeneric)
@@ -19,6 +18,8 @@ bool isPureCopy(const Op *op) {
   return body.ops.size() == 1 && body.ops[0]->kind == OpKind::LinalgYield &&
          body.ops[0]->operands[0] == body.arguments[0].get();
 }
+
+namespace {
 
 // Rewrites `extract` (at `block.ops[at]`) to read the copy's input; returns true if it did.
 bool readThrough(Block &block, size_t &at) {

@@ -16,4 +16,7 @@ namespace frank {
 /// Returns the number of extracts rewritten.
 int foldCopiesIntoExtracts(FuncOp &fn);
 
+/// A producer of the kind described above: a generic that only copies its one input.
+bool isPureCopy(const Op *op);
+
 } // namespace frank

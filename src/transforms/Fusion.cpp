@@ -2,7 +2,10 @@
 #include "transforms/Fusion.h"
 #include "ir/Clone.h"
 #include "ir/Ops.h"
+#include "transforms/FoldCopies.h"
 #include "transforms/Specialize.h"
+
+#include <algorithm>
 
 namespace frank {
 namespace {
@@ -21,7 +24,14 @@ bool canFuse(const FuncOp &fn, const Op &consumer, int input) {
     return false;
   if (countUses(*fn.body, operand) != 1)
     return false;
-  return c.map(input).isPermutation();
+  // A copy's body costs nothing, so the consumer may read it at any point: through any map of
+  // plain dims (a projection, as a contraction reads its operands). Other producers fuse only
+  // where the consumer reads each of their points once.
+  const AffineMap &read = c.map(input);
+  if (isPureCopy(producer))
+    return std::none_of(read.results.begin(), read.results.end(),
+                        [](const AffineResult &r) { return r.isConstant; });
+  return read.isPermutation();
 }
 
 void fuse(Op &consumer, int input) {

@@ -1,0 +1,18 @@
+// \file Collapsing before permuting: `collapse_shape(copy(x))`, where the copy only permutes the
+// dims of x and every group the collapse merges is, unit dims aside, a run of consecutive dims
+// of x in order, becomes `copy'(collapse_shape'(x))`: x collapses as a view, and the new copy
+// permutes the merged dims. The copy then reads x directly, so fuse-elementwise can fold it into
+// its consumers: attention reads K and V in their [B, Skv, Hkv, D] layout instead of copying
+// them to [B*Hkv, Skv, D] first.
+//
+// Only static shapes are rewritten, and only copies that nothing else reads.
+#pragma once
+
+#include "ir/IR.h"
+
+namespace frank {
+
+/// Returns the number of collapses moved before their copies.
+int collapseBeforeCopies(FuncOp &fn);
+
+} // namespace frank
