@@ -12,10 +12,6 @@
 namespace frank {
 namespace {
 
-bool isStatic(const Type &t) {
-  return std::none_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d == kDynamic; });
-}
-
 // For a collapse of a permuting copy of x: the groups of x's dims, in x's order, that collapse
 // to the same sizes, each paired with the collapse group it becomes. Nullopt when some group is
 // not a run of consecutive dims of x (unit dims aside).
@@ -91,8 +87,7 @@ bool rewrite(Block &block, size_t &at) {
   if (!isPureCopy(copy) || copy->parentBlock != &block)
     return false;
   Value *x = copy->operands[0];
-  if (!isStatic(x->type) || !isStatic(collapse.result()->type) ||
-      countUses(block, copy->result()) != 1)
+  if (countUses(block, copy->result()) != 1)
     return false;
   std::optional<SourceGroups> groups = sourceGroups(collapse, *copy);
   if (!groups)
@@ -105,7 +100,7 @@ bool rewrite(Block &block, size_t &at) {
     int64_t size = 1;
     for (int64_t s : dims) {
       group.push_back(Attribute{s});
-      size *= x->type.shape[s];
+      size = size == kDynamic || x->type.shape[s] == kDynamic ? kDynamic : size * x->type.shape[s];
     }
     reassociation.push_back(Attribute{group});
     collapsedType.shape.push_back(size);
@@ -115,14 +110,35 @@ bool rewrite(Block &block, size_t &at) {
                            {{"reassociation", Attribute{reassociation}}});
   collapsed->result()->name = x->name + "_collapsed";
   const int rank = static_cast<int>(groups->dims.size());
+  // Collapse group g is dim positionOf[g] of the collapsed x: runtime sizes are read there.
+  std::vector<int64_t> positionOf(rank);
+  for (int q = 0; q < rank; ++q)
+    positionOf[groups->resultGroup[q]] = q;
+  const Type &resultType = collapse.result()->type;
+  std::vector<std::pair<Value *, int64_t>> sizes;
+  for (int g = 0; g < rank; ++g)
+    sizes.push_back({collapsed->result(), positionOf[g]});
   std::vector<int> identity(rank);
   std::iota(identity.begin(), identity.end(), 0);
   Value *permuted = b.generic(
-      {collapsed->result()}, b.empty(collapse.result()->type, {}),
+      {collapsed->result()}, b.empty(resultType, sizes),
       {mapOf(rank, groups->resultGroup), mapOf(rank, identity)}, std::vector<bool>(rank, false),
       [](Builder &, const std::vector<Value *> &args) { return args[0]; }, collapse.result()->name);
   Value *old = collapse.result();
   at = b.position();
+  // Sizes asked of the collapse are asked of the collapsed x, so that the copy keeps its one
+  // reader and can fuse into it.
+  for (size_t i = at + 1; i < block.ops.size(); ++i) {
+    Op &dim = *block.ops[i];
+    const Op *index = dim.kind == OpKind::TensorDim ? dim.operands[1]->definingOp : nullptr;
+    if (dim.operands.empty() || dim.operands[0] != old || !index ||
+        index->kind != OpKind::ArithConstant)
+      continue;
+    Builder before(block, i, dim.loc);
+    Value *position = before.constantIndex(positionOf[constantValue(*index).i]);
+    dim.operands = {collapsed->result(), position};
+    ++i;
+  }
   replaceAllUses(block, old, permuted);
   block.ops.erase(block.ops.begin() + static_cast<long>(at));
   --at;

@@ -5,7 +5,8 @@
 // its consumers: attention reads K and V in their [B, Skv, Hkv, D] layout instead of copying
 // them to [B*Hkv, Skv, D] first.
 //
-// Only static shapes are rewritten, and only copies that nothing else reads.
+// Only copies that nothing else reads are rewritten. Sizes asked of the collapse (`tensor.dim`,
+// with runtime dims) are asked of the collapsed x instead.
 #pragma once
 
 #include "ir/IR.h"
