@@ -1,5 +1,6 @@
 // LLJIT, target machine and O3 pipeline.
 #include "Engine.h"
+#include "Pipeline.h"
 #include "ir/Diagnostics.h"
 #include "runtime/Parallel.h"
 
@@ -20,6 +21,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <unordered_map>
@@ -245,13 +247,23 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
   module->setModuleIdentifier(program.name); // the capture files the object under it
   if (printAfter)
     printAfter("codegen", printModule(*module));
+  auto start = std::chrono::steady_clock::now();
+  auto lap = [&](const char *what) {
+    auto now = std::chrono::steady_clock::now();
+    if (debugLevel() >= 1)
+      fmt::print(stderr, "frank: {:<20} {:8.3f} ms\n", what,
+                 std::chrono::duration<double, std::milli>(now - start).count());
+    start = now;
+  };
   impl_->optimize(*module, options.vectorMath);
+  lap("optimize-O3");
   if (printAfter)
     printAfter("optimize-O3", printModule(*module));
   llvm::orc::ThreadSafeModule tsm(std::move(module), std::move(context));
   if (auto error = impl_->lljit->addIRModule(std::move(tsm)))
     internalError("adding a kernel to the JIT: " + llvm::toString(std::move(error)));
   auto address = unwrap(impl_->lljit->lookup(program.name), "looking up a compiled kernel");
+  lap("machine-code");
   std::string compiledObject = impl_->capture.take(program.name);
   if (object)
     *object = std::move(compiledObject);

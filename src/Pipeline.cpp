@@ -46,7 +46,7 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
   const bool timing = debugLevel() >= 1;
   auto after = [&](const char *pass, const FuncOp &fn, auto start) {
     if (timing)
-      fmt::print(stderr, "frank: {:<18} {:8.3f} ms\n", pass,
+      fmt::print(stderr, "frank: {:<20} {:8.3f} ms\n", pass,
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                      .count());
     if (options.printAfter)
@@ -98,7 +98,7 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
   t = clock::now();
   LoweredKernel kernel = lowerToLoops(*fn, options.mode, kernelName, options.lowering);
   if (timing)
-    fmt::print(stderr, "frank: {:<18} {:8.3f} ms\n", "lower-to-loops",
+    fmt::print(stderr, "frank: {:<20} {:8.3f} ms\n", "lower-to-loops",
                std::chrono::duration<double, std::milli>(clock::now() - t).count());
   if (options.printAfter)
     options.printAfter("lower-to-loops", loops::print(kernel.program));
