@@ -74,9 +74,24 @@ TEST(Strategy, GoldenContractions) {
   // Rows the tile does not divide go to a leftover tile, not to a smaller tile.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
-  // Q K^T: both operands contiguous along the reduction.
+  // Q K^T at prefill: both operands contiguous along a short reduction, many m blocks: K is
+  // packed transposed for the outer tile.
   EXPECT_EQ(choose(transposedNest(512, 128, 128)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1^T");
+  EXPECT_EQ(choose(transposedNest(512, 128, 128), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=64 pack=#1^T");
+  // A long k, or few m blocks to share the panels (decode): contraction.dot.
+  EXPECT_EQ(choose(transposedNest(512, 4096, 128)),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(transposedNest(4, 128, 512), Target::avx512()),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x4 lanes=16");
+  EXPECT_THAT(
+      [] {
+        loops::selectStrategy(transposedNest(512, 128, 128), Target::avx2(),
+                              loops::parseConfig("pack=0"));
+      },
+      testing::ThrowsMessage<Error>(testing::HasSubstr(
+          "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
   // S9 at T = 32: the 64 (slot, token) pairs grouped by expert; eight rows of the weights, each
   // k block's 8 x 32 lines of 8 experts in 8 KiB of L1.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
@@ -289,14 +304,22 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
       attention.function("attention_gqa")
           .emit(Stage::Loops, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
   EXPECT_THAT(loops, testing::HasSubstr("// iree_linalg_ext.attention at "));
-  EXPECT_THAT(loops,
-              testing::HasSubstr(wide ? ": contraction.dot m=d1 n=d2 k=d3 tile=5x4 lanes=16\n"
-                                      : ": contraction.dot m=d1 n=d2 k=d3 tile=4x2 lanes=8\n"));
+  // Q K^T packs K transposed; P V reads V in place.
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64 "
+                                "pack=#1^T\n"
+                              : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8 pack=#1^T\n"));
   EXPECT_THAT(loops, testing::HasSubstr(
                          wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64\n"
                               : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = broadcast<{0}>(0f)\n", lanes)));
-  EXPECT_THAT(loops, testing::HasSubstr(" + reduce_add(acc_"));
+  EXPECT_THAT(loops, testing::HasSubstr("panel of '%key_collapsed', transposed\n"));
+  // At decode, four query rows per KV head share too little: Q K^T stays contraction.dot.
+  std::string decode =
+      attention.function("attention_gqa_decode")
+          .emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
+  EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d1 n=d2 k=d3 tile=4x"));
+  EXPECT_THAT(decode, testing::HasSubstr(fmt::format(": f32x{0} = broadcast<{0}>(0f)\n", lanes)));
+  EXPECT_THAT(decode, testing::HasSubstr(" + reduce_add(acc_"));
 
   Module linear = context().load(componentPath("linear/matmul.mlir"));
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});

@@ -995,25 +995,55 @@ private:
     const int64_t panelRow = int64_t(s.tileN) * lanes;
     int packed = -1;
     Stmt pack;
+    // A transposed pack is redone in every iteration of the dims outside the tile, each into a
+    // region of its own (parallel iterations must not share one); `region` is its start.
+    Expr region = intConst(0);
     if (s.packInput >= 0) {
       const Value *operand = g.input(s.packInput);
       const TensorStorage &t = storageOf(operand);
-      packed = addTemp("packed_" + operand->name, elem, intConst(panelK * extent(s.dimN)));
+      int64_t regions = 1;
+      for (int d = 0; d < numLoops; ++d)
+        if (s.packTransposed && !g.isReduction(d) && d != s.dimM && d != s.dimN) {
+          region = add(mul(region, intConst(extent(d))), vars[d]);
+          regions *= extent(d);
+        }
+      region = mul(region, intConst(panelK * extent(s.dimN)));
+      packed =
+          addTemp("packed_" + operand->name, elem, intConst(regions * panelK * extent(s.dimN)));
       const Expr &panel = nBlock;
       Expr row = var(freshName("row"), ElemKind::Index);
-      std::vector<Stmt> copies;
-      for (int c = 0; c < s.tileN; ++c) {
+      auto kAt = [&](const Expr &r) {
+        return s.blockK ? add(mul(kBlock, intConst(s.blockK)), r) : r;
+      };
+      auto packedAt = [&](const Expr &r, const Expr &column) {
+        return add(
+            add(add(region, mul(panel, intConst(panelK * panelRow))), mul(r, intConst(panelRow))),
+            column);
+      };
+      if (s.packTransposed) {
+        // Column after column of the panel, each read contiguously along k.
+        Expr column = var(freshName("column"), ElemKind::Index);
         std::vector<Expr> iv = vars;
-        iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
-        iv[s.dimK] = s.blockK ? add(mul(kBlock, intConst(s.blockK)), row) : row;
-        Expr to = add(add(mul(panel, intConst(panelK * panelRow)), mul(row, intConst(panelRow))),
-                      intConst(c * lanes));
-        copies.push_back(store(
-            packed, to, load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
+        iv[s.dimN] = add(mul(panel, intConst(panelRow)), column);
+        iv[s.dimK] = kAt(row);
+        Stmt copy = store(packed, packedAt(row, column),
+                          load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem));
+        pack = forLoop(column->name, intConst(panelRow), ForKind::Serial,
+                       {forLoop(row->name, intConst(panelK), ForKind::Serial, {copy})});
+      } else {
+        std::vector<Stmt> copies;
+        for (int c = 0; c < s.tileN; ++c) {
+          std::vector<Expr> iv = vars;
+          iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
+          iv[s.dimK] = kAt(row);
+          copies.push_back(
+              store(packed, packedAt(row, intConst(c * lanes)),
+                    load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
+        }
+        pack = forLoop(row->name, intConst(panelK), ForKind::Serial, std::move(copies));
       }
-      pack = forLoop(row->name, intConst(panelK), ForKind::Serial, std::move(copies));
-      pack->comment =
-          fmt::format("pack this block's {}x{} panel of '%{}'", panelK, panelRow, operand->name);
+      pack->comment = fmt::format("pack this block's {}x{} panel of '%{}'{}", panelK, panelRow,
+                                  operand->name, s.packTransposed ? ", transposed" : "");
     }
     const Value *outArg = g.body().arguments.back().get();
     // A tile of `rows` x NR accumulators: declared, run through the reduction, stored.
@@ -1038,7 +1068,7 @@ private:
                 std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
             auto &e = loaded[key];
             if (!e && i == s.packInput) {
-              Expr at = add(add(mul(nBlock, intConst(panelK * panelRow)),
+              Expr at = add(add(add(region, mul(nBlock, intConst(panelK * panelRow))),
                                 mul(vars[s.dimK], intConst(panelRow))),
                             intConst(c * lanes));
               e = bindLet(arg, load(packed, at, elem, lanes), step);

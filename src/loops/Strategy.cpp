@@ -138,10 +138,14 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
     return std::nullopt;
   }
   bool someBroadcast = false;
+  int transposed = -1; // the input read along k instead of n, packed transposed
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
     if (nest.strides[i][n] > 1) {
-      why = fmt::format("input #{} is strided along d{}", i, n);
-      return std::nullopt;
+      if (transposed >= 0 || hasRuntimeExtents(nest)) {
+        why = fmt::format("input #{} is strided along d{}", i, n);
+        return std::nullopt;
+      }
+      transposed = int(i);
     }
     someBroadcast |= nest.strides[i][n] == 0;
   }
@@ -162,12 +166,31 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
     }
   if (reductions != 1)
     s.dimK = -1;
+  if (transposed >= 0) {
+    // Packed transposed: read along k, never along m (every m block shares the panels).
+    const auto &b = nest.strides[transposed];
+    if (s.dimK < 0 || b[s.dimK] != 1 || (s.dimM >= 0 && b[s.dimM] != 0)) {
+      why = fmt::format("input #{} is strided along d{}", transposed, n);
+      return std::nullopt;
+    }
+    s.packInput = transposed;
+    s.packTransposed = true;
+  }
   // Accumulators, NR vectors of B and one broadcast element of A. The broadcasts read MR rows
   // of A that are usually a power of two apart, so they share cache sets: they count 1.5
   // (on S7, 2x4 beats 6x2 by 13% although 6x2 has more FMAs per load).
   chooseTile(
       s, extentOr1(nest, s.dimM), nest.extents[n] / lanes, target.vectorRegisters, 4,
       [](int, int nr) { return nr + 1; }, 1.5);
+  // Packing B transposed pays when several m blocks share its panels and k is short, where
+  // contraction.dot spends as much on summing its lanes as on the products (S5's Q x K^T, k of
+  // 128: 98 against 68 GFLOP/s on one core, as matmul against matmul_transpose_b at 512x128x128).
+  if (s.packTransposed &&
+      (extentOr1(nest, s.dimM) / s.tileM < 4 || nest.extents[s.dimK] > 16 * int64_t(lanes))) {
+    why = fmt::format("input #{} is read along k, not d{} (contraction.dot takes it)", s.packInput,
+                      n);
+    return std::nullopt;
+  }
   return s;
 }
 
@@ -436,6 +459,13 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     throw Error(fmt::format("error: --config: k-block {} does not divide the nest's one "
                             "reduction dim",
                             s.blockK));
+  if (s.packTransposed) {
+    if (!config.pack.value_or(true))
+      throw Error(fmt::format("error: --config: pack=0 does not apply: input #{} is read along "
+                              "k, so contraction.outer must pack it",
+                              s.packInput));
+    return;
+  }
   s.packInput = config.pack.value_or(true) ? choosePackInput(nest, s) : -1;
   if (config.pack) {
     if (*config.pack && s.packInput < 0)
@@ -522,7 +552,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
                  chosen->pipeline == Pipeline::ContractionStream;
   if (!gathers) {
     chosen->blockK = chooseBlockK(nest, *chosen);
-    chosen->packInput = choosePackInput(nest, *chosen);
+    if (!chosen->packTransposed)
+      chosen->packInput = choosePackInput(nest, *chosen);
   }
   if (!config.empty())
     applyOverride(nest, *chosen, config);
@@ -539,7 +570,7 @@ std::string describe(const Strategy &s) {
   if (s.blockK)
     text += fmt::format(" k-block={}", s.blockK);
   if (s.packInput >= 0)
-    text += fmt::format(" pack=#{}", s.packInput);
+    text += fmt::format(" pack=#{}{}", s.packInput, s.packTransposed ? "^T" : "");
   return text;
 }
 

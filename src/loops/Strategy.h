@@ -38,6 +38,12 @@
 //   want; column stripes touch every 4 KiB page of B for 256 bytes at a time. The tile is
 //   printed as MRxP: rows per step by parts.
 //
+// contraction.outer also takes a B that is contiguous along k rather than n (Q x K^T, x W^T with
+// a short k, where contraction.dot would sum 16-lane accumulators after only a few steps): B is
+// then always packed, transposed panel by panel, and printed `pack=#i^T`. Its panels are packed
+// again in every iteration of the dims outside the tile (each head of attention), each into a
+// region of its own so that parallel iterations do not share one.
+//
 // With runtime extents (partial specialization), contraction.outer and contraction.dot still
 // apply when n (and, for dot, k) is a constant: the m blocks and the reductions of outer then
 // run a runtime number of times, and the rows m leaves over take one-row tiles.
@@ -80,6 +86,7 @@ struct Strategy {
   int tileN = 1;                       // vectors along n (outer) or columns of n (dot)
   int64_t blockK = 0;                  // cache block of dim k; 0 for none
   int packInput = -1;                  // the input packed into panels (outer), or -1
+  bool packTransposed = false;         // it is read along k, not n: packing transposes it
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
