@@ -269,7 +269,8 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(loops.find("contraction.outer m=d0 n=d1 k=d2"), std::string::npos) << loops;
   EXPECT_NE(loops.find("for m_block in 0..(dims[0] / "), std::string::npos) << loops;
   EXPECT_NE(loops.find("for m_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << loops;
-  EXPECT_EQ(loops.find("k-block"), std::string::npos) << loops;
+  // K and N are constants: the panels of W are packed once for every m block and leftover row.
+  EXPECT_NE(loops.find("pack this block's"), std::string::npos) << loops;
   // Decode attention over a runtime KV length: Q K^T takes the keys as m, P V reduces over them.
   std::string attn =
       attention()

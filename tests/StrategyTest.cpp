@@ -198,9 +198,9 @@ NestShape withRuntime(NestShape nest, std::vector<bool> runtime) {
 
 TEST(Strategy, RuntimeExtents) {
   const int64_t r = loops::kNominalExtent;
-  // Token count as M: the S7 tile, with neither k blocks nor packing.
+  // Token count as M: the S7 tile, k blocks and packing.
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
   // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
   EXPECT_EQ(choose(withRuntime(matmulNest(4, r, 128), {false, false, true}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16");
@@ -217,11 +217,11 @@ TEST(Strategy, RuntimeExtents) {
             "row-reduction");
   EXPECT_THAT(
       [&] {
-        loops::selectStrategy(withRuntime(matmulNest(r, 256, 256), {true, false, false}),
+        loops::selectStrategy(withRuntime(matmulNest(64, r, 256), {false, false, true}),
                               Target::avx2(), loops::parseConfig("k-block=64"));
       },
       testing::ThrowsMessage<Error>(
-          testing::HasSubstr("k blocks and packing need a nest whose extents are all constants")));
+          testing::HasSubstr("k blocks and packing need constant extents (but for m)")));
 }
 
 TEST(Strategy, OverridesApply) {

@@ -111,6 +111,14 @@ bool hasRuntimeExtents(const NestShape &nest) {
   return std::find(nest.runtime.begin(), nest.runtime.end(), true) != nest.runtime.end();
 }
 
+// Every extent a constant but, perhaps, m's: what packing and k blocks need.
+bool constantBesidesM(const NestShape &nest, int dimM) {
+  for (size_t d = 0; d < nest.runtime.size(); ++d)
+    if (nest.runtime[d] && int(d) != dimM)
+      return false;
+  return true;
+}
+
 // The parallel dim other than `exclude` with the smallest non-zero output stride; with
 // `constant`, only dims whose extent is a constant.
 int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t> &outStrides,
@@ -141,7 +149,7 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   int transposed = -1; // the input read along k instead of n, packed transposed
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
     if (nest.strides[i][n] > 1) {
-      if (transposed >= 0 || hasRuntimeExtents(nest)) {
+      if (transposed >= 0) {
         why = fmt::format("input #{} is strided along d{}", i, n);
         return std::nullopt;
       }
@@ -169,7 +177,8 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   if (transposed >= 0) {
     // Packed transposed: read along k, never along m (every m block shares the panels).
     const auto &b = nest.strides[transposed];
-    if (s.dimK < 0 || b[s.dimK] != 1 || (s.dimM >= 0 && b[s.dimM] != 0)) {
+    if (s.dimK < 0 || b[s.dimK] != 1 || (s.dimM >= 0 && b[s.dimM] != 0) ||
+        !constantBesidesM(nest, s.dimM)) {
       why = fmt::format("input #{} is strided along d{}", transposed, n);
       return std::nullopt;
     }
@@ -371,8 +380,8 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
 // An outer-product nest with one reduction dim whose B panels serve several m blocks: the
 // case that k blocks and packing pay for.
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
-  return s.pipeline == Pipeline::ContractionOuter && s.dimK >= 0 && !hasRuntimeExtents(nest) &&
-         extentOr1(nest, s.dimM) / s.tileM >= 2;
+  return s.pipeline == Pipeline::ContractionOuter && s.dimK >= 0 &&
+         constantBesidesM(nest, s.dimM) && extentOr1(nest, s.dimM) / s.tileM >= 2;
 }
 
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) in 16 KiB
@@ -438,9 +447,8 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.tileM = config.tileM.value_or(s.tileM);
     return;
   }
-  if (hasRuntimeExtents(nest) && (config.blockK.value_or(0) || config.pack.value_or(false)))
-    throw Error("error: --config: k blocks and packing need a nest whose extents are all "
-                "constants");
+  if (!constantBesidesM(nest, s.dimM) && (config.blockK.value_or(0) || config.pack.value_or(false)))
+    throw Error("error: --config: k blocks and packing need constant extents (but for m)");
   if (config.tileM)
     s.tileM = *config.tileM;
   if (config.tileN)

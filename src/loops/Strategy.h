@@ -46,7 +46,8 @@
 //
 // With runtime extents (partial specialization), contraction.outer and contraction.dot still
 // apply when n (and, for dot, k) is a constant: the m blocks and the reductions of outer then
-// run a runtime number of times, and the rows m leaves over take one-row tiles.
+// run a runtime number of times, and the rows m leaves over take one-row tiles. A runtime m
+// keeps k blocks and packing (the token count of a prefill matmul).
 #pragma once
 
 #include "ir/IR.h"
@@ -106,8 +107,8 @@ struct NestShape {
   std::vector<bool> reduction;  // per loop dim
   /// Per loop dim: its extent is a runtime value, counted as kNominalExtent in `extents`.
   /// Empty when every extent is a constant. Only m (the tile's rows), a reduction of
-  /// contraction.outer and the dims outside the tile may be runtime values; such nests get no
-  /// k blocks and no packing.
+  /// contraction.outer and the dims outside the tile may be runtime values; k blocks and
+  /// packing need every extent but m's to be a constant.
   std::vector<bool> runtime;
   /// Per tensor input, then the output: the element stride along each loop dim (0 when the
   /// operand does not depend on it).
