@@ -80,6 +80,16 @@ TEST(Strategy, GoldenContractions) {
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1^T");
   EXPECT_EQ(choose(transposedNest(512, 128, 128), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=64 pack=#1^T");
+  // Attention's P V per head, V read in place as [S, Hkv, D]: rows 4 KiB apart, packed once per
+  // head into a region of its own. dims (head, query, d, key).
+  NestShape pv;
+  pv.extents = {8, 512, 128, 128};
+  pv.reduction = {false, false, false, true};
+  pv.strides = {{65536, 128, 0, 1}, {128, 0, 1, 1024}, {65536, 128, 1, 0}};
+  pv.vectorBody = true;
+  pv.addAccumulates = true;
+  EXPECT_EQ(choose(pv, Target::avx512()),
+            "contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64 pack=#1");
   // A long k, or few m blocks to share the panels (decode): contraction.dot.
   EXPECT_EQ(choose(transposedNest(512, 4096, 128)),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
@@ -304,15 +314,14 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
       attention.function("attention_gqa")
           .emit(Stage::Loops, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
   EXPECT_THAT(loops, testing::HasSubstr("// iree_linalg_ext.attention at "));
-  // Q K^T packs K transposed; P V reads V in place.
+  // Q K^T packs K transposed, P V packs V: both read in place, one head per packing region.
   EXPECT_THAT(loops, testing::HasSubstr(
                          wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64 "
                                 "pack=#1^T\n"
                               : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8 pack=#1^T\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64\n"
-                              : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8\n"));
   EXPECT_THAT(loops, testing::HasSubstr("panel of '%key_collapsed', transposed\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(": contraction.outer m=d1 n=d2 k=d3 tile="));
+  EXPECT_THAT(loops, testing::HasSubstr(" pack=#1\n"));
   // At decode, four query rows per KV head share too little: Q K^T stays contraction.dot.
   std::string decode =
       attention.function("attention_gqa_decode")

@@ -995,7 +995,7 @@ private:
     const int64_t panelRow = int64_t(s.tileN) * lanes;
     int packed = -1;
     Stmt pack;
-    // A transposed pack is redone in every iteration of the dims outside the tile, each into a
+    // The pack is redone in every iteration of the parallel dims outside the tile, each into a
     // region of its own (parallel iterations must not share one); `region` is its start.
     Expr region = intConst(0);
     if (s.packInput >= 0) {
@@ -1003,7 +1003,7 @@ private:
       const TensorStorage &t = storageOf(operand);
       int64_t regions = 1;
       for (int d = 0; d < numLoops; ++d)
-        if (s.packTransposed && !g.isReduction(d) && d != s.dimM && d != s.dimN) {
+        if (!g.isReduction(d) && d != s.dimM && d != s.dimN) {
           region = add(mul(region, intConst(extent(d))), vars[d]);
           regions *= extent(d);
         }

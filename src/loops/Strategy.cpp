@@ -399,22 +399,29 @@ int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
   return 0;
 }
 
-// The input to pack: the one operand read along both n and k (B), when it depends on nothing
-// else, the nest has no other parallel dim to repeat the packing in, several m blocks reuse
-// each panel, and its panels are not contiguous already.
+// The input to pack: the one operand read along both n and k (B), when it is not read along m
+// or another reduction, several m blocks reuse each panel, and its panels are not contiguous
+// already. Attention's P x V packs V per head: its rows are 4 KiB apart in [S, Hkv, D].
 int choosePackInput(const NestShape &nest, const Strategy &s) {
   if (!reusesPanels(nest, s))
     return -1;
+  // Each iteration of the other parallel dims packs into a region of its own: at most 8 MiB.
+  int64_t regions = 1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
-    if (!nest.reduction[d] && int(d) != s.dimM && int(d) != s.dimN && nest.extents[d] > 1)
-      return -1;
+    if (!nest.reduction[d] && int(d) != s.dimM && int(d) != s.dimN)
+      regions *= nest.extents[d];
+  int64_t panelK = s.blockK ? s.blockK : nest.extents[s.dimK];
+  if (regions * panelK * nest.extents[s.dimN] * (nest.elemBits / 8) > (8 << 20))
+    return -1;
   int found = -1;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
     const auto &strides = nest.strides[i];
     if (strides[s.dimN] != 1 || strides[s.dimK] == 0)
       continue;
+    // B: read along n and k, and perhaps the other parallel dims, never along m.
     for (size_t d = 0; d < strides.size(); ++d)
-      if (strides[d] != 0 && int(d) != s.dimN && int(d) != s.dimK)
+      if (strides[d] != 0 && int(d) != s.dimN && int(d) != s.dimK &&
+          (nest.reduction[d] || int(d) == s.dimM))
         return -1;
     if (found >= 0 || strides[s.dimK] <= int64_t(s.tileN) * s.lanes)
       return -1;

@@ -40,9 +40,9 @@
 //
 // contraction.outer also takes a B that is contiguous along k rather than n (Q x K^T, x W^T with
 // a short k, where contraction.dot would sum 16-lane accumulators after only a few steps): B is
-// then always packed, transposed panel by panel, and printed `pack=#i^T`. Its panels are packed
-// again in every iteration of the dims outside the tile (each head of attention), each into a
-// region of its own so that parallel iterations do not share one.
+// then always packed, transposed panel by panel, and printed `pack=#i^T`. Any packed B is packed
+// again in every iteration of the parallel dims outside the tile (each head of attention), each
+// into a region of its own so that parallel iterations do not share one.
 //
 // With runtime extents (partial specialization), contraction.outer and contraction.dot still
 // apply when n (and, for dot, k) is a constant: the m blocks and the reductions of outer then
