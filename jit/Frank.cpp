@@ -618,7 +618,7 @@ Function Function::withRuntimeDims(const std::vector<RuntimeDim> &dims) const {
     }
     const Type &type = fn.argTypes[*index];
     std::string arg = argumentName(fn, *index);
-    if (!type.isTensor() || d.dim >= type.rank())
+    if (!type.isTensor() || d.dim < 0 || d.dim >= type.rank())
       throw Error(fmt::format("error: runtime dim {}:{}: {} of '@{}' is '{}', which has no dim {}",
                               d.argument, d.dim, arg, name_, type.str(), d.dim));
     if (type.shape[d.dim] != kDynamic)

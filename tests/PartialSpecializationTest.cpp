@@ -375,6 +375,14 @@ module @m {
       EXPECT_EQ(std::string(e.what()).rfind("error: bad runtime dim '", 0), 0u) << e.what();
     }
   }
+  // Through the API a dim may be negative; it is refused like one past the rank.
+  try {
+    fn.withRuntimeDims({{"x", -1}});
+    ADD_FAILURE() << "accepted dim -1";
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()), "error: runtime dim x:-1: argument #0 (%x) of '@f' is "
+                                     "'tensor<?x8xf32>', which has no dim -1");
+  }
   // A `?` type string for a static dim of the signature.
   try {
     fn.specialize(std::vector<std::string>{"?x?xf32", "f32"});
