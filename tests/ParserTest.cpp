@@ -539,6 +539,42 @@ const DiagCase kDiagCases[] = {
      GENERIC_HEAD GENERIC_ATTRS GENERIC_OPERANDS GENERIC_BLOCK
      "    %e = tensor.empty() : tensor<4xf32>\n" GENERIC_YIELD GENERIC_TAIL,
      "6:5", "'tensor.empty' may not appear in a 'linalg.generic' body"},
+
+    // ---- Found by fuzzing: reads past a shape, overflowing products, the sign of a literal.
+    {"reassociation_past_the_rank_collapse",
+     "util.func @f(%x: tensor<1xf32>) {\n"
+     "  %c = tensor.collapse_shape %x [[0, 1]] : tensor<1xf32> into tensor<1xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:33", "the reassociation lists dim 1 but 'tensor<1xf32>' has rank 1"},
+    {"reassociation_past_the_rank_expand",
+     "util.func @f(%x: tensor<6x4xf32>) {\n"
+     "  %e = tensor.expand_shape %x [[0, 1], [2, 3]] output_shape [2, 3, 4] : tensor<6x4xf32> "
+     "into tensor<2x3x4xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:31", "the reassociation lists dim 3 but 'tensor<2x3x4xf32>' has rank 3"},
+    {"reassociation_product_overflows",
+     "util.func @f(%x: tensor<1125899906842624x1125899906842624xf32>) {\n"
+     "  %c = tensor.collapse_shape %x [[0, 1]] : tensor<1125899906842624x1125899906842624xf32> "
+     "into tensor<?xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:33",
+     "reassociation group #0 of 'tensor<1125899906842624x1125899906842624xf32>' has too many "
+     "elements"},
+    {"dense_element_count_overflows",
+     "util.func @f() {\n"
+     "  %c = arith.constant dense<[1.0, 2.0]> : tensor<2x274177x67280421310721xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:43", "the dense literal's type tensor<2x274177x67280421310721xf32> has too many elements"},
+    {"dense_negative_i1",
+     "util.func @f() {\n"
+     "  %c = arith.constant dense<[true, -1]> : tensor<2xi1>\n"
+     "  util.return\n"
+     "}\n",
+     "2:36", "integer literal '-1' does not fit in i1"},
 };
 
 class Diagnostics : public ::testing::TestWithParam<DiagCase> {};
@@ -730,6 +766,22 @@ TEST(RoundTrip, ScalarConstantsAndArith) {
   EXPECT_THAT(rt.first, HasSubstr("%m = arith.constant -1 : i32"));
   EXPECT_THAT(rt.first, HasSubstr("%b = arith.cmpf olt, %s, %small : f32"));
   EXPECT_THAT(rt.first, HasSubstr("%w = arith.extf %eps : f32 to f64"));
+}
+
+// Signed dense elements: the most negative i64 (whose magnitude an i64 cannot hold, so the sign
+// must be parsed with the number) and negative floats and integers of other widths.
+TEST(RoundTrip, NegativeDenseElements) {
+  RoundTrip rt = roundTrip(R"(util.func @f() {
+  %a = arith.constant dense<-9223372036854775808> : tensor<1xi64>
+  %b = arith.constant dense<[-128, 127, -1]> : tensor<3xi8>
+  %c = arith.constant dense<[-1.5, 2.0]> : tensor<2xf32>
+  util.return
+}
+)");
+  EXPECT_EQ(rt.first, rt.second);
+  EXPECT_THAT(rt.first, HasSubstr("dense<-9223372036854775808> : tensor<1xi64>"));
+  EXPECT_THAT(rt.first, HasSubstr("dense<[-128, 127, -1]> : tensor<3xi8>"));
+  EXPECT_THAT(rt.first, HasSubstr("dense<[-1.5, 2.0]> : tensor<2xf32>"));
 }
 
 // Named dims, constant results and empty results (a rank-0 tensor and a scalar operand).

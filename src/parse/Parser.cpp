@@ -438,25 +438,22 @@ DenseAttr Parser::parseDense(const Token &start, Token *typeTokOut) {
   DenseAttr dense;
   Type elem = Type::scalar(type.elem);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    bool negative = tokens[i].kind == Tok::Minus;
-    if (negative)
+    // Re-parse each element, with its sign (so that the range check sees it), against the
+    // element type.
+    const Token &first = tokens[i];
+    if (first.kind == Tok::Minus)
       ++i;
-    // Re-parse each element token against the element type.
     Token saved = cur_;
-    lex_.rewindTo(tokens[i]);
+    lex_.rewindTo(first);
     cur_ = lex_.next();
-    Literal lit = parseLiteral(elem, tokens[i]);
-    if (negative) {
-      lit.f = -lit.f;
-      lit.i = -lit.i;
-    }
-    dense.values.push_back(lit);
+    dense.values.push_back(parseLiteral(elem, first));
     lex_.rewindTo(saved);
     cur_ = lex_.next();
   }
   int64_t numel = 1;
   for (int64_t d : type.shape)
-    numel *= d;
+    if (__builtin_mul_overflow(numel, d, &numel))
+      failAt(typeTok, fmt::format("the dense literal's type {} has too many elements", type.str()));
   if (dense.values.size() != 1 && static_cast<int64_t>(dense.values.size()) != numel)
     failAt(start, fmt::format("dense literal has {} elements but its type {} has {}",
                               dense.values.size(), type.str(), numel));
@@ -985,9 +982,14 @@ void Parser::checkReassociation(const Token &at, const AttrList &groups, int64_t
         failAt(at, fmt::format("reassociation groups must list the dims of '{}' in order; "
                                "expected {} in group #{}, found {}",
                                grouped.str(), next, g, d.integer()));
+      if (next >= groupedRank)
+        failAt(at, fmt::format("the reassociation lists dim {} but '{}' has rank {}", next,
+                               grouped.str(), groupedRank));
       known &= grouped.shape[next] != kDynamic;
-      if (grouped.shape[next] != kDynamic)
-        product *= grouped.shape[next];
+      if (grouped.shape[next] != kDynamic &&
+          __builtin_mul_overflow(product, grouped.shape[next], &product))
+        failAt(at, fmt::format("reassociation group #{} of '{}' has too many elements", g,
+                               grouped.str()));
       ++next;
     }
     if (known && product != other.shape[g])
