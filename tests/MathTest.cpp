@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 namespace frank::test {
 namespace {
@@ -140,6 +141,34 @@ TEST(Math, PowfMatchesLibm) {
       double ref = std::pow(static_cast<double>(base[i]), static_cast<double>(exponent[i]));
       ASSERT_NEAR(y.as<float>()[i], ref, 4 * std::ldexp(1.0, -23) * std::fabs(ref))
           << base[i] << "^" << exponent[i];
+    }
+  }
+}
+
+// exp at the ends of float's range, where the inline polynomial's scaling by 2^n must overflow
+// to +inf, round into the subnormals and underflow to 0 as libm does (e^88.5 and e^88.7 are
+// finite, e^88.73 is not; e^-100 is subnormal). Within 2 ulp of the float result, counted in
+// units of the smallest subnormal below FLT_MIN.
+TEST(Math, ExpAtTheEndsOfTheRange) {
+  static Context ctx;
+  Function fn = ctx.loadString(unaryComponent("math.exp"), "math.mlir").function("f");
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {88.3f, 88.5f,  88.7f, 88.72f, 88.73f, 89.f,   100.f,  1e30f,  inf,
+                          -87.f, -87.5f, -90.f, -95.f,  -100.f, -103.f, -104.f, -200.f, -inf};
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(mode == Mode::Specialized ? "specialized" : "generic");
+    Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {n})}, mode)[0];
+    for (int64_t i = 0; i < n; ++i) {
+      float ref = std::exp(x[i]), got = y.as<float>()[i];
+      if (std::isinf(ref) || ref == 0.f) {
+        EXPECT_EQ(got, ref) << "exp(" << x[i] << ")";
+        continue;
+      }
+      double ulp = std::max(std::ldexp(std::fabs(static_cast<double>(ref)), -23),
+                            static_cast<double>(std::numeric_limits<float>::denorm_min()));
+      EXPECT_LE(std::fabs(static_cast<double>(got) - ref), 2 * ulp)
+          << "exp(" << x[i] << ") = " << got << ", expected " << ref;
     }
   }
 }

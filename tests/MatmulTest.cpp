@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace frank::test {
 namespace {
@@ -123,6 +125,28 @@ INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
                                c = '_';
                            return name;
                          });
+
+// contraction.dot sums each tile row's accumulators into one vector of NR lanes when the row's
+// outputs are consecutive (a shuffle tree, Codegen.cpp); every power-of-two NR up to the
+// vector width, with leftover rows, gives the oracle's answer.
+TEST(MatmulDot, RowSumsOfEveryWidth) {
+  for (const char *tile : {"1x2", "3x4", "2x8", "1x16"}) {
+    SCOPED_TRACE(tile);
+    ContextOptions options;
+    options.loweringConfig = fmt::format("pipeline=contraction.dot,tile={}", tile);
+    Context ctx(options);
+    for (Shape s : {Shape{37, 512, 128}, Shape{5, 48, 32}, Shape{4, 16, 16}})
+      checkMatmul(ctx, "matmul_transpose_b", s, Mode::Specialized);
+    int columns = std::atoi(std::strchr(tile, 'x') + 1);
+    std::string loops = ctx.load(componentPath("linear/matmul.mlir"))
+                            .function("matmul_transpose_b")
+                            .emit(Stage::Loops, {"37x512xf32", "128x512xf32"});
+    std::string sums = "reduce_add(acc";
+    for (int c = 1; c < columns; ++c)
+      sums += fmt::format(", acc_{}", c);
+    EXPECT_THAT(loops, testing::HasSubstr(sums + ")")) << loops;
+  }
+}
 
 } // namespace
 } // namespace frank::test

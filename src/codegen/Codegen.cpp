@@ -214,9 +214,13 @@ private:
     return r->getType() == x->getType() ? r : b_.CreateFPTrunc(r, x->getType());
   }
 
-  // exp(x) for f32 as straight-line arithmetic the loop vectorizer can widen: range reduction
-  // x = n*ln2 + r, a degree-6 polynomial for e^r (Cephes), and 2^n built in the exponent bits.
-  // Accurate to about 2 ulp; overflow gives +inf, underflow 0, NaN propagates.
+  // exp(x) for f32 as straight-line arithmetic the loop vectorizer can widen, about 2 ulp over
+  // the whole range. x = n*ln2 + r with n rounded by adding 1.5*2^23 (no float-to-int
+  // conversion, so NaN stays NaN and never becomes poison), a degree-6 polynomial for e^r
+  // (Cephes), and 2^n as two factors built in the exponent bits, so that results past
+  // FLT_MAX become +inf and results below FLT_MIN become subnormal or 0 by the multiplies
+  // themselves, with no selects. The clamps only keep n within the two factors' range; they
+  // are selects that lower to one vminps/vmaxps each and pass NaN through.
   llvm::Value *inlineExpF32(llvm::Value *x) {
     llvm::Type *type = x->getType(); // f32 or a vector of f32
     auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
@@ -229,11 +233,17 @@ private:
     auto fsub = [&](llvm::Value *a, llvm::Value *b) {
       return floatBinary(llvm::Instruction::FSub, a, b, false);
     };
-    llvm::Value *clamped =
-        b_.CreateIntrinsic(llvm::Intrinsic::minnum, {type}, {x, c(88.3762626647949)});
-    clamped = b_.CreateIntrinsic(llvm::Intrinsic::maxnum, {type}, {clamped, c(-87.3365447505531)});
-    llvm::Value *n = b_.CreateIntrinsic(llvm::Intrinsic::floor, {type},
-                                        {fadd(fmul(clamped, c(1.44269504088896341)), c(0.5))});
+    llvm::Type *intType =
+        type->isVectorTy() ? static_cast<llvm::Type *>(
+                                 llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type)))
+                           : b_.getInt32Ty();
+    auto i = [&](int64_t v) { return llvm::ConstantInt::get(intType, v); };
+    // e^89 overflows and e^-104 rounds to 0, so n stays within [-150, 128].
+    llvm::Value *clamped = b_.CreateSelect(b_.CreateFCmpOGT(x, c(89.0)), c(89.0), x);
+    clamped = b_.CreateSelect(b_.CreateFCmpOLT(clamped, c(-104.0)), c(-104.0), clamped);
+    const double magic = 12582912.0; // 1.5 * 2^23: adding it rounds to an integer
+    llvm::Value *shifted = fadd(fmul(clamped, c(1.44269504088896341)), c(magic));
+    llvm::Value *n = fsub(shifted, c(magic));
     llvm::Value *r = fsub(fsub(clamped, fmul(n, c(0.693359375))), fmul(n, c(-2.12194440e-4)));
     llvm::Value *r2 = fmul(r, r);
     llvm::Value *poly = c(1.9875691500E-4);
@@ -241,19 +251,67 @@ private:
          {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1})
       poly = fadd(fmul(poly, r), c(k));
     llvm::Value *er = fadd(fadd(fmul(poly, r2), r), c(1.0));
-    llvm::Type *intType =
-        type->isVectorTy() ? static_cast<llvm::Type *>(
-                                 llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type)))
-                           : b_.getInt32Ty();
-    llvm::Value *ni = b_.CreateFPToSI(n, intType);
-    llvm::Value *bits = b_.CreateShl(b_.CreateAdd(ni, llvm::ConstantInt::get(intType, 127)),
-                                     llvm::ConstantInt::get(intType, 23));
-    llvm::Value *pow2n = b_.CreateBitCast(bits, type);
-    llvm::Value *result = fmul(er, pow2n);
-    llvm::Value *inf = c(std::numeric_limits<float>::infinity());
-    result = b_.CreateSelect(b_.CreateFCmpOGT(x, c(88.72283935546875)), inf, result);
-    result = b_.CreateSelect(b_.CreateFCmpOLT(x, c(-103.972084045410)), c(0.0), result);
-    return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, result);
+    // n as an integer: shifted and magic share their exponent, so their bits differ by n.
+    llvm::Value *ni = b_.CreateSub(b_.CreateBitCast(shifted, intType), i(0x4B400000));
+    llvm::Value *half = b_.CreateAShr(ni, i(1));
+    auto pow2 = [&](llvm::Value *e) { // 2^e for e in [-126, 127]
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, i(127)), i(23)), type);
+    };
+    return fmul(fmul(er, pow2(half)), pow2(b_.CreateSub(ni, half)));
+  }
+
+  // The lane sums of N vectors of L lanes (powers of two, N <= L) as one N-lane vector. Each
+  // level pairs the vectors and adds two shuffles of each pair: with blocks of B lanes, the even
+  // blocks of the result sum neighbouring blocks of the first vector and the odd blocks those of
+  // the second. After log2(N) levels one vector holds every source in one block of L/N lanes,
+  // which log2(L/N) shuffle-and-add steps sum; a last shuffle takes each block's first lane.
+  // For 4 vectors of 16 lanes that is 11 instructions instead of 4 x 8.
+  llvm::Value *sumsOfVectors(std::vector<llvm::Value *> level) {
+    const int lanes =
+        static_cast<int>(llvm::cast<llvm::FixedVectorType>(level[0]->getType())->getNumElements());
+    const int count = static_cast<int>(level.size());
+    std::vector<std::vector<int>> sourceOfLane(count, std::vector<int>(lanes));
+    for (int v = 0; v < count; ++v)
+      std::fill(sourceOfLane[v].begin(), sourceOfLane[v].end(), v);
+    auto add = [&](llvm::Value *a, llvm::Value *b) {
+      return floatBinary(llvm::Instruction::FAdd, a, b, true);
+    };
+    int block = lanes / 2;
+    for (; level.size() > 1; block /= 2) {
+      std::vector<llvm::Value *> next;
+      std::vector<std::vector<int>> nextSources;
+      for (size_t p = 0; p < level.size(); p += 2) {
+        // Mask indices below `lanes` pick from the first vector, the rest from the second.
+        std::vector<int> first(lanes), second(lanes), sources(lanes);
+        for (int lane = 0; lane < lanes; ++lane) {
+          int b = lane / block, offset = lane % block;
+          bool fromSecond = b % 2 == 1;
+          int pairStart = (b - b % 2) * block; // the two neighbouring blocks to sum
+          int base = fromSecond ? lanes : 0;
+          first[lane] = base + pairStart + offset;
+          second[lane] = base + pairStart + block + offset;
+          sources[lane] = sourceOfLane[p + (fromSecond ? 1 : 0)][pairStart + offset];
+        }
+        next.push_back(add(b_.CreateShuffleVector(level[p], level[p + 1], first),
+                           b_.CreateShuffleVector(level[p], level[p + 1], second)));
+        nextSources.push_back(sources);
+      }
+      level = std::move(next);
+      sourceOfLane = std::move(nextSources);
+    }
+    // Now each block of `width` lanes holds one source: sum within the blocks.
+    llvm::Value *v = level[0];
+    const int width = lanes / count;
+    for (int half = width / 2; half >= 1; half /= 2) {
+      std::vector<int> swap(lanes);
+      for (int lane = 0; lane < lanes; ++lane)
+        swap[lane] = (lane % (2 * half)) < half ? lane + half : lane - half;
+      v = add(v, b_.CreateShuffleVector(v, swap));
+    }
+    std::vector<int> firstOfEach(count);
+    for (int lane = 0; lane < lanes; lane += width)
+      firstOfEach[sourceOfLane[0][lane]] = lane;
+    return b_.CreateShuffleVector(v, firstOfEach);
   }
 
   llvm::Value *emitUnary(OpKind op, llvm::Value *x) {
@@ -379,7 +437,12 @@ private:
     }
     case ExprKind::Broadcast: return b_.CreateVectorSplat(e->lanes, emitExpr(e->args[0]));
     case ExprKind::ReduceAdd: {
-      llvm::Value *v = emitExpr(e->args[0]);
+      std::vector<llvm::Value *> vectors;
+      for (const Expr &a : e->args)
+        vectors.push_back(emitExpr(a));
+      if (vectors.size() > 1)
+        return sumsOfVectors(vectors);
+      llvm::Value *v = vectors[0];
       llvm::Value *sum =
           b_.CreateFAddReduce(llvm::ConstantFP::getNegativeZero(v->getType()->getScalarType()), v);
       if (auto *inst = llvm::dyn_cast<llvm::Instruction>(sum))

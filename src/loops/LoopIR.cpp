@@ -105,9 +105,21 @@ Expr broadcast(Expr scalar, int lanes) {
 Expr reduceAdd(Expr vector) {
   if (vector->lanes == 1)
     return vector;
-  ExprNode n{ExprKind::ReduceAdd, vector->type};
+  return reduceAdd(std::vector<Expr>{std::move(vector)});
+}
+Expr reduceAdd(std::vector<Expr> vectors) {
+  size_t count = vectors.size();
+  int lanes = vectors.front()->lanes;
+  bool powerOfTwo = (count & (count - 1)) == 0 && (lanes & (lanes - 1)) == 0;
+  if (!powerOfTwo || static_cast<int>(count) > lanes)
+    internalError(fmt::format("reduce_add of {} vectors of {} lanes", count, lanes));
+  for (const Expr &v : vectors)
+    if (v->lanes != lanes || v->type != vectors.front()->type)
+      internalError("reduce_add of vectors of different types");
+  ExprNode n{ExprKind::ReduceAdd, vectors.front()->type};
+  n.lanes = static_cast<int>(count);
   n.reassoc = true;
-  n.args = {std::move(vector)};
+  n.args = std::move(vectors);
   return make(n);
 }
 std::string typeName(ElemKind type, int lanes) {
@@ -256,7 +268,12 @@ std::string print(const Expr &e, const Program *program) {
   }
   case ExprKind::Broadcast:
     return fmt::format("broadcast<{}>({})", e->lanes, print(e->args[0], program));
-  case ExprKind::ReduceAdd: return fmt::format("reduce_add({})", print(e->args[0], program));
+  case ExprKind::ReduceAdd: {
+    std::vector<std::string> args;
+    for (const Expr &a : e->args)
+      args.push_back(print(a, program));
+    return fmt::format("reduce_add({})", fmt::join(args, ", "));
+  }
   }
   return "?";
 }

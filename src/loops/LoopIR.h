@@ -20,8 +20,8 @@
 //   elements from its scalar index, a Store of an L-lane value writes them. Elementwise nodes
 //   take the lanes of their operands, and a scalar operand mixed with a vector is broadcast
 //   (`Broadcast`, inserted by the constructors). `ReduceAdd` sums the lanes of a vector in any
-//   order. Vectors are written by strategies that block for registers; everything else is
-//   scalar code that LLVM's vectorizer widens.
+//   order, or of N vectors into the N lanes of one. Vectors are written by strategies that block
+//   for registers; everything else is scalar code that LLVM's vectorizer widens.
 #pragma once
 
 #include "ir/IR.h"
@@ -78,6 +78,9 @@ Expr load(int buffer, Expr index, ElemKind type, int lanes = 1);
 Expr broadcast(Expr scalar, int lanes);
 /// The sum of a vector's lanes, in any order.
 Expr reduceAdd(Expr vector);
+/// The sums of N vectors' lanes as an N-lane vector (N a power of two, at most their lanes),
+/// which costs far fewer shuffles than N separate sums.
+Expr reduceAdd(std::vector<Expr> vectors);
 /// A type as the loop IR prints it: f32, or f32x8 for a vector.
 std::string typeName(ElemKind type, int lanes);
 

@@ -1046,9 +1046,17 @@ private:
                                   operand->name, s.packTransposed ? ", transposed" : "");
     }
     const Value *outArg = g.body().arguments.back().get();
+    // dot: when a row's NR outputs are consecutive elements (n is the output's last dim), one
+    // reduce_add sums the row's accumulators into an NR-lane vector added to them at once.
+    const AffineMap &outMap = g.outputMap();
+    const bool rowsContiguous = !outer && s.tileN > 1 && (s.tileN & (s.tileN - 1)) == 0 &&
+                                s.tileN <= lanes && !outMap.results.empty() &&
+                                !outMap.results.back().isConstant &&
+                                outMap.results.back().value == s.dimN;
     // A tile of `rows` x NR accumulators: declared, run through the reduction, stored.
     auto buildTile = [&](int rows, const Expr &firstRow) {
       std::vector<Stmt> init, step, fini;
+      std::vector<Expr> rowSums;                        // rowsContiguous: this row's accumulators
       std::map<std::tuple<int, int, int>, Expr> loaded; // (input, row or -1, column or -1)
       for (int r = 0; r < rows; ++r)
         for (int c = 0; c < s.tileN; ++c) {
@@ -1087,6 +1095,17 @@ private:
           if (outer) {
             init.push_back(local(acc, load(result.buffer, outIndex, elem, lanes)));
             fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
+          } else if (rowsContiguous) {
+            init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
+            rowSums.push_back(var(acc, elem, lanes));
+            if (c == s.tileN - 1) {
+              Expr first = accessIndex(g.outputMap(), coordinates(firstRow, r, 0), result.dims);
+              Expr sums = reduceAdd(std::move(rowSums));
+              rowSums.clear();
+              fini.push_back(store(result.buffer, first,
+                                   binary(OpKind::AddF, load(result.buffer, first, elem, s.tileN),
+                                          std::move(sums))));
+            }
           } else {
             init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
             Expr sum = reduceAdd(var(acc, elem, lanes));
