@@ -112,6 +112,18 @@ TEST(ParallelLoops, OnlyLargeSpecializedNestsGoParallel) {
       << "past the unit batch dim";
 }
 
+// The threshold counts a point by its body's cost: 8192 points of exp and a divide (swiglu) are
+// worth two threads, 8192 points of a sum of squares or a divide (rms_norm) are not.
+TEST(ParallelLoops, CostlyBodiesGoParallelSooner) {
+  Function swiglu = context().load(componentPath("activation/swiglu.mlir")).function("swiglu");
+  EXPECT_THAT(swiglu.emit(Stage::Loops, {"1x4x2048xf32", "1x4x2048xf32"}),
+              testing::HasSubstr("for d1 in 0..4 parallel(chunks of at least 1)"));
+  Function rms =
+      context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  EXPECT_THAT(rms.emit(Stage::Loops, {"4x2048xf32", "2048xf32", "f32"}),
+              testing::Not(testing::HasSubstr("parallel")));
+}
+
 TEST(ParallelLoops, KernelsCalledFromManyThreads) {
   ThreadCount two(2);
   Function rms =

@@ -366,6 +366,31 @@ private:
   static constexpr int64_t kMinChunkElements = 1 << 14;
   static constexpr int64_t kMinRuntimeRowElements = 1 << 8;
 
+  // The cost of one point of a body in units of a load, an add and a store: an inline exp or a
+  // libm call is some 30 vector instructions per vector (Codegen.cpp), a divide or a square
+  // root a few.
+  static int64_t pointCost(const Block &body) {
+    int64_t cost = 1;
+    for (const auto &op : body.ops) {
+      switch (op->kind) {
+      case OpKind::Exp:
+      case OpKind::Exp2:
+      case OpKind::Log:
+      case OpKind::Tanh:
+      case OpKind::Sin:
+      case OpKind::Cos:
+      case OpKind::Erf:
+      case OpKind::PowF: cost += 8; break;
+      case OpKind::DivF:
+      case OpKind::RemF:
+      case OpKind::Sqrt:
+      case OpKind::Rsqrt: cost += 2; break;
+      default: break;
+      }
+    }
+    return cost;
+  }
+
   // The fewest iterations of a parallel loop of `extent` trips, in a nest of `total` points,
   // worth giving one thread.
   // result[index] += value: how the gather and dot pipelines add a finished sum to the output.
@@ -393,11 +418,13 @@ private:
   // nest parallelizes over the 32); it must be a parallel dim. With runtime extents (partial
   // specialization) the loop is the first whose extent is not the constant 1, and the chunk
   // size is computed when the kernel runs: a nest too small for two chunks runs on one thread.
+  // `pointCost` weighs each point by its body (pointCost below), so that a short nest of
+  // exponentials (a decode softmax) runs on every thread while a short copy does not.
   void markParallel(std::vector<Stmt> &nest, const std::vector<Expr> &extents,
-                    const std::vector<bool> &reductions) const {
+                    const std::vector<bool> &reductions, int64_t pointCost = 1) const {
     if (!specialized() || extents.empty())
       return;
-    int64_t constantTotal = 1;
+    int64_t constantTotal = pointCost;
     bool runtime = false;
     for (const Expr &e : extents) {
       auto c = asConstant(e);
@@ -421,7 +448,7 @@ private:
         // kMinChunkElements / (the points under one iteration, at least 1). A loop over
         // runtime rows of a few points each stays serial: it would take rows by the thousand
         // to be worth two threads.
-        Expr inner = intConst(1);
+        Expr inner = intConst(pointCost);
         for (size_t k = d + 1; k < extents.size(); ++k)
           inner = mul(inner, extents[k]);
         if (auto points = asConstant(inner); points && *points < kMinRuntimeRowElements)
@@ -640,7 +667,7 @@ private:
     std::vector<bool> reductions;
     for (int d = 0; d < numLoops; ++d)
       reductions.push_back(g.isReduction(d));
-    markParallel(stmts, extents, reductions);
+    markParallel(stmts, extents, reductions, pointCost(g.body()));
     if (numLoops == 0) {
       if (accumulate)
         internalError("reduction without loops");
