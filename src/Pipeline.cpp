@@ -3,6 +3,7 @@
 #include "ir/Clone.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "loops/FuseLoops.h"
 #include "transforms/CollapseBeforeCopy.h"
 #include "transforms/FoldCopies.h"
 #include "transforms/Fusion.h"
@@ -102,6 +103,15 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
                std::chrono::duration<double, std::milli>(clock::now() - t).count());
   if (options.printAfter)
     options.printAfter("lower-to-loops", loops::print(kernel.program));
+  if (options.mode == Mode::Specialized && options.fuse) {
+    t = clock::now();
+    loops::fuseLoops(kernel.program);
+    if (timing)
+      fmt::print(stderr, "frank: {:<20} {:8.3f} ms\n", "fuse-loops",
+                 std::chrono::duration<double, std::milli>(clock::now() - t).count());
+    if (options.printAfter)
+      options.printAfter("fuse-loops", loops::print(kernel.program));
+  }
   return {std::move(fn), std::move(kernel)};
 }
 

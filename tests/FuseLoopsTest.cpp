@@ -1,0 +1,165 @@
+// fuse-loops: which neighbouring loops fuse (golden tests on hand-built loop IR, no JIT), and
+// end to end, that a chain whose consumer needs a whole reduction first is left alone and still
+// computes the oracle's answer while a row-local chain becomes one loop.
+#include "loops/FuseLoops.h"
+#include "TestSupport.h"
+#include "oracles/Oracles.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+
+namespace frank::test {
+namespace {
+
+using namespace frank::loops;
+using IndexOf = std::function<Expr(Expr row, Expr column)>;
+
+constexpr int64_t kRows = 4, kColumns = 8;
+
+Expr rowMajor(Expr row, Expr column) { return add(mul(row, intConst(kColumns)), column); }
+
+// A: t[i, j] = x[i, j] over rows i; then B: y[i, j] = t[read(i, j)] over rows i2.
+Program producerConsumer(const IndexOf &read, ForKind aKind = ForKind::Serial,
+                         ForKind bKind = ForKind::Parallel, int64_t bRows = kRows) {
+  Program p;
+  p.name = "k";
+  Expr size = intConst(kRows * kColumns);
+  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, size, nullptr},
+               {"t", ElemKind::F32, BufferRole::Temp, 0, size, intConst(0)},
+               {"y", ElemKind::F32, BufferRole::Output, 0, size, nullptr}};
+  p.workspaceBytes = intConst(4 * kRows * kColumns);
+  Expr i = var("i", ElemKind::Index), j = var("j", ElemKind::Index);
+  Expr i2 = var("i2", ElemKind::Index), j2 = var("j2", ElemKind::Index);
+  Stmt a = forLoop("i", intConst(kRows), aKind,
+                   {forLoop("j", intConst(kColumns), ForKind::Vectorize,
+                            {store(1, rowMajor(i, j), load(0, rowMajor(i, j), ElemKind::F32))})});
+  Stmt b = forLoop("i2", intConst(bRows), bKind,
+                   {forLoop("j2", intConst(kColumns), ForKind::Vectorize,
+                            {store(2, rowMajor(i2, j2), load(1, read(i2, j2), ElemKind::F32))})});
+  a->comment = "first";
+  b->comment = "second";
+  b->bound = intConst(2);
+  p.body = {a, let("c", intConst(3)), b};
+  return p;
+}
+
+TEST(FuseLoops, RowLocalConsumerFuses) {
+  Program p = producerConsumer(rowMajor);
+  fuseLoops(p);
+  ASSERT_EQ(p.body.size(), 2u) << print(p); // the let moved up, one loop
+  EXPECT_EQ(p.body[0]->kind, StmtKind::Let);
+  std::string text = print(p);
+  // The parallel loop's variable and kind, the first loop's comment above, the second's
+  // inside; and the loops over a row's columns fused as well, each column being its own row.
+  EXPECT_THAT(text,
+              testing::HasSubstr("// first\n  for i2 in 0..4 parallel(chunks of at least 2) {\n"
+                                 "    for j in 0..8 vectorized {\n"
+                                 "      t[((i2 * 8) + j)] = x[((i2 * 8) + j)]\n"
+                                 "      // second\n"
+                                 "      y[((i2 * 8) + j)] = t[((i2 * 8) + j)]\n    }\n  }\n"))
+      << text;
+}
+
+TEST(FuseLoops, ReadsOutsideTheRowDoNotFuse) {
+  struct Case {
+    const char *name;
+    IndexOf read;
+  } cases[] = {
+      {"the next row", [](Expr r, Expr c) { return rowMajor(add(r, intConst(1)), c); }},
+      {"transposed", [](Expr r, Expr c) { return add(mul(c, intConst(kRows)), r); }},
+      {"a whole row per column", [](Expr, Expr c) { return c; }},
+      {"past the row's end", [](Expr r, Expr c) { return add(rowMajor(r, c), intConst(1)); }},
+  };
+  for (const Case &c : cases) {
+    Program p = producerConsumer(c.read);
+    fuseLoops(p);
+    EXPECT_EQ(p.body.size(), 3u) << c.name << "\n" << print(p);
+  }
+  // Different extents, and an index computed from data (a gather), do not fuse either.
+  Program shorter = producerConsumer(rowMajor, ForKind::Serial, ForKind::Parallel, kRows - 1);
+  fuseLoops(shorter);
+  EXPECT_EQ(shorter.body.size(), 3u) << print(shorter);
+  Program gathered = producerConsumer(rowMajor);
+  Stmt &inner = gathered.body[2]->body[0];
+  inner->body = {
+      let("g", cast(OpKind::FPToSI, load(0, intConst(0), ElemKind::F32), ElemKind::Index)),
+      store(
+          2, rowMajor(var("i2", ElemKind::Index), var("j2", ElemKind::Index)),
+          load(1, rowMajor(var("g", ElemKind::Index), var("j2", ElemKind::Index)), ElemKind::F32))};
+  fuseLoops(gathered);
+  EXPECT_EQ(gathered.body.size(), 3u) << print(gathered);
+}
+
+TEST(FuseLoops, AParallelLoopInsideTheFusedParallelLoopRunsSerially) {
+  Program p = producerConsumer(rowMajor, ForKind::Parallel, ForKind::Parallel);
+  p.body[0]->bound = intConst(1);
+  p.body[0]->body[0]->forKind = ForKind::Parallel; // as if a nest parallel further in
+  fuseLoops(p);
+  ASSERT_EQ(p.body.size(), 2u);
+  std::string text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("for i in 0..4 parallel(chunks of at least 1)")) << text;
+  EXPECT_THAT(text, testing::HasSubstr("for j in 0..8 {")) << text;
+}
+
+// Column means subtracted from every row: the reduction's loop over the rows and the
+// subtraction's have the same extent, but each row of the subtraction needs every row summed.
+TEST(FuseLoops, ConsumerOfAColumnReductionStaysApart) {
+  const char *text = R"(
+    func.func @f(%x: tensor<13x37xf32>) -> tensor<13x37xf32> {
+      %zero = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<37xf32>
+      %init = linalg.fill ins(%zero : f32) outs(%e : tensor<37xf32>) -> tensor<37xf32>
+      %sum = linalg.generic {indexing_maps = [affine_map<(r, c) -> (r, c)>, affine_map<(r, c) -> (c)>],
+                             iterator_types = ["reduction", "parallel"]}
+          ins(%x : tensor<13x37xf32>) outs(%init : tensor<37xf32>) {
+      ^bb0(%a: f32, %acc: f32):
+        %s = arith.addf %acc, %a : f32
+        linalg.yield %s : f32
+      } -> tensor<37xf32>
+      %o = tensor.empty() : tensor<13x37xf32>
+      %y = linalg.generic {indexing_maps = [affine_map<(r, c) -> (r, c)>, affine_map<(r, c) -> (c)>,
+                                            affine_map<(r, c) -> (r, c)>],
+                           iterator_types = ["parallel", "parallel"]}
+          ins(%x, %sum : tensor<13x37xf32>, tensor<37xf32>) outs(%o : tensor<13x37xf32>) {
+      ^bb0(%a: f32, %s: f32, %out: f32):
+        %d = arith.subf %a, %s : f32
+        linalg.yield %d : f32
+      } -> tensor<13x37xf32>
+      return %y : tensor<13x37xf32>
+    })";
+  const int64_t rows = 13, cols = 37;
+  std::vector<float> x = oracle::randomFloats(rows * cols, 7);
+  std::vector<double> sums(cols, 0.0), expected(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      sums[c] += x[r * cols + c];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      expected[r * cols + c] = x[r * cols + c] - sums[c];
+  Function fn = context().loadString(text, "fuse.mlir").function("f");
+  Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols})})[0];
+  auto cmp = oracle::compare(y.as<float>(), expected, 1e-5, 1e-5);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+  std::string loops = fn.emit(Stage::Loops, {"13x37xf32"});
+  EXPECT_THAT(loops,
+              testing::HasSubstr("\n  // linalg.generic at fuse.mlir:14:7: elementwise\n  for "))
+      << "the subtraction is a loop of its own\n"
+      << loops;
+}
+
+// rms_norm's sum of squares, its root and its scaling become one pass over each row.
+TEST(FuseLoops, RmsNormIsOnePassPerRow) {
+  Function rms =
+      context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
+  std::string loops = rms.emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"});
+  size_t topLevelLoops = 0;
+  for (size_t at = loops.find("\n  for "); at != std::string::npos;
+       at = loops.find("\n  for ", at + 1))
+    ++topLevelLoops;
+  EXPECT_EQ(topLevelLoops, 1u) << loops;
+}
+
+} // namespace
+} // namespace frank::test
