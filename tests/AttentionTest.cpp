@@ -153,6 +153,23 @@ TEST(AttentionDecode, SeveralQueriesAreAnError) {
   EXPECT_THROW(fn.specialize({"1x2x4x8xf32", "1x5x2x8xf32", "1x5x2x8xf32", "f32"}), Error);
 }
 
+// The specialized decode kernel is one parallel loop over the KV heads (fuse-loops), and its
+// softmax computes each exponential once: exp(s - max) is kept for the sum and the division.
+TEST(AttentionDecode, OneLoopOverTheHeadsAndOneExpPerScore) {
+  Function fn = attentionModule().function("attention_gqa_decode");
+  std::string loops =
+      fn.emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
+  auto count = [&](const std::string &what) {
+    size_t n = 0;
+    for (size_t at = loops.find(what); at != std::string::npos; at = loops.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("\n  for "), 1u) << loops;
+  EXPECT_EQ(count("parallel"), 1u) << loops;
+  EXPECT_EQ(count("exp("), 1u) << loops;
+}
+
 // ---- attention_block -----------------------------------------------------------------------
 
 struct BlockShape {

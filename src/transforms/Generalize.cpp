@@ -124,28 +124,30 @@ Value *softmax(Builder &b, Op &op) {
   Value *x = op.operands[0];
   int d = static_cast<int>(op.attr("dimension").integer());
   int n = static_cast<int>(x->type.rank());
-  ElemKind e = x->type.elem;
   Value *max = reduceOver(
       b, x, d, -std::numeric_limits<double>::infinity(), {},
       [](Builder &bb, const Args &a) { return bb.binary(OpKind::MaximumF, a[1], a[0]); },
       "softmax_max");
-  Value *sum = reduceOver(
-      b, x, d, 0.0, {max},
-      [](Builder &bb, const Args &a) {
-        Value *t = bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
-        return bb.binary(OpKind::AddF, a[2], t);
-      },
-      "softmax_sum");
   std::vector<int> kept = keptDims(n, {d});
-  (void)e;
-  return b.generic(
-      {x, max, sum}, op.operands[1],
-      {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, kept), mapOf(n, iota(n))},
+  DimSources sources;
+  for (int i = 0; i < n; ++i)
+    sources.push_back({x, i});
+  // exp(x - max) once, kept for both the sum and the normalization.
+  Value *exps = b.generic(
+      {x, max}, b.empty(x->type, sources), {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, iota(n))},
       std::vector<bool>(n, false),
       [](Builder &bb, const Args &a) {
-        Value *t = bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
-        return bb.binary(OpKind::DivF, t, a[2]);
+        return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
       },
+      "softmax_exp");
+  Value *sum = reduceOver(
+      b, exps, d, 0.0, {},
+      [](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); },
+      "softmax_sum");
+  return b.generic(
+      {exps, sum}, op.operands[1], {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, iota(n))},
+      std::vector<bool>(n, false),
+      [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); },
       op.result()->name);
 }
 
@@ -328,23 +330,23 @@ Value *attention(Builder &b, Op &op) {
       {sIdentity, mapOf(sRank, rowDims)}, keyRed,
       [](Builder &bb, const Args &a) { return bb.binary(OpKind::MaximumF, a[1], a[0]); },
       "row_max");
-  Value *rowSum = b.generic(
-      {logits, rowMax}, b.fill(zero, b.empty(rowType, rowSources)),
-      {sIdentity, mapOf(sRank, rowDims), mapOf(sRank, rowDims)}, keyRed,
-      [](Builder &bb, const Args &a) {
-        Value *t = bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
-        return bb.binary(OpKind::AddF, a[2], t);
-      },
-      "row_sum");
-  Value *probs = b.generic(
-      {logits, rowMax, rowSum}, b.empty(sType, sSources),
-      {sIdentity, mapOf(sRank, rowDims), mapOf(sRank, rowDims), sIdentity},
+  // exp(s - max) once, kept: the row sum and the normalization both read it (fusing it into
+  // both would compute every exponential twice).
+  Value *exps = b.generic(
+      {logits, rowMax}, b.empty(sType, sSources), {sIdentity, mapOf(sRank, rowDims), sIdentity},
       std::vector<bool>(sRank, false),
       [](Builder &bb, const Args &a) {
-        Value *t = bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
-        return bb.binary(OpKind::DivF, t, a[2]);
+        return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
       },
-      "probs");
+      "exps");
+  Value *rowSum = b.generic(
+      {exps}, b.fill(zero, b.empty(rowType, rowSources)), {sIdentity, mapOf(sRank, rowDims)},
+      keyRed, [](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); },
+      "row_sum");
+  Value *probs = b.generic(
+      {exps, rowSum}, b.empty(sType, sSources), {sIdentity, mapOf(sRank, rowDims), sIdentity},
+      std::vector<bool>(sRank, false),
+      [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); }, "probs");
   // Output: O = sum_j P * V, written in O's own layout.
   std::vector<int> outOrder = concat({dims.batch, dims.m, dims.n, dims.j});
   std::vector<bool> outRed(outOrder.size(), false);
