@@ -111,7 +111,11 @@ TEST(Strategy, GoldenContractions) {
   // 16 experts make each k step's lines twice as long: half the k block.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32)),
             "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=16");
+  // Each expert's pairs start a vector: 8 pairs per expert at 32 tokens fill 8 lanes, not 16;
+  // 64 tokens fill 16.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
             "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=16 k-block=32");
 }
 
@@ -346,7 +350,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
 
   // mul_mat_id: the ids are checked once, the pairs grouped by expert, each weight broadcast.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
-  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x16xf32", "2x16xi32"});
+  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x64xf32", "2x64xi32"});
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}: group the pairs by "

@@ -307,6 +307,13 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
     why = fmt::format("{} pairs fill no vector of {}", pairs, lanes);
     return std::nullopt;
   }
+  // Each choice's pairs start a vector of their own: when the choices spread the pairs over
+  // fewer than a vector each (S9 at 32 tokens: 64 pairs over 8 experts), narrower vectors keep
+  // the lanes full. Two 8-lane FMAs per cycle do the work of one 16-lane one, so with half the
+  // lanes idle 16 lanes took twice the time.
+  int64_t perChoice = (pairs + gather.choices - 1) / std::max<int64_t>(1, gather.choices);
+  while (s.lanes > 8 && s.lanes / 2 >= perChoice)
+    s.lanes /= 2;
   // MR accumulators, the packed vector and one broadcast element of the gathered operand.
   chooseTile(s, nest.extents[s.dimM], 1, target.vectorRegisters, 1, [](int, int) { return 2; });
   // A k block keeps the tile's rows of the gathered operand (MR lines of its choices per k,
