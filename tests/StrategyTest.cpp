@@ -59,10 +59,14 @@ TEST(Strategy, GoldenContractions) {
   // With 32 registers of 16 lanes the tile grows.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=64 pack=#1");
-  // One row (GEMV): B streams by rows, four rows a step into two halves of the output.
-  EXPECT_EQ(choose(matmulNest(1, 4096, 4096)), "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8");
+  // One row (GEMV): B streams by rows, four rows a step, each of two parts summing half of
+  // them into a partial output of its own.
+  EXPECT_EQ(choose(matmulNest(1, 4096, 4096)),
+            "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8 split=k");
   EXPECT_EQ(choose(matmulNest(1, 4096, 4096), Target::avx512()),
-            "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=16");
+            "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=16 split=k");
+  // An odd k splits N instead, into two halves of the output.
+  EXPECT_EQ(choose(matmulNest(1, 5, 32)), "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8");
   // An odd number of vectors is one part; fewer than four rows, one step of them.
   EXPECT_EQ(choose(matmulNest(1, 3, 24)), "contraction.stream m=- n=d1 k=d2 tile=3x1 lanes=8");
   // As a column-stripe contraction.outer, when asked: nothing to reuse a panel, so neither
@@ -344,9 +348,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // GEMV: each part of the output adds four rows of the weights at a time.
   loops = linear.function("matmul").emit(Stage::Loops, {"1x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         ": contraction.stream m=- n=d1 k=d2 tile=4x2 lanes={}\n", lanes)));
+                         ": contraction.stream m=- n=d1 k=d2 tile=4x2 lanes={} split=k\n", lanes)));
   EXPECT_THAT(loops, testing::HasSubstr("for part in 0..2 parallel"));
-  EXPECT_THAT(loops, testing::HasSubstr("for k_step in 0..1024 {"));
+  EXPECT_THAT(loops, testing::HasSubstr("for k_step in 0..512 {"));
+  EXPECT_THAT(loops, testing::HasSubstr("// add the parts' partial sums"));
 
   // mul_mat_id: the ids are checked once, the pairs grouped by expert, each weight broadcast.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));

@@ -1537,26 +1537,39 @@ private:
     append(stmts);
   }
 
-  // contraction.stream (see loops/Strategy.h): for each part of N (in parallel), MR rows of B
-  // at a time are added to every vector of the part's slice of the output.
+  // contraction.stream (see loops/Strategy.h): for each part of N, or of k (in parallel), MR
+  // rows of B at a time are added to every vector of the part's slice of the output, or of its
+  // own partial output.
   void emitStream(GenericView &g, const TensorStorage &result, const Strategy &s,
                   const std::vector<Expr> &extents) {
     const int numLoops = g.numLoops();
     const int lanes = s.lanes;
     const int64_t k = *asConstant(extents[s.dimK]);
-    const int64_t partVectors = *asConstant(extents[s.dimN]) / lanes / s.tileN;
+    const int64_t n = *asConstant(extents[s.dimN]);
+    const bool splitK = s.splitK;
+    const int parts = s.tileN;
+    const int64_t partVectors = splitK ? n / lanes : n / lanes / s.tileN;
+    const int64_t partK = splitK ? k / parts : k;
     const ElemKind elem = g.op.result()->type.elem;
     const Value *outArg = g.body().arguments.back().get();
     Expr part = var(freshName("part"), ElemKind::Index);
     Expr step = var(freshName("k_step"), ElemKind::Index);
     Expr v = var(freshName("v"), ElemKind::Index);
+    // split k: each part sums its rows of B into a partial output of its own, added up after.
+    int partial = splitK ? addTemp("partial", elem, intConst(parts * n)) : -1;
+    auto accumulatorAt = [&](const std::vector<Expr> &iv) {
+      if (splitK)
+        return std::make_pair(partial, add(mul(part, intConst(n)), iv[s.dimN]));
+      return std::make_pair(result.buffer, accessIndex(g.outputMap(), iv, result.dims));
+    };
     // `rows` rows of B from `firstRow`, added to vector v of the part.
     auto addRows = [&](int rows, const Expr &firstRow) {
       std::vector<Expr> iv(numLoops, intConst(0));
-      iv[s.dimN] = mul(add(mul(part, intConst(partVectors)), v), intConst(lanes));
-      Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
+      iv[s.dimN] = splitK ? mul(v, intConst(lanes))
+                          : mul(add(mul(part, intConst(partVectors)), v), intConst(lanes));
+      auto [accBuffer, accIndex] = accumulatorAt(iv);
       std::string acc = freshName("acc");
-      std::vector<Stmt> body{local(acc, load(result.buffer, outIndex, elem, lanes))};
+      std::vector<Stmt> body{local(acc, load(accBuffer, accIndex, elem, lanes))};
       for (int r = 0; r < rows; ++r) {
         iv[s.dimK] = add(firstRow, intConst(r));
         std::unordered_map<const Value *, Expr> values;
@@ -1577,17 +1590,40 @@ private:
         BodyContext context{iv, extents, outArg, true};
         body.push_back(assign(acc, lowerScalarBlock(g.body(), values, context, body)));
       }
-      body.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
+      body.push_back(store(accBuffer, accIndex, var(acc, elem, lanes)));
       return forLoop(v->name, intConst(partVectors), ForKind::Serial, std::move(body));
     };
-    std::vector<Stmt> perPart{forLoop(step->name, intConst(k / s.tileM), ForKind::Serial,
-                                      {addRows(s.tileM, mul(step, intConst(s.tileM)))})};
-    if (k % s.tileM)
-      perPart.push_back(addRows(int(k % s.tileM), intConst(k - k % s.tileM)));
-    Stmt nest = forLoop(part->name, intConst(s.tileN), ForKind::Parallel, std::move(perPart));
-    nest->bound = minChunk(*asConstant(extents[s.dimN]) * k, s.tileN);
+    Expr firstK = splitK ? mul(part, intConst(partK)) : intConst(0);
+    std::vector<Stmt> perPart;
+    if (splitK) {
+      Expr zero = var(freshName("v"), ElemKind::Index);
+      perPart.push_back(
+          forLoop(zero->name, intConst(partVectors), ForKind::Serial,
+                  {store(partial, add(mul(part, intConst(n)), mul(zero, intConst(lanes))),
+                         broadcast(floatConst(0, elem), lanes))}));
+    }
+    perPart.push_back(forLoop(step->name, intConst(partK / s.tileM), ForKind::Serial,
+                              {addRows(s.tileM, add(firstK, mul(step, intConst(s.tileM))))}));
+    if (partK % s.tileM)
+      perPart.push_back(
+          addRows(int(partK % s.tileM), add(firstK, intConst(partK - partK % s.tileM))));
+    Stmt nest = forLoop(part->name, intConst(parts), ForKind::Parallel, std::move(perPart));
+    nest->bound = minChunk(n * k, parts);
     nest->comment = strategyComment(g.op, s);
     std::vector<Stmt> stmts{nest};
+    if (splitK) {
+      Expr j = var(freshName("n"), ElemKind::Index);
+      std::vector<Expr> iv(numLoops, intConst(0));
+      iv[s.dimN] = j;
+      Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
+      Expr sum = load(result.buffer, outIndex, elem);
+      for (int p = 0; p < parts; ++p)
+        sum = binary(OpKind::AddF, sum, load(partial, add(intConst(p * n), j), elem));
+      Stmt gatherParts =
+          forLoop(j->name, intConst(n), ForKind::Vectorize, {store(result.buffer, outIndex, sum)});
+      gatherParts->comment = "add the parts' partial sums";
+      stmts.push_back(gatherParts);
+    }
     append(stmts);
   }
 

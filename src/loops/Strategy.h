@@ -36,7 +36,9 @@
 //   parallel loop), and each part adds MR rows of B at a time to its slice of the output, which
 //   stays in L1. Each row of B is then read in long contiguous runs, as the prefetchers and DRAM
 //   want; column stripes touch every 4 KiB page of B for 256 bytes at a time. The tile is
-//   printed as MRxP: rows per step by parts.
+//   printed as MRxP: rows per step by parts. When the body is a sum of products the parts split
+//   k instead (`split=k`): each sums its contiguous share of B's rows into a partial output of
+//   its own, and the partial outputs are added at the end.
 //
 // contraction.outer also takes a B that is contiguous along k rather than n (Q x K^T, x W^T with
 // a short k, where contraction.dot would sum 16-lane accumulators after only a few steps): B is
@@ -88,6 +90,7 @@ struct Strategy {
   int64_t blockK = 0;                  // cache block of dim k; 0 for none
   int packInput = -1;                  // the input packed into panels (outer), or -1
   bool packTransposed = false;         // it is read along k, not n: packing transposes it
+  bool splitK = false;                 // stream: the parts split k, not n
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
