@@ -62,6 +62,30 @@ TEST(FuseLoops, RowLocalConsumerFuses) {
       << text;
 }
 
+// Under a unit loop each (a batch of 1), the nests first lose it, with its variable 0, and then
+// fuse as before.
+TEST(FuseLoops, UnitLoopsDissolveSoThatTheNestsUnderThemFuse) {
+  Program p = producerConsumer(rowMajor);
+  Expr batch = var("b", ElemKind::Index);
+  auto underUnitLoop = [&](Stmt nest, const char *name) {
+    // Index every access by the unit variable too: b * 32 + ...
+    Stmt loop = forLoop(name, intConst(1), ForKind::Serial, {std::move(nest)});
+    return loop;
+  };
+  p.body[0] = underUnitLoop(p.body[0], "b");
+  p.body[2] = underUnitLoop(p.body[2], "b2");
+  p.body[2]->body[0]->body[0]->body[0]->index =
+      add(mul(var("b2", ElemKind::Index), intConst(kRows * kColumns)),
+          rowMajor(var("i2", ElemKind::Index), var("j2", ElemKind::Index)));
+  fuseLoops(p);
+  std::string text = print(p);
+  ASSERT_EQ(p.body.size(), 2u) << text;
+  EXPECT_THAT(text, testing::HasSubstr("  for i2 in 0..4 parallel(chunks of at least 2) {\n"))
+      << text;
+  EXPECT_THAT(text, testing::HasSubstr("y[((i2 * 8) + j)]")) << text;
+  EXPECT_THAT(text, testing::Not(testing::HasSubstr("for b"))) << text;
+}
+
 TEST(FuseLoops, ReadsOutsideTheRowDoNotFuse) {
   struct Case {
     const char *name;

@@ -173,37 +173,68 @@ bool canFuse(const StmtNode &a, const StmtNode &b) {
   return true;
 }
 
-Expr rename(const Expr &e, const std::string &from, const std::string &to) {
+// Replaces variable `from` by `to` (another variable, or a constant).
+Expr substitute(const Expr &e, const std::string &from, const Expr &to) {
   if (!e)
     return e;
   if (e->kind == ExprKind::Var && e->name == from)
-    return var(to, e->type, e->lanes);
+    return to;
   std::vector<Expr> args;
   bool changed = false;
   for (const Expr &a : e->args) {
-    args.push_back(rename(a, from, to));
+    args.push_back(substitute(a, from, to));
     changed |= args.back() != a;
   }
   if (!changed)
     return e;
+  // Index arithmetic folds again (0 * 32 + x is x).
+  if (e->kind == ExprKind::Binary && e->type == ElemKind::Index && e->op == OpKind::AddI)
+    return add(args[0], args[1]);
+  if (e->kind == ExprKind::Binary && e->type == ElemKind::Index && e->op == OpKind::MulI)
+    return mul(args[0], args[1]);
   auto copy = std::make_shared<ExprNode>(*e);
   copy->args = std::move(args);
   return copy;
 }
 
-std::vector<Stmt> rename(const std::vector<Stmt> &stmts, const std::string &from,
-                         const std::string &to) {
+std::vector<Stmt> substitute(const std::vector<Stmt> &stmts, const std::string &from,
+                             const Expr &to) {
   std::vector<Stmt> out;
   for (const Stmt &s : stmts) {
     auto copy = std::make_shared<StmtNode>(*s);
-    copy->value = rename(s->value, from, to);
-    copy->index = rename(s->index, from, to);
-    copy->bound = rename(s->bound, from, to);
-    copy->body = rename(s->body, from, to);
-    copy->elseBody = rename(s->elseBody, from, to);
+    copy->value = substitute(s->value, from, to);
+    copy->index = substitute(s->index, from, to);
+    copy->bound = substitute(s->bound, from, to);
+    copy->body = substitute(s->body, from, to);
+    copy->elseBody = substitute(s->elseBody, from, to);
     out.push_back(std::move(copy));
   }
   return out;
+}
+
+std::vector<Stmt> rename(const std::vector<Stmt> &stmts, const std::string &from,
+                         const std::string &to) {
+  return substitute(stmts, from, var(to, ElemKind::Index));
+}
+
+// A loop of one iteration becomes its body with the variable 0, so that the nests under a
+// unit dim (the batch of 1 of most components) meet at the same depth and can fuse.
+void dissolveUnitLoops(std::vector<Stmt> &stmts) {
+  for (size_t i = 0; i < stmts.size(); ++i) {
+    Stmt s = stmts[i];
+    dissolveUnitLoops(s->body);
+    dissolveUnitLoops(s->elseBody);
+    if (s->kind != StmtKind::For || asConstant(s->value) != std::optional<int64_t>(1))
+      continue;
+    std::vector<Stmt> body = substitute(s->body, s->name, intConst(0));
+    if (!body.empty() && !s->comment.empty())
+      body[0]->comment =
+          body[0]->comment.empty() ? s->comment : s->comment + "; " + body[0]->comment;
+    stmts.erase(stmts.begin() + static_cast<std::ptrdiff_t>(i));
+    stmts.insert(stmts.begin() + static_cast<std::ptrdiff_t>(i), body.begin(), body.end());
+    i += body.size();
+    --i;
+  }
 }
 
 // A parallel loop inside the fused parallel loop would ask the thread pool from a worker.
@@ -285,6 +316,9 @@ void fuseList(std::vector<Stmt> &stmts) {
 
 } // namespace
 
-void fuseLoops(Program &program) { fuseList(program.body); }
+void fuseLoops(Program &program) {
+  dissolveUnitLoops(program.body);
+  fuseList(program.body);
+}
 
 } // namespace frank::loops
