@@ -53,12 +53,13 @@ std::string choose(const NestShape &nest, Target target = Target::avx2(),
 }
 
 TEST(Strategy, GoldenContractions) {
-  // S7 on AVX2: 16 registers; B's rows are 16 KiB apart, so it is packed.
+  // S7 on AVX2: 16 registers; B's rows are 16 KiB apart, so it is packed; k blocks of 64 KiB
+  // panels.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
-  // With 32 registers of 16 lanes the tile grows.
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=512 pack=#1");
+  // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=64 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
   // One row (GEMV): B streams by rows, four rows a step, each of two parts summing half of
   // them into a partial output of its own.
   EXPECT_EQ(choose(matmulNest(1, 4096, 4096)),
@@ -75,15 +76,16 @@ TEST(Strategy, GoldenContractions) {
       loops::describe(loops::selectStrategy(matmulNest(1, 4096, 4096), Target::avx2(),
                                             loops::parseConfig("pipeline=contraction.outer"))),
       "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
-  // Rows the tile does not divide go to a leftover tile, not to a smaller tile.
+  // Rows the tile does not divide go to a leftover tile, not to a smaller tile. The whole
+  // panel (512 x 32 floats) fits 64 KiB: no k blocks.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1");
   // Q K^T at prefill: both operands contiguous along a short reduction, many m blocks: K is
   // packed transposed for the outer tile.
   EXPECT_EQ(choose(transposedNest(512, 128, 128)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1^T");
   EXPECT_EQ(choose(transposedNest(512, 128, 128), Target::avx512()),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=64 pack=#1^T");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 pack=#1^T");
   // Attention's P V per head, V read in place as [S, Hkv, D]: rows 4 KiB apart, packed once per
   // head into a region of its own. dims (head, query, d, key).
   NestShape pv;
@@ -93,7 +95,7 @@ TEST(Strategy, GoldenContractions) {
   pv.vectorBody = true;
   pv.addAccumulates = true;
   EXPECT_EQ(choose(pv, Target::avx512()),
-            "contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64 pack=#1");
+            "contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 pack=#1");
   // A long k, or few m blocks to share the panels (decode): contraction.dot.
   EXPECT_EQ(choose(transposedNest(512, 4096, 128)),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
@@ -218,7 +220,7 @@ TEST(Strategy, RuntimeExtents) {
   const int64_t r = loops::kNominalExtent;
   // Token count as M: the S7 tile, k blocks and packing.
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=512 pack=#1");
   // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
   EXPECT_EQ(choose(withRuntime(matmulNest(4, r, 128), {false, false, true}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16");
@@ -324,8 +326,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("// iree_linalg_ext.attention at "));
   // Q K^T packs K transposed, P V packs V: both read in place, one head per packing region.
   EXPECT_THAT(loops, testing::HasSubstr(
-                         wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 k-block=64 "
-                                "pack=#1^T\n"
+                         wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 pack=#1^T\n"
                               : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8 pack=#1^T\n"));
   EXPECT_THAT(loops, testing::HasSubstr("panel of '%key_collapsed', transposed\n"));
   EXPECT_THAT(loops, testing::HasSubstr(": contraction.outer m=d1 n=d2 k=d3 tile="));
@@ -340,10 +341,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
 
   Module linear = context().load(componentPath("linear/matmul.mlir"));
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 64x64 panel of '%w'"
-                                             : "// pack this block's 128x32 panel of '%w'"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[262144]"
-                                             : "temp packed_w: f32[524288]"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
+                                             : "// pack this block's 512x32 panel of '%w'"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[1048576]"
+                                             : "temp packed_w: f32[2097152]"));
 
   // GEMV: each part of the output adds four rows of the weights at a time.
   loops = linear.function("matmul").emit(Stage::Loops, {"1x4096xf32", "4096x4096xf32"});
