@@ -16,7 +16,7 @@ FUZZ_PACKAGES := clang-19 libclang-rt-19-dev
 
 # `make bench`: the plot needs matplotlib; the peers are optional (`make bench-peers`).
 BENCH_PACKAGES := python3-matplotlib
-PEER_PACKAGES := libopenblas-dev libdnnl-dev
+PEER_PACKAGES := libopenblas-dev libdnnl-dev libxsmm-dev
 BENCH_OUT ?= $(BUILD)/bench
 BENCH_REPETITIONS ?= 5
 BENCH_MIN_TIME ?= 0.2
@@ -75,10 +75,13 @@ test: build
 
 # Every benchmark shape against generic loops, the installed peers and the measured roofline, in
 # one run: the JSON report, the roofline plot and a Markdown table land in $(BENCH_OUT).
+# Repetitions of different implementations interleave, so that a change in the machine's
+# bandwidth over the run (other tenants) falls on all of them alike.
 bench: build deps-bench
 	@mkdir -p $(BENCH_OUT)
 	$(BUILD)/bin/frank-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	$(BUILD)/bin/frank-shapes --benchmark_repetitions=$(BENCH_REPETITIONS) \
+	  --benchmark_enable_random_interleaving=true \
 	  --benchmark_report_aggregates_only=true --benchmark_min_time=$(BENCH_MIN_TIME) \
 	  --benchmark_out=$(BENCH_OUT)/shapes.json --benchmark_out_format=json
 	@if [ -x $(PEERS_VENV)/bin/python ]; then \

@@ -1,14 +1,20 @@
 // Peer implementations; see Peers.h.
 #include "Peers.h"
 
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
+#include <thread>
 
 #ifdef FRANK_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
 #ifdef FRANK_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
+#endif
+#ifdef FRANK_HAVE_LIBXSMM
+#include <libxsmm.h>
 #endif
 
 namespace frank::bench {
@@ -26,6 +32,14 @@ PeerStatus onednnStatus() {
   return {true, {}};
 #else
   return {false, "oneDNN is not installed (make bench-peers installs libdnnl-dev)"};
+#endif
+}
+
+PeerStatus libxsmmStatus() {
+#ifdef FRANK_HAVE_LIBXSMM
+  return {true, {}};
+#else
+  return {false, "libxsmm is not installed (make bench-peers installs libxsmm-dev)"};
 #endif
 }
 
@@ -142,6 +156,93 @@ PeerCall onednnMatmul(const Tensor &x, const std::vector<Tensor> &weights, Tenso
 #else
 
 PeerCall onednnMatmul(const Tensor &, const std::vector<Tensor> &, Tensor &) { return {}; }
+
+#endif
+
+#ifdef FRANK_HAVE_LIBXSMM
+
+namespace {
+
+/// Throws unless y = x * w on a sample of outputs, each within 1e-4 of the sum of |x| |w| over
+/// its dot product (float accumulation over k = 4096 stays far below that).
+void checkMatmul(const float *x, const float *w, const float *y, int64_t m, int64_t k,
+                 int64_t n) {
+  for (int64_t s = 0; s < 64; ++s) {
+    int64_t row = (s * 37) % m, col = (s * 1031 + 7) % n;
+    double exact = 0, magnitude = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      exact += static_cast<double>(x[row * k + i]) * w[i * n + col];
+      magnitude += std::fabs(static_cast<double>(x[row * k + i]) * w[i * n + col]);
+    }
+    if (std::fabs(y[row * n + col] - exact) > 1e-4 * magnitude + 1e-30)
+      throw std::runtime_error("libxsmm peer: wrong result at [" + std::to_string(row) + ", " +
+                               std::to_string(col) + "]");
+  }
+}
+
+} // namespace
+
+PeerCall libxsmmMatmul(const Tensor &x, const std::vector<Tensor> &weights, Tensor &y) {
+  // libxsmm is column-major: row-major y = x w is y^T = w^T x^T, so w's blocks are its A
+  // (bn x bk, leading dim bn) and x its B (bk x rows, leading dim k).
+  constexpr int64_t bn = 64, bk = 64, bm = 32;
+  const int64_t m = x.shape()[0], k = x.shape()[1], n = weights[0].shape()[1];
+  if (n % bn != 0 || k % bk != 0)
+    throw std::runtime_error("libxsmm peer: n and k must be multiples of 64");
+  const int64_t kBlocks = k / bk, nBlocks = n / bn, mBlocks = (m + bm - 1) / bm;
+  auto packed = std::make_shared<std::vector<std::vector<float>>>();
+  for (const Tensor &t : weights) {
+    const float *w = t.as<float>();
+    std::vector<float> p(static_cast<size_t>(k * n));
+    for (int64_t nb = 0; nb < nBlocks; ++nb)
+      for (int64_t kb = 0; kb < kBlocks; ++kb)
+        for (int64_t kk = 0; kk < bk; ++kk)
+          std::memcpy(&p[((nb * kBlocks + kb) * bk + kk) * bn], &w[(kb * bk + kk) * n + nb * bn],
+                      bn * sizeof(float));
+    packed->push_back(std::move(p));
+  }
+  auto kernelFor = [&](int64_t rows) {
+    const float alpha = 1, beta = 0;
+    const libxsmm_blasint lda = bn, ldb = static_cast<libxsmm_blasint>(k),
+                          ldc = static_cast<libxsmm_blasint>(n);
+    libxsmm_smmfunction_reducebatch_strd f = libxsmm_smmdispatch_reducebatch_strd(
+        bn, static_cast<libxsmm_blasint>(rows), bk, bk * bn * sizeof(float), bk * sizeof(float),
+        &lda, &ldb, &ldc, &alpha, &beta, nullptr, nullptr);
+    if (!f)
+      throw std::runtime_error("libxsmm peer: no JIT kernel for this CPU");
+    return f;
+  };
+  const int64_t lastRows = m - (mBlocks - 1) * bm;
+  auto full = kernelFor(std::min(m, bm)), last = kernelFor(lastRows);
+  const int threads = numThreads();
+  PeerCall call = [=, out = y](size_t copy) mutable {
+    const float *w = (*packed)[copy % packed->size()].data();
+    const float *in = x.as<float>();
+    float *result = out.as<float>();
+    const int64_t items = nBlocks * mBlocks;
+    auto work = [&](int t) {
+      unsigned long long count = static_cast<unsigned long long>(kBlocks);
+      for (int64_t item = items * t / threads; item < items * (t + 1) / threads; ++item) {
+        int64_t nb = item % nBlocks, mb = item / nBlocks;
+        (mb == mBlocks - 1 ? last : full)(w + nb * kBlocks * bk * bn, in + mb * bm * k,
+                                          result + mb * bm * n + nb * bn, &count);
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t)
+      helpers.emplace_back(work, t);
+    work(0);
+    for (std::thread &h : helpers)
+      h.join();
+  };
+  call(0);
+  checkMatmul(x.as<float>(), weights[0].as<float>(), y.as<float>(), m, k, n);
+  return call;
+}
+
+#else
+
+PeerCall libxsmmMatmul(const Tensor &, const std::vector<Tensor> &, Tensor &) { return {}; }
 
 #endif
 

@@ -39,7 +39,7 @@ SPECIALIZED = "frank-specialized"
 PARTIAL = "frank-partial"  # specialized but for the token count or KV length
 GENERIC = "frank-generic"
 # Table and legend order; implementations not listed follow in order of appearance.
-KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "torch", "iree"]
+KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "libxsmm", "torch", "iree"]
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # User counters read from each entry (everything else is Google Benchmark's own fields).
@@ -426,10 +426,11 @@ STYLES = {
     GENERIC: ("s", "#ff7f0e"),
     "openblas": ("^", "#1f77b4"),
     "onednn": ("D", "#2ca02c"),
+    "libxsmm": ("d", "#bcbd22"),
     "torch": ("v", "#9467bd"),
     "iree": ("p", "#00a087"),
 }
-EXTRA_STYLES = [("P", "#8c564b"), ("X", "#e377c2"), ("*", "#7f7f7f"), ("h", "#bcbd22"),
+EXTRA_STYLES = [("P", "#8c564b"), ("X", "#e377c2"), ("*", "#7f7f7f"), ("h", "#8c8c00"),
                 ("<", "#17becf"), (">", "#000000")]
 
 

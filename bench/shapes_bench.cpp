@@ -125,6 +125,7 @@ Shape matmulShape(const std::string &id, int64_t m, int64_t k, int64_t n, bool c
   s.runtimeDims = "x:0";
   s.peers.push_back(matmulPeer("openblas", openblasStatus(), openblasMatmul, x, weights[0], n));
   s.peers.push_back(matmulPeer("onednn", onednnStatus(), onednnMatmul, x, weights[0], n));
+  s.peers.push_back(matmulPeer("libxsmm", libxsmmStatus(), libxsmmMatmul, x, weights[0], n));
   return s;
 }
 
@@ -307,7 +308,13 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
             state.SkipWithError(peer.status.reason.c_str());
             return;
           }
-          PeerCall call = peer.prepare();
+          PeerCall call;
+          try {
+            call = peer.prepare();
+          } catch (const std::exception &e) {
+            state.SkipWithError(e.what());
+            return;
+          }
           call(0); // first-call setup (thread pools, scratch) outside the timing
           size_t copy = 1;
           for (auto _ : state) {
