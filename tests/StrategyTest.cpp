@@ -108,21 +108,25 @@ TEST(Strategy, GoldenContractions) {
       },
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
-  // S9 at T = 32: the 64 (slot, token) pairs grouped by expert; eight rows of the weights, each
-  // k block's 8 x 32 lines of 8 experts in 8 KiB of L1.
+  // S9 at T = 32: the 64 (slot, token) pairs grouped by expert. The weights' rows are 32 KiB
+  // apart, so they share L1 sets: six rows, not the eight the registers allow, each k block's
+  // 6 x 32 lines of 8 experts in 6 KiB of L1.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
-            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
-            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+  // Rows 32000 bytes apart spread over the sets: eight rows, and a k block that divides 1000.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1000, 8, 2, 32)),
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=25");
   // 16 experts make each k step's lines twice as long: half the k block.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32)),
-            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=16");
+            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // Each expert's pairs start a vector: 8 pairs per expert at 32 tokens fill 8 lanes, not 16;
   // 64 tokens fill 16.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=16 k-block=32");
+            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=16 k-block=32");
 }
 
 TEST(Strategy, GatherNeedsAVectorOfPairs) {
