@@ -291,12 +291,12 @@ int64_t gatherRoles(const NestShape &nest, Strategy &s, std::string &why) {
   return pairs;
 }
 
-// Grouping the pairs by choice: the input is packed by slot once for every m.
 // The L1 data caches of the x86 cores we target (Skylake to Zen 4): 32 KiB in 8 ways, so
 // addresses 4 KiB apart share a set.
 constexpr int kL1Ways = 8;
 constexpr int64_t kL1SetStride = 4096;
 
+// Grouping the pairs by choice: the input is packed by slot once for every m.
 std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target &target,
                                   std::string &why) {
   const NestShape::Gather &gather = *nest.gather;
@@ -326,7 +326,7 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
   // block touches, and the packed input and the next block evict them at 7 or 8. S9 at 32
   // tokens: 8 rows 5.1-5.3 ms, 7 rows 4.9-5.0, 6 rows 4.4-4.6, 5 rows 4.8-5.5.
   const int64_t rowBytes = gather.strides[s.dimM] * (nest.elemBits / 8);
-  if (rowBytes % kL1SetStride == 0)
+  if (rowBytes != 0 && rowBytes % kL1SetStride == 0)
     s.tileM = std::min(s.tileM, kL1Ways - 2);
   // A k block keeps the tile's rows of the gathered operand (MR lines of its choices per k,
   // rows far apart) in 8 KiB of L1 while every vector of slots passes over them: on S9, k-block
