@@ -900,7 +900,8 @@ const CliCase kCliCases[] = {
      {"compile", "{dir}/add.mlir", "--function=add", "--config=pipeline=fast"},
      "frank-jit",
      "--config='pipeline=fast': unknown pipeline 'fast' (loops, contraction.outer, "
-     "contraction.dot, contraction.gather, contraction.choices, contraction.stream)"},
+     "contraction.dot, contraction.gather, contraction.choices, contraction.ranks, "
+     "contraction.stream)"},
     // Overrides that do not fit the contraction name it.
     {"config_pipeline_does_not_apply",
      {"compile", "{dir}/mm.mlir", "--input=16x64xf32", "--input=64x32xf32",

@@ -86,11 +86,11 @@ struct MoeDims {
 /// Runs mul_mat_id into a guarded output and returns the comparison with the oracle.
 oracle::Comparison runAndCompare(const MoeDims &d, std::vector<float> &weights,
                                  std::vector<float> &input, std::vector<int32_t> &ids, Mode mode,
-                                 double rtol, double atol) {
+                                 double rtol, double atol, Function fn = mulMatIdFunction()) {
   std::vector<Arg> args{Tensor::borrow(weights.data(), DType::F32, {d.nOut, d.nIn, d.experts}),
                         Tensor::borrow(input.data(), DType::F32, {d.nIn, d.used, d.tokens}),
                         Tensor::borrow(ids.data(), DType::I32, {d.used, d.tokens})};
-  Kernel kernel = mulMatIdFunction().specialize(args, mode);
+  Kernel kernel = fn.specialize(args, mode);
   GuardedOutput out({d.nOut, d.used, d.tokens});
   std::vector<Tensor> outputs{out.tensor()};
   kernel.run(args, outputs);
@@ -101,13 +101,13 @@ oracle::Comparison runAndCompare(const MoeDims &d, std::vector<float> &weights,
 }
 
 /// Weights uniform in +-1/sqrt(n_in), inputs in [-1, 1] (see the file comment).
-void checkMulMatId(const MoeDims &d, Routing routing, Mode mode) {
+void checkMulMatId(const MoeDims &d, Routing routing, Mode mode, Function fn = mulMatIdFunction()) {
   const uint64_t seed = 1 + d.nOut * 3 + d.nIn * 5 + d.experts * 7 + d.used * 11 + d.tokens * 13;
   const float bound = 1.0f / std::sqrt(static_cast<float>(d.nIn));
   auto weights = oracle::randomFloats(d.nOut * d.nIn * d.experts, seed, -bound, bound);
   auto input = oracle::randomFloats(d.nIn * d.used * d.tokens, seed + 1);
   auto ids = makeIds(routing, d.experts, d.used, d.tokens, seed + 2);
-  auto cmp = runAndCompare(d, weights, input, ids, mode, kRtol, kAtol);
+  auto cmp = runAndCompare(d, weights, input, ids, mode, kRtol, kAtol, fn);
   EXPECT_TRUE(cmp.ok) << cmp.describe();
 }
 
@@ -150,6 +150,46 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdTest,
                                               d.nIn, d.experts, d.used, d.tokens,
                                               routingName(s.routing),
                                               modeName(std::get<1>(info.param)));
+                         });
+
+// Both pipelines for many pairs, each forced: contraction.ranks (the default for 8 experts, or
+// 16 with 16 lanes) and contraction.gather (the default otherwise), on balanced, one-expert and
+// repeated routings, with rows that leave a short tile and reductions that are not multiples of
+// 8. One expert taking every pair is contraction.ranks' worst case: every pair is a rank of its
+// own, and the other experts' lanes are padding that must stay out of the outputs.
+class MulMatIdPipelines : public testing::TestWithParam<std::tuple<MoeShape, const char *>> {};
+
+TEST_P(MulMatIdPipelines, MatchesOracle) {
+  auto [shape, pipeline] = GetParam();
+  ContextOptions options;
+  options.loweringConfig = fmt::format("pipeline={}", pipeline);
+  Context forced(options);
+  Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+  const std::vector<std::string> types = {
+      fmt::format("{}x{}x{}xf32", shape.dims.nOut, shape.dims.nIn, shape.dims.experts),
+      fmt::format("{}x{}x{}xf32", shape.dims.nIn, shape.dims.used, shape.dims.tokens),
+      fmt::format("{}x{}xi32", shape.dims.used, shape.dims.tokens)};
+  EXPECT_THAT(fn.emit(Stage::Loops, types), testing::HasSubstr(fmt::format(": {} m=d0", pipeline)));
+  checkMulMatId(shape.dims, shape.routing, Mode::Specialized, fn);
+}
+
+const MoeShape kPipelineShapes[] = {
+    {{17, 31, 8, 2, 32}, Routing::Distinct}, {{64, 64, 8, 2, 32}, Routing::Same},
+    {{9, 23, 8, 2, 32}, Routing::Repeated},  {{13, 40, 8, 2, 8}, Routing::Distinct},
+    {{31, 37, 8, 1, 100}, Routing::Same},    {{7, 129, 8, 4, 9}, Routing::Repeated},
+};
+
+INSTANTIATE_TEST_SUITE_P(Forced, MulMatIdPipelines,
+                         testing::Combine(testing::ValuesIn(kPipelineShapes),
+                                          testing::Values("contraction.ranks",
+                                                          "contraction.gather")),
+                         [](const auto &info) {
+                           const MoeShape &s = std::get<0>(info.param);
+                           const MoeDims &d = s.dims;
+                           std::string pipeline = std::get<1>(info.param);
+                           return fmt::format("out{}_in{}_x{}_k{}_t{}_{}_{}", d.nOut, d.nIn,
+                                              d.experts, d.used, d.tokens, routingName(s.routing),
+                                              pipeline.substr(pipeline.find('.') + 1));
                          });
 
 // ---- routing and selection -----------------------------------------------------------------

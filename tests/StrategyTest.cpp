@@ -108,25 +108,41 @@ TEST(Strategy, GoldenContractions) {
       },
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
-  // S9 at T = 32: the 64 (slot, token) pairs grouped by expert. The weights' rows are 32 KiB
-  // apart, so they share L1 sets: six rows, not the eight the registers allow, each k block's
-  // 6 x 32 lines of 8 experts in 6 KiB of L1.
+  // S9 at T = 32, 8 experts: the experts are the lanes and each vector holds a rank of every
+  // expert's pairs (8 per expert, so two blocks of four vectors). Each row loads one vector of
+  // weights per k for NR FMAs: 6x4 with 32 registers, 2x4 with 16.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
-            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
+            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8");
+  // 8 tokens: two ranks per expert, so NR = 2 and more rows.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
-            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
-  // Rows 32000 bytes apart spread over the sets: eight rows, and a k block that divides 1000.
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1000, 8, 2, 32)),
-            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=25");
-  // 16 experts make each k step's lines twice as long: half the k block.
+            "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
+            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8");
+  // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
+  // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
+  // registers allow, and k blocks whose 6 x 16 lines of 16 experts take 12 KiB of L1.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32)),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
-  // Each expert's pairs start a vector: 8 pairs per expert at 32 tokens fill 8 lanes, not 16;
-  // 64 tokens fill 16.
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
+  // With 16 lanes the 16 experts are one vector again, with four ranks each.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32), Target::avx512()),
+            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=16");
+  // Forced, contraction.gather on 8 experts: 8 pairs per expert at 32 tokens fill 8 lanes, not
+  // 16; 64 tokens fill 16. Rows 32000 bytes apart spread over the sets: eight rows, and a k
+  // block that divides 1000.
+  auto gather = [](const NestShape &nest, const Target &target) {
+    return loops::describe(
+        loops::selectStrategy(nest, target, loops::parseConfig("pipeline=contraction.gather")));
+  };
+  EXPECT_EQ(gather(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2()),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
+  EXPECT_EQ(gather(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
+            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+  EXPECT_EQ(gather(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=16 k-block=32");
+  EXPECT_EQ(gather(mulMatIdNest(3584, 1000, 8, 2, 32), Target::avx2()),
+            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=25");
 }
 
 TEST(Strategy, GatherNeedsAVectorOfPairs) {
@@ -143,11 +159,6 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 3)),
             "contraction.choices m=d0 n=- k=d3 tile=1x1 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 60, 2, 1)), "row-reduction");
-  // Pairs need not be whole vectors (each group is padded to whole vectors): 24 pairs.
-  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
-            "contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
-  EXPECT_EQ(choose(mulMatIdNest(5, 32, 8, 2, 12)),
-            "contraction.gather m=d0 n=- k=d3 tile=5x1 lanes=8");
   auto error = [](const NestShape &nest, const std::string &config) {
     try {
       loops::selectStrategy(nest, Target::avx2(), loops::parseConfig(config));
@@ -173,11 +184,34 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("it reads an operand through a gather"));
   EXPECT_THAT(error(matmulNest(64, 64, 64), "pipeline=contraction.gather"),
               testing::HasSubstr("it reads no operand through a gather"));
-  EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=3x1,k-block=16"), "no error");
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "tile=2x2"),
+  EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,tile=3x1,k-block=16"),
+            "no error");
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,tile=2x2"),
               testing::HasSubstr("does not fit"));
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=48"),
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,k-block=48"),
               testing::HasSubstr("k-block 48 does not divide"));
+  // Pairs need not be whole vectors: 24 pairs, three ranks per expert when balanced; or,
+  // forced, contraction.gather with each group padded to whole vectors.
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x3 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(2, 32, 8, 2, 12)),
+            "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8");
+  EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"), "no error");
+  EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(5, 32, 8, 2, 12), Target::avx2(),
+                                                  loops::parseConfig("pipeline=contraction.gather"))),
+            "contraction.gather m=d0 n=- k=d3 tile=5x1 lanes=8");
+  // Fewer choices than a 256-bit vector, or more than the lanes, are no ranks.
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 4, 2, 32), "pipeline=contraction.ranks"),
+              testing::HasSubstr("4 choices are not a vector of 256 bits or more"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 2), "pipeline=contraction.ranks"),
+              testing::HasSubstr("4 pairs fill no vector of 8"));
+  EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
+                                                  loops::parseConfig("tile=1x8"))),
+            "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8");
+  EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "tile=9x1"),
+              testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=16"),
+              testing::HasSubstr("and no k-block or packing"));
 }
 
 TEST(Strategy, WhyPlainLoops) {
@@ -358,10 +392,34 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("for k_step in 0..512 {"));
   EXPECT_THAT(loops, testing::HasSubstr("// add the parts' partial sums"));
 
-  // mul_mat_id: the ids are checked once, the pairs grouped by expert, each weight broadcast.
+  // mul_mat_id: the ids are checked once, the pairs ranked within their expert, each row's
+  // experts loaded as one vector; the rows after the tile's prefetched as it runs.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
-  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x64xf32", "2x64xi32"});
+  const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
+  loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
+  const char *ranksTile = wide ? "6x4" : "2x4";
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8: rank the pairs "
+                         "within their choice\n",
+                         ranksTile)));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         fmt::format(": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8\n", ranksTile)));
+  EXPECT_THAT(loops, testing::HasSubstr("let ranks: index = (((busiest + 3) / 4) * 4)"));
+  EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..(ranks / 4) {"));
+  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = weights[((t"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch weights[((((m_block * 6) + 6) * 256) + "
+                                               "(d3 * 48))]"
+                                             : "prefetch weights[((((m_block * 2) + 2) * 256) + "
+                                               "(d3 * 16))]"));
+  EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
+  // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
+  ContextOptions gatherOptions;
+  gatherOptions.loweringConfig = "pipeline=contraction.gather";
+  Context gatherContext(gatherOptions);
+  loops = gatherContext.load(componentPath("moe/mul_mat_id.mlir"))
+              .function("mul_mat_id")
+              .emit(Stage::Loops, t64);
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}: group the pairs by "
                          "choice\n",
@@ -370,7 +428,6 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                          ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}\n", lanes)));
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_input: f32["));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = (broadcast<{0}>(t_", lanes)));
-  EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
   // At T = 1 every expert of a row is computed, the experts being the lanes.
   loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x1xf32", "2x1xi32"});
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));

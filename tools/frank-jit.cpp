@@ -84,7 +84,8 @@ cl::opt<bool> boundsChecks("bounds-checks",
 cl::opt<std::string> loweringConfig(
     "config",
     cl::desc("Override the strategy of every contraction: comma-separated pipeline=loops|"
-             "contraction.outer|contraction.dot|contraction.gather, tile=MxN, k-block=K"),
+             "contraction.outer|contraction.dot|contraction.gather|contraction.choices|"
+             "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1"),
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
 

@@ -143,7 +143,7 @@ struct ContextOptions {
   /// range is an error naming the op, instead of a read outside the tensor. Off is faster.
   bool boundsChecks = true;
   /// Hand-set lowering choices for every contraction, as `frank-jit --config=` takes them:
-  /// comma-separated `pipeline=loops|contraction.outer|contraction.dot|contraction.gather`,
+  /// comma-separated `pipeline=loops|contraction.outer|contraction.dot|contraction.gather|...`,
   /// `tile=MxN` (register tile), `k-block=K` (0: none). Empty: the strategy selection decides.
   /// Checked when the context is made.
   std::string loweringConfig;

@@ -488,6 +488,16 @@ private:
       b_.CreateAlignedStore(value, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return;
     }
+    case StmtKind::Prefetch: {
+      // For reading, into L2 (locality 2: prefetcht1); a plain GEP, as the index may run past
+      // the buffer.
+      const Buffer &buf = p_.buffers[s->buffer];
+      llvm::Value *ptr =
+          b_.CreateGEP(memTypeOf(buf.elem), bufferPtrs_[s->buffer], emitExpr(s->index));
+      b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
+                         {ptr, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
+      return;
+    }
     case StmtKind::For: emitFor(*s); return;
     case StmtKind::Check: {
       // On failure: status = {id + 1, observed, bound}, and the kernel returns.

@@ -195,6 +195,12 @@ Stmt store(int buffer, Expr index, Expr value) {
   n.value = std::move(value);
   return makeStmt(std::move(n));
 }
+Stmt prefetch(int buffer, Expr index) {
+  StmtNode n{StmtKind::Prefetch};
+  n.buffer = buffer;
+  n.index = std::move(index);
+  return makeStmt(std::move(n));
+}
 
 Stmt check(Expr condition, int id, Expr observed, Expr bound) {
   StmtNode n{StmtKind::Check};
@@ -312,6 +318,9 @@ static void printStmt(const Stmt &s, const Program &p, int indent, std::string &
     out += fmt::format("{}{}[{}{}] = {}\n", pad, p.buffers[s->buffer].name, print(s->index, &p),
                        s->value->lanes > 1 ? fmt::format(" : {}", s->value->lanes) : "",
                        print(s->value, &p));
+    return;
+  case StmtKind::Prefetch:
+    out += fmt::format("{}prefetch {}[{}]\n", pad, p.buffers[s->buffer].name, print(s->index, &p));
     return;
   case StmtKind::Check:
     out += fmt::format("{}check {} else fail #{}({}, {})\n", pad, print(s->value, &p), s->buffer,

@@ -14,6 +14,9 @@
 //   accumulation only); all other float arithmetic is evaluated as written.
 // - `Check` stops the kernel when its condition is false, reporting check `buffer` (an index into
 //   Program::checks) with the values of `index` and `value` (e.g. the index and the bound).
+// - `Prefetch` asks the caches for the line holding element `index` of `buffer` ahead of its
+//   reads. It has no effect on the results, and an index past the buffer is harmless (a
+//   prefetch never faults), so a loop may prefetch a fixed distance ahead without a bound.
 // - `DimParam` and `ScalarParam` read the kernel's runtime arguments: the dims of the inputs
 //   (generic mode) and the scalar arguments (f32 eps, or unspecialized integers).
 // - Vectors: an expression has `lanes` (1 for a scalar). A Load with lanes L reads L consecutive
@@ -89,7 +92,7 @@ Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
 std::optional<int64_t> asConstant(const Expr &e);
 
-enum class StmtKind : uint8_t { Block, For, Let, Local, Assign, Store, If, Check };
+enum class StmtKind : uint8_t { Block, For, Let, Local, Assign, Store, If, Check, Prefetch };
 enum class ForKind : uint8_t { Serial, Parallel, Vectorize };
 
 struct StmtNode;
@@ -104,10 +107,10 @@ struct StmtNode {
   int lanes = 1; // Let/Local: the variable's vector width
   ForKind forKind = ForKind::Serial;
   Expr value;                 // Let/Local/Assign/Store value; For extent; If/Check condition
-  Expr index;                 // Store; Check: the observed value
+  Expr index;                 // Store, Prefetch; Check: the observed value
   Expr bound;                 // Check: the bound it was checked against; parallel For: the
                               // fewest iterations worth giving a thread
-  int buffer = -1;            // Store; Check: the check's id
+  int buffer = -1;            // Store, Prefetch; Check: the check's id
   std::vector<Stmt> body;     // Block, For, If-then
   std::vector<Stmt> elseBody; // If
   std::string comment;        // printed above the statement (a strategy's choice, say)
@@ -119,6 +122,8 @@ Stmt let(const std::string &name, Expr value);
 Stmt local(const std::string &name, Expr init);
 Stmt assign(const std::string &name, Expr value);
 Stmt store(int buffer, Expr index, Expr value);
+/// A hint that element `index` of `buffer` is read soon, into the L2 cache.
+Stmt prefetch(int buffer, Expr index);
 /// Stops the kernel with check `id` unless `condition`; reports `observed` and `bound`.
 Stmt check(Expr condition, int id, Expr observed, Expr bound);
 

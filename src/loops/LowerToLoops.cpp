@@ -565,6 +565,10 @@ private:
       emitChoiceLanes(g, result, strategy, extents);
       return;
     }
+    if (strategy.pipeline == Pipeline::ContractionRanks) {
+      emitRankedGather(g, result, strategy, extents);
+      return;
+    }
     if (strategy.pipeline == Pipeline::ContractionStream) {
       emitStream(g, result, strategy, extents);
       return;
@@ -1288,12 +1292,7 @@ private:
     const auto [extract, choiceInput, choices, numChoices, pairDims, pairs] =
         gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
-    int packInput = -1; // the one other tensor input, read along the pairs and k
-    for (int i = 0; i < g.numInputs(); ++i)
-      if (i != choiceInput && g.input(i)->type.isTensor())
-        for (int d = 0; d < numLoops; ++d)
-          if (mapUses(g.map(i), d))
-            packInput = i;
+    const int packInput = pairInputOf(g, choiceInput);
     const int64_t vectors = (pairs + (lanes - 1) * std::min(numChoices, pairs)) / lanes;
     const int64_t slots = vectors * lanes;
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);
@@ -1305,18 +1304,14 @@ private:
     int packed = addTemp("packed_" + g.input(packInput)->name, elem, intConst(k * slots));
     int sorted = addTemp("by_slot", elem, intConst(rows * slots));
 
-    std::vector<Expr> vars(numLoops);
-    for (int d = 0; d < numLoops; ++d)
-      vars[d] = var(freshName(fmt::format("d{}", d)), ElemKind::Index);
+    const std::vector<Expr> vars = freshLoopVars(numLoops);
     auto i32 = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::I32); };
     auto index = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::Index); };
     auto loadIndex = [&](int buffer, Expr at) { return index(load(buffer, at, ElemKind::I32)); };
     // Loops over the pairs around `body`, and the pair's number (the choices' row-major order).
     Expr pair = accessIndex(g.map(choiceInput), vars, ids.dims);
     auto overPairs = [&](std::vector<Stmt> body) {
-      for (auto d = pairDims.rbegin(); d != pairDims.rend(); ++d)
-        body = {forLoop(vars[*d]->name, extents[*d], ForKind::Serial, std::move(body))};
-      return body;
+      return loopsAround(pairDims, vars, extents, std::move(body));
     };
     auto loopOver = [&](Expr v, int64_t trips, std::vector<Stmt> body) {
       return forLoop(v->name, intConst(trips), ForKind::Serial, std::move(body));
@@ -1414,25 +1409,217 @@ private:
       inUse->body = std::move(tile);
       return loopOver(kBlock, k / blockK, {loopOver(v, vectors, {inUse})});
     };
-    int64_t mTrips = rows / s.tileM;
+    Expr o = vars[s.dimM];
+    emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * slots, pairs, vars, overPairs,
+                  load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem), stmts);
+    append(stmts);
+  }
+
+  // A fresh index variable per loop dim: d0, d1, ...
+  std::vector<Expr> freshLoopVars(int numLoops) {
+    std::vector<Expr> vars(numLoops);
+    for (int d = 0; d < numLoops; ++d)
+      vars[d] = var(freshName(fmt::format("d{}", d)), ElemKind::Index);
+    return vars;
+  }
+
+  // Serial loops over `dims` (outermost first) around `body`.
+  static std::vector<Stmt> loopsAround(const std::vector<int> &dims, const std::vector<Expr> &vars,
+                                       const std::vector<Expr> &extents, std::vector<Stmt> body) {
+    for (auto d = dims.rbegin(); d != dims.rend(); ++d)
+      body = {forLoop(vars[*d]->name, extents[*d], ForKind::Serial, std::move(body))};
+    return body;
+  }
+
+  // The end of contraction.gather and contraction.ranks: the m blocks of `buildTile(MR, first
+  // row)` in parallel (`work` elements of the nest in all), one shorter tile for the rows MR
+  // leaves over, then each pair's sum, `pairSum` at row vars[m], added to the output.
+  void emitSlotTiles(GenericView &g, const TensorStorage &result, const Strategy &s,
+                     const std::function<Stmt(int, const Expr &)> &buildTile, const Expr &mBlock,
+                     int64_t rows, int64_t work, int64_t pairs, const std::vector<Expr> &vars,
+                     const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs,
+                     const Expr &pairSum, std::vector<Stmt> &stmts) {
+    const int64_t mTrips = rows / s.tileM;
     Stmt nest = forLoop(mBlock->name, intConst(mTrips), ForKind::Parallel,
                         {buildTile(s.tileM, mul(mBlock, intConst(s.tileM)))});
-    nest->bound = minChunk(rows * k * slots, mTrips);
-    nest->comment = strategyComment(op, s);
+    nest->bound = minChunk(work, mTrips);
+    nest->comment = strategyComment(g.op, s);
     stmts.push_back(nest);
     if (rows % s.tileM)
       stmts.push_back(buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)));
-    // Each pair's sum, read back from its slot and added to the output.
-    Expr o = vars[s.dimM];
     Expr outIndex = accessIndex(g.outputMap(), vars, result.dims);
-    Stmt unpack = forLoop(
-        o->name, intConst(rows), ForKind::Parallel,
-        overPairs({addToOutput(
-            result, outIndex,
-            load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem), elem)}));
+    Stmt unpack =
+        forLoop(vars[s.dimM]->name, intConst(rows), ForKind::Parallel,
+                overPairs({addToOutput(result, outIndex, pairSum, g.op.result()->type.elem)}));
     unpack->bound = minChunk(rows * pairs, rows);
     unpack->comment = "read each pair's sum back from its slot";
     stmts.push_back(unpack);
+  }
+
+  // The one tensor input besides the choices, read along the pairs and k: the input of
+  // contraction.gather and contraction.ranks, which they pack by slot.
+  int pairInputOf(GenericView &g, int choiceInput) {
+    int found = -1;
+    for (int i = 0; i < g.numInputs(); ++i)
+      if (i != choiceInput && g.input(i)->type.isTensor())
+        for (int d = 0; d < g.numLoops(); ++d)
+          if (mapUses(g.map(i), d))
+            found = i;
+    return found;
+  }
+
+  // One accumulator of a tile whose gathered read loads `lanes` choices at once
+  // (contraction.choices, contraction.ranks): zero in `init`, the body's sum in `step`.
+  Expr choiceLanesAccumulator(GenericView &g, std::unordered_map<const Value *, Expr> &values,
+                              const std::vector<Expr> &iv, const std::vector<Expr> &extents,
+                              int lanes, std::vector<Stmt> &init, std::vector<Stmt> &step) {
+    const Value *outArg = g.body().arguments.back().get();
+    const ElemKind elem = g.op.result()->type.elem;
+    std::string acc = freshName("acc");
+    values[outArg] = var(acc, elem, lanes);
+    init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
+    BodyContext body{iv, extents, outArg, true};
+    choicesChecked_ = true;
+    choiceLanes_ = lanes;
+    step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
+    choiceLanes_ = 1;
+    choicesChecked_ = false;
+    return var(acc, elem, lanes);
+  }
+
+  // contraction.ranks (see loops/Strategy.h): each pair's slot is its rank among the pairs of
+  // its choice, times the choices, plus its choice, so that lane c of every vector of slots
+  // holds a pair of choice c and a step loads the C choices of a row of the gathered operand as
+  // one vector. Serially first: rank the pairs, and pack the input by slot over as many ranks as
+  // the busiest choice has pairs (rounded up to NR). Then, m blocks in parallel, MR x NR
+  // vectors of slots accumulated over the whole k, stored by slot; and each pair's output read
+  // back from its slot.
+  void emitRankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
+                        const std::vector<Expr> &extents) {
+    const Op &op = g.op;
+    const int numLoops = g.numLoops();
+    auto extent = [&](int d) { return *asConstant(extents[d]); };
+    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs] =
+        gatherParts(g, extents);
+    const TensorStorage &ids = storageOf(choices);
+    const int lanes = s.lanes; // numChoices: a lane per choice
+    const int packInput = pairInputOf(g, choiceInput);
+    const int64_t k = extent(s.dimK), rows = extent(s.dimM);
+    const int64_t maxRanks = (pairs + s.tileN - 1) / s.tileN * s.tileN; // one choice takes all
+    const ElemKind elem = op.result()->type.elem;
+    int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
+    int rankOf = addTemp("rank", ElemKind::I32, intConst(pairs));
+    int packed =
+        addTemp("packed_" + g.input(packInput)->name, elem, intConst(k * maxRanks * numChoices));
+    int sorted = addTemp("by_slot", elem, intConst(rows * maxRanks * numChoices));
+
+    const std::vector<Expr> vars = freshLoopVars(numLoops);
+    auto index = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::Index); };
+    auto loadIndex = [&](int buffer, Expr at) { return index(load(buffer, at, ElemKind::I32)); };
+    Expr pair = accessIndex(g.map(choiceInput), vars, ids.dims);
+    auto overPairs = [&](std::vector<Stmt> body) {
+      return loopsAround(pairDims, vars, extents, std::move(body));
+    };
+    auto loopOver = [&](Expr v, Expr trips, std::vector<Stmt> body) {
+      return forLoop(v->name, std::move(trips), ForKind::Serial, std::move(body));
+    };
+    checkChoices(extract, choices);
+    std::vector<Stmt> stmts;
+    Expr c = var(freshName("c"), ElemKind::Index);
+    stmts.push_back(
+        loopOver(c, intConst(numChoices), {store(count, c, intConst(0, ElemKind::I32))}));
+    Expr choice = loadIndex(ids.buffer, pair);
+    for (Stmt &st : overPairs({store(rankOf, pair, load(count, choice, ElemKind::I32)),
+                               store(count, choice,
+                                     binary(OpKind::AddI, load(count, choice, ElemKind::I32),
+                                            intConst(1, ElemKind::I32)))}))
+      stmts.push_back(st);
+    // The ranks in use: the busiest choice's pairs, rounded up to whole tiles of NR.
+    std::string busiest = freshName("busiest");
+    Expr mostPairs = var(busiest, ElemKind::Index);
+    stmts.push_back(local(busiest, intConst(0)));
+    stmts.push_back(loopOver(c, intConst(numChoices),
+                             {assign(busiest, binary(OpKind::MaxSI, mostPairs, loadIndex(count, c)))}));
+    Expr ranks = var(freshName("ranks"), ElemKind::Index);
+    stmts.push_back(let(ranks->name, mul(binary(OpKind::DivSI,
+                                                add(mostPairs, intConst(s.tileN - 1)),
+                                                intConst(s.tileN)),
+                                         intConst(s.tileN))));
+    Expr width = var(freshName("slots"), ElemKind::Index);
+    stmts.push_back(let(width->name, mul(ranks, intConst(numChoices))));
+    // The input, packed by slot: packed[kk, rank(pair) * C + choice(pair)] = x[pair, kk].
+    Expr kk = vars[s.dimK];
+    Expr j = var(freshName("j"), ElemKind::Index);
+    const TensorStorage &x = storageOf(g.input(packInput));
+    stmts.push_back(loopOver(
+        kk, intConst(k), {loopOver(j, width, {store(packed, add(mul(kk, width), j), floatConst(0, elem))})}));
+    Expr slotOf = add(mul(loadIndex(rankOf, pair), intConst(numChoices)), choice);
+    stmts.push_back(loopOver(
+        kk, intConst(k),
+        overPairs({store(packed, add(mul(kk, width), slotOf),
+                         load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
+    stmts[0]->comment = strategyComment(op, s) + ": rank the pairs within their choice";
+
+    // The rows after the tile's, while it runs, when the rows are one contiguous region (each
+    // row's k steps of C choices): a few lines a step, in order, so that memory sees one stream
+    // rather than MR streams 32 KiB apart (S9 at 32 tokens: 4.0-4.4 ms against 4.7-5.0).
+    // Into L2, which holds them until the next m block reads them.
+    const NestShape::Gather gathered = *gatherOf(g);
+    const int64_t strideM = gathered.strides[s.dimM], strideK = gathered.strides[s.dimK];
+    const int64_t lineElems = 64 / (elemBits(elem) / 8);
+    auto prefetchNextRows = [&](int tileRows, const Expr &firstRow, std::vector<Stmt> &step) {
+      if (strideM != k * strideK || strideK != numChoices)
+        return;
+      const int64_t linesPerStep = (tileRows * strideM / lineElems + k - 1) / k;
+      Expr next = add(mul(add(firstRow, intConst(tileRows)), intConst(strideM)),
+                      mul(kk, intConst(linesPerStep * lineElems)));
+      for (int64_t line = 0; line < linesPerStep; ++line)
+        step.push_back(prefetch(storageOf(extract->operands[0]).buffer,
+                                add(next, intConst(line * lineElems))));
+    };
+
+    // The tile: MR rows x NR vectors of slots, from rank block `rank_block` on.
+    Expr mBlock = var(freshName("m_block"), ElemKind::Index);
+    Expr rankBlock = var(freshName("rank_block"), ElemKind::Index);
+    auto buildTile = [&](int tileRows, const Expr &firstRow) {
+      std::vector<Stmt> init, step, fini;
+      std::vector<Expr> inputs(s.tileN);
+      for (int n = 0; n < s.tileN; ++n) {
+        Expr slot = mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
+        inputs[n] = bindLet(g.body().arguments[packInput].get(),
+                            load(packed, add(mul(kk, width), slot), elem, lanes), step);
+      }
+      for (int r = 0; r < tileRows; ++r)
+        for (int n = 0; n < s.tileN; ++n) {
+          std::vector<Expr> iv = vars;
+          iv[s.dimM] = add(firstRow, intConst(r));
+          std::unordered_map<const Value *, Expr> values;
+          values[g.body().arguments[packInput].get()] = inputs[n];
+          // Choice 0: the extract loads the row's C choices as one vector.
+          values[g.body().arguments[choiceInput].get()] = intConst(0, choices->type.elem);
+          for (int i = 0; i < g.numInputs(); ++i) {
+            const Value *operand = g.input(i);
+            if (!operand->type.isTensor())
+              values[g.body().arguments[i].get()] = scalarOf(operand);
+            else if (i != packInput && i != choiceInput) // read along no loop dim
+              values[g.body().arguments[i].get()] = load(
+                  storageOf(operand).buffer, accessIndex(g.map(i), iv, storageOf(operand).dims),
+                  operand->type.elem);
+          }
+          Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step);
+          Expr slot =
+              mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
+          fini.push_back(store(sorted, add(mul(iv[s.dimM], width), slot), acc));
+        }
+      prefetchNextRows(tileRows, firstRow, step);
+      std::vector<Stmt> tile = std::move(init);
+      tile.push_back(loopOver(kk, intConst(k), std::move(step)));
+      tile.insert(tile.end(), fini.begin(), fini.end());
+      return loopOver(rankBlock, binary(OpKind::DivSI, ranks, intConst(s.tileN)), std::move(tile));
+    };
+    Expr o = vars[s.dimM];
+    emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
+                  load(sorted, add(mul(o, width), slotOf), elem), stmts);
     append(stmts);
   }
 
@@ -1463,7 +1650,6 @@ private:
     };
     std::vector<Expr> base(numLoops, intConst(0));
     Expr kk = var(freshName(fmt::format("d{}", s.dimK)), ElemKind::Index);
-    const Value *outArg = g.body().arguments.back().get();
     auto buildTile = [&](int tileRows, const Expr &firstRow) {
       std::vector<Stmt> init, step, fini;
       for (int r = 0; r < tileRows; ++r)
@@ -1485,19 +1671,11 @@ private:
                     load(storageOf(operand).buffer,
                          accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
             }
-            std::string acc = freshName("acc");
-            values[outArg] = var(acc, elem, lanes);
-            init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
-            BodyContext body{iv, extents, outArg, true};
-            choicesChecked_ = true;
-            choiceLanes_ = lanes;
-            step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
-            choiceLanes_ = 1;
-            choicesChecked_ = false;
+            Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step);
             Expr at =
                 add(mul(add(mul(iv[s.dimM], intConst(pairs)), intConst(p)), intConst(numChoices)),
                     intConst(vec * lanes));
-            fini.push_back(store(byChoice, at, var(acc, elem, lanes)));
+            fini.push_back(store(byChoice, at, acc));
           }
         }
       std::vector<Stmt> tile = std::move(init);

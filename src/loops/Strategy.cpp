@@ -18,6 +18,7 @@ const char *pipelineName(Pipeline p) {
   case Pipeline::ContractionDot: return "contraction.dot";
   case Pipeline::ContractionGather: return "contraction.gather";
   case Pipeline::ContractionChoices: return "contraction.choices";
+  case Pipeline::ContractionRanks: return "contraction.ranks";
   case Pipeline::ContractionStream: return "contraction.stream";
   }
   return "?";
@@ -39,12 +40,13 @@ ConfigOverride parseConfig(const std::string &text) {
       for (Pipeline p :
            {Pipeline::Loops, Pipeline::Elementwise, Pipeline::RowReduction,
             Pipeline::ContractionOuter, Pipeline::ContractionDot, Pipeline::ContractionGather,
-            Pipeline::ContractionChoices, Pipeline::ContractionStream})
+            Pipeline::ContractionChoices, Pipeline::ContractionRanks, Pipeline::ContractionStream})
         if (value == pipelineName(p))
           found = p;
       if (!found)
         throw bad(fmt::format("unknown pipeline '{}' (loops, contraction.outer, contraction.dot, "
-                              "contraction.gather, contraction.choices, contraction.stream)",
+                              "contraction.gather, contraction.choices, contraction.ranks, "
+                              "contraction.stream)",
                               value.str()));
       config.pipeline = found;
     } else if (key == "tile") {
@@ -341,6 +343,41 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
   return s;
 }
 
+// The choices as the lanes, the pairs ranked within their choice: for a chosen dim that is
+// one whole vector (8 or 16 f32). A step loads MR vectors of the gathered operand (a row's
+// choices, contiguous) and NR vectors of the packed input (NR ranks of every choice), for MR x
+// NR FMAs, where contraction.gather's broadcasts cost a load per FMA: on S9 at 32 tokens the
+// loads bound it at 1.44 FMAs a cycle. The ranks in use are the busiest choice's pairs, so
+// unbalanced choices waste lanes where contraction.gather would not.
+std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target &target,
+                                 std::string &why) {
+  const int64_t choices = nest.gather->choices;
+  Strategy s;
+  s.pipeline = Pipeline::ContractionRanks;
+  int64_t pairs = gatherRoles(nest, s, why);
+  if (pairs == 0)
+    return std::nullopt;
+  if (choices > lanes || choices * nest.elemBits < 256) {
+    why = fmt::format("{} choices are not a vector of 256 bits or more, nor at most {} lanes",
+                      choices, lanes);
+    return std::nullopt;
+  }
+  if (pairs < lanes) {
+    why = fmt::format("{} pairs fill no vector of {}", pairs, lanes);
+    return std::nullopt;
+  }
+  s.lanes = int(choices);
+  // NR: the ranks a balanced routing gives every choice, at most 4 (on S9 at 32 tokens, 6x4
+  // took 3.9-5.0 ms, 6x2 5.5-7.2, 4x4 4.8-5.3). MR: the rows the registers hold beside NR
+  // input vectors and a row's vector, and at most kL1Ways - 2: the rows stream side by side,
+  // and when they are a multiple of 4 KiB apart their lines share a set of the L1.
+  int64_t perChoice = (pairs + choices - 1) / choices;
+  s.tileN = int(std::clamp<int64_t>(perChoice, 1, 4));
+  s.tileM = std::clamp((target.vectorRegisters - s.tileN - 1) / s.tileN, 1, kL1Ways - 2);
+  s.tileM = int(std::min<int64_t>(s.tileM, nest.extents[s.dimM]));
+  return s;
+}
+
 // Every choice of a row at once, the choices being the lanes: for few pairs (fewer than a
 // vector, unless `forced`) and a chosen dim that is a whole number of vectors of 4 lanes or more
 // (at most 4 vectors). A tile is MR rows x every pair: MR x pairs x vectors accumulators, MR x
@@ -485,6 +522,17 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.tileM = config.tileM.value_or(s.tileM);
     return;
   }
+  if (s.pipeline == Pipeline::ContractionRanks) {
+    // N counts ranks, any number the registers hold; rows stream whole, with no k blocks.
+    if ((config.tileM && *config.tileM > extentOr1(nest, s.dimM)) || config.blockK.value_or(0) ||
+        config.pack.value_or(false))
+      throw Error(fmt::format("error: --config: contraction.ranks takes tile=MxN with M at most "
+                              "{}, and no k-block or packing",
+                              extentOr1(nest, s.dimM)));
+    s.tileM = config.tileM.value_or(s.tileM);
+    s.tileN = config.tileN.value_or(s.tileN);
+    return;
+  }
   if (!constantBesidesM(nest, s.dimM) && (config.blockK.value_or(0) || config.pack.value_or(false)))
     throw Error("error: --config: k blocks and packing need constant extents (but for m)");
   if (config.tileM)
@@ -544,6 +592,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
                                               *config.pipeline == Pipeline::ContractionDot ||
                                               *config.pipeline == Pipeline::ContractionGather ||
                                               *config.pipeline == Pipeline::ContractionChoices ||
+                                              *config.pipeline == Pipeline::ContractionRanks ||
                                               *config.pipeline == Pipeline::ContractionStream);
   auto allows = [&](Pipeline p) { return !config.pipeline || *config.pipeline == p; };
   if ((config.pipeline && !wantsContraction) || !hasReduction || nest.extents.empty())
@@ -567,10 +616,15 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     std::string whyChoices;
     if (whyNot.empty() && allows(Pipeline::ContractionChoices))
       chosen = tryChoices(nest, lanes, target, config.pipeline.has_value(), whyChoices);
+    std::string whyRanks;
+    if (!chosen && whyNot.empty() && allows(Pipeline::ContractionRanks))
+      chosen = tryRanks(nest, lanes, target, whyRanks);
     if (!chosen && whyNot.empty() && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())
-      whyNot = whyChoices.empty() ? "it reads an operand through a gather" : whyChoices;
+      whyNot = config.pipeline == Pipeline::ContractionRanks ? whyRanks
+               : whyChoices.empty()                           ? "it reads an operand through a gather"
+                                                              : whyChoices;
   } else if (whyNot.empty()) {
     if (allows(Pipeline::ContractionStream) && !hasRuntimeExtents(nest))
       chosen = tryStream(nest, lanes, target, whyOuter);
@@ -579,7 +633,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     if (!chosen && allows(Pipeline::ContractionDot))
       chosen = tryDot(nest, lanes, target, whyDot);
     if (!chosen && (config.pipeline == Pipeline::ContractionGather ||
-                    config.pipeline == Pipeline::ContractionChoices))
+                    config.pipeline == Pipeline::ContractionChoices ||
+                    config.pipeline == Pipeline::ContractionRanks))
       whyNot = "it reads no operand through a gather";
     else if (!chosen)
       whyNot = whyDot.empty() ? whyOuter : fmt::format("{}; {}", whyOuter, whyDot);
@@ -595,6 +650,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   // The gather pipelines chose their own k blocks and pack nothing the way the others do.
   bool gathers = chosen->pipeline == Pipeline::ContractionGather ||
                  chosen->pipeline == Pipeline::ContractionChoices ||
+                 chosen->pipeline == Pipeline::ContractionRanks ||
                  chosen->pipeline == Pipeline::ContractionStream;
   if (!gathers) {
     chosen->blockK = chooseBlockK(nest, *chosen);

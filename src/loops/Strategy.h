@@ -26,6 +26,15 @@
 //   one choice: each step broadcasts one element of A per row (MR x 1 tile), k-blocked so the
 //   tile's rows of A stay in L1. The m blocks are the outer, parallel loop, so each thread
 //   streams its own rows of A from memory once.
+// - contraction.ranks: the same contraction when the chosen dim is one whole vector (8 or 16
+//   f32, contiguous), in place of contraction.gather: the choices are the lanes. A pair's slot
+//   is its rank among the pairs of its choice times the choices plus its choice, so every
+//   vector of slots holds one rank of every choice, and a step loads one vector of a row's
+//   choices for NR vectors of slots (MR x NR tile, plain FMAs: no broadcast, which bounds
+//   contraction.gather at one load per FMA). The whole k runs in registers; the rows after the
+//   tile are prefetched into L2 in order as it runs, one stream instead of MR far apart. The
+//   ranks in use are the busiest choice's pairs (rounded up to NR): unbalanced choices waste
+//   lanes, which contraction.gather, chosen by hand, does not.
 // - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
 //   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
@@ -76,6 +85,7 @@ enum class Pipeline : uint8_t {
   ContractionDot,
   ContractionGather,
   ContractionChoices,
+  ContractionRanks,
   ContractionStream
 };
 
@@ -96,6 +106,7 @@ struct Strategy {
   bool isContraction() const {
     return pipeline == Pipeline::ContractionOuter || pipeline == Pipeline::ContractionDot ||
            pipeline == Pipeline::ContractionGather || pipeline == Pipeline::ContractionChoices ||
+           pipeline == Pipeline::ContractionRanks ||
            pipeline == Pipeline::ContractionStream;
   }
 };
