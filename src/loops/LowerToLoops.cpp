@@ -1589,14 +1589,18 @@ private:
         inputs[n] = bindLet(g.body().arguments[packInput].get(),
                             load(packed, add(mul(kk, width), slot), elem, lanes), step);
       }
-      for (int r = 0; r < tileRows; ++r)
+      for (int r = 0; r < tileRows; ++r) {
+        Expr rowRead;
         for (int n = 0; n < s.tileN; ++n) {
           std::vector<Expr> iv = vars;
           iv[s.dimM] = add(firstRow, intConst(r));
           std::unordered_map<const Value *, Expr> values;
           values[g.body().arguments[packInput].get()] = inputs[n];
-          // Choice 0: the extract loads the row's C choices as one vector.
+          // Choice 0: the extract loads the row's C choices as one vector, once per row (the
+          // body skips an op whose value is known).
           values[g.body().arguments[choiceInput].get()] = intConst(0, choices->type.elem);
+          if (rowRead)
+            values[extract->result()] = rowRead;
           for (int i = 0; i < g.numInputs(); ++i) {
             const Value *operand = g.input(i);
             if (!operand->type.isTensor())
@@ -1607,10 +1611,12 @@ private:
                   operand->type.elem);
           }
           Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step);
+          rowRead = values.at(extract->result());
           Expr slot =
               mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
           fini.push_back(store(sorted, add(mul(iv[s.dimM], width), slot), acc));
         }
+      }
       prefetchNextRows(tileRows, firstRow, step);
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(loopOver(kk, intConst(k), std::move(step)));
