@@ -112,14 +112,18 @@ TEST(Strategy, GoldenContractions) {
   // expert's pairs (8 per expert, so two blocks of four vectors). Each row loads one vector of
   // weights per k for NR FMAs: 6x4 with 32 registers, 2x4 with 16.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   // 8 tokens: two ranks per expert, so NR = 2 and more rows.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=16 k-block=32");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
   // registers allow, and k blocks whose 6 x 16 lines of 16 experts take 12 KiB of L1.
@@ -127,7 +131,8 @@ TEST(Strategy, GoldenContractions) {
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // With 16 lanes the 16 experts are one vector again, with four ranks each.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=16");
+            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=16"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // Forced, contraction.gather on 8 experts: 8 pairs per expert at 32 tokens fill 8 lanes, not
   // 16; 64 tokens fill 16. Rows 32000 bytes apart spread over the sets: eight rows, and a k
   // block that divides 1000.
@@ -193,9 +198,11 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   // Pairs need not be whole vectors: 24 pairs, three ranks per expert when balanced; or,
   // forced, contraction.gather with each group padded to whole vectors.
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x3 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x3 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(2, 32, 8, 2, 12)),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=2x1 lanes=8");
   EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"), "no error");
   EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(5, 32, 8, 2, 12), Target::avx2(),
                                                   loops::parseConfig("pipeline=contraction.gather"))),
@@ -207,7 +214,12 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("4 pairs fill no vector of 8"));
   EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
                                                   loops::parseConfig("tile=1x8"))),
-            "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+  // Forced by hand, contraction.ranks has no fallback.
+  EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
+                                                  loops::parseConfig("pipeline=contraction.ranks"))),
+            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8");
   EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "tile=9x1"),
               testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=16"),
@@ -399,12 +411,21 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
   const char *ranksTile = wide ? "6x4" : "2x4";
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
+  const std::string fallback =
+      fmt::format(" | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}", lanes);
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8: rank the pairs "
+                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8{}: rank the pairs "
                          "within their choice\n",
-                         ranksTile)));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         fmt::format(": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8\n", ranksTile)));
+                         ranksTile, fallback)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": contraction.ranks m=d0 n=- k=d3 tile={} "
+                                                    "lanes=8{}\n",
+                                                    ranksTile, fallback)));
+  // Ranks unless they would take over 25/18 of contraction.gather's vector steps.
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "if cmp.sle((ranks * 144), (gather_steps * {})) {{", 25 * lanes)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "  }} else {{\n    // linalg.generic at {}:64:5: contraction.gather",
+                         componentPath("moe/mul_mat_id.mlir"))));
   EXPECT_THAT(loops, testing::HasSubstr("let ranks: index = (((busiest + 3) / 4) * 4)"));
   EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..(ranks / 4) {"));
   EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = weights[((t"));

@@ -364,6 +364,10 @@ private:
   // thread costs microseconds. Generic mode stays single-threaded, as a baseline should.
   static constexpr int64_t kMinParallelElements = 1 << 16;
   static constexpr int64_t kMinChunkElements = 1 << 14;
+  // contraction.ranks runs while its vector steps are at most second/first of contraction.
+  // gather's: gather's broadcasts bound it at a load per FMA (1.44 FMAs a cycle on Zen 4),
+  // ranks' plain FMAs reach 2.
+  static constexpr std::pair<int64_t, int64_t> kRanksPerGatherStep = {18, 25};
   static constexpr int64_t kMinRuntimeRowElements = 1 << 8;
 
   // The cost of one point of a body in units of a load, an add and a store: an inline exp or a
@@ -558,7 +562,10 @@ private:
     }
     Strategy strategy = chooseStrategy(g, extents, result);
     if (strategy.pipeline == Pipeline::ContractionGather) {
-      emitGroupedGather(g, result, strategy, extents);
+      GatherParts parts = gatherParts(g, extents);
+      checkChoices(parts.extract, parts.choices);
+      std::vector<Stmt> stmts = groupedGather(g, result, strategy, extents);
+      append(stmts);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionChoices) {
@@ -566,7 +573,10 @@ private:
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionRanks) {
-      emitRankedGather(g, result, strategy, extents);
+      GatherParts parts = gatherParts(g, extents);
+      checkChoices(parts.extract, parts.choices);
+      std::vector<Stmt> stmts = rankedGather(g, result, strategy, extents);
+      append(stmts);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionStream) {
@@ -1283,8 +1293,8 @@ private:
   // (`group[v]` is vector v's choice, or X for none), and copy each pair's input column to its
   // slot (zero in the padding). Then, m blocks in parallel, an MR x 1 tile of accumulators per
   // vector of slots in use, stored by slot; and each pair's output read back from its slot.
-  void emitGroupedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
-                         const std::vector<Expr> &extents) {
+  std::vector<Stmt> groupedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
+                                  const std::vector<Expr> &extents) {
     const Op &op = g.op;
     const int lanes = s.lanes;
     const int numLoops = g.numLoops();
@@ -1293,7 +1303,7 @@ private:
         gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
     const int packInput = pairInputOf(g, choiceInput);
-    const int64_t vectors = (pairs + (lanes - 1) * std::min(numChoices, pairs)) / lanes;
+    const int64_t vectors = groupedVectors(pairs, numChoices, lanes);
     const int64_t slots = vectors * lanes;
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);
     ElemKind elem = op.result()->type.elem;
@@ -1318,7 +1328,6 @@ private:
     };
     // The choices are checked whatever the bounds checks: a wrong one would count outside
     // group_count.
-    checkChoices(extract, choices);
     std::vector<Stmt> stmts;
     Expr c = var(freshName("c"), ElemKind::Index);
     stmts.push_back(loopOver(c, numChoices, {store(count, c, intConst(0, ElemKind::I32))}));
@@ -1412,7 +1421,12 @@ private:
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * slots, pairs, vars, overPairs,
                   load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem), stmts);
-    append(stmts);
+    return stmts;
+  }
+
+  // contraction.gather's vectors of `lanes` pairs, at most: every choice's group padded.
+  static int64_t groupedVectors(int64_t pairs, int64_t choices, int64_t lanes) {
+    return (pairs + (lanes - 1) * std::min(choices, pairs)) / lanes;
   }
 
   // A fresh index variable per loop dim: d0, d1, ...
@@ -1494,8 +1508,8 @@ private:
   // the busiest choice has pairs (rounded up to NR). Then, m blocks in parallel, MR x NR
   // vectors of slots accumulated over the whole k, stored by slot; and each pair's output read
   // back from its slot.
-  void emitRankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
-                        const std::vector<Expr> &extents) {
+  std::vector<Stmt> rankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
+                                 const std::vector<Expr> &extents) {
     const Op &op = g.op;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
@@ -1505,7 +1519,16 @@ private:
     const int lanes = s.lanes; // numChoices: a lane per choice
     const int packInput = pairInputOf(g, choiceInput);
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);
-    const int64_t maxRanks = (pairs + s.tileN - 1) / s.tileN * s.tileN; // one choice takes all
+    // One choice may take every pair; with a fallback, ranks run only while they take at most
+    // 25/18 of its vector steps (see the balance test below).
+    int64_t maxRanks = (pairs + s.tileN - 1) / s.tileN * s.tileN;
+    if (s.unbalanced) {
+      const int64_t gatherLanes = s.unbalanced->lanes;
+      const int64_t gatherSteps = groupedVectors(pairs, numChoices, gatherLanes);
+      maxRanks = std::clamp<int64_t>(gatherSteps * gatherLanes * kRanksPerGatherStep.second /
+                                         (numChoices * kRanksPerGatherStep.first),
+                                     s.tileN, maxRanks);
+    }
     const ElemKind elem = op.result()->type.elem;
     int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
     int rankOf = addTemp("rank", ElemKind::I32, intConst(pairs));
@@ -1523,7 +1546,6 @@ private:
     auto loopOver = [&](Expr v, Expr trips, std::vector<Stmt> body) {
       return forLoop(v->name, std::move(trips), ForKind::Serial, std::move(body));
     };
-    checkChoices(extract, choices);
     std::vector<Stmt> stmts;
     Expr c = var(freshName("c"), ElemKind::Index);
     stmts.push_back(
@@ -1545,6 +1567,9 @@ private:
                                                 add(mostPairs, intConst(s.tileN - 1)),
                                                 intConst(s.tileN)),
                                          intConst(s.tileN))));
+    // The counting is shared with the balance test, which needs no more.
+    std::vector<Stmt> counting = std::move(stmts);
+    stmts.clear();
     Expr width = var(freshName("slots"), ElemKind::Index);
     stmts.push_back(let(width->name, mul(ranks, intConst(numChoices))));
     // The input, packed by slot: packed[kk, rank(pair) * C + choice(pair)] = x[pair, kk].
@@ -1558,7 +1583,7 @@ private:
         kk, intConst(k),
         overPairs({store(packed, add(mul(kk, width), slotOf),
                          load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
-    stmts[0]->comment = strategyComment(op, s) + ": rank the pairs within their choice";
+    counting[0]->comment = strategyComment(op, s) + ": rank the pairs within their choice";
 
     // The rows after the tile's, while it runs, when the rows are one contiguous region (each
     // row's k steps of C choices): a few lines a step, in order, so that memory sees one stream
@@ -1626,7 +1651,30 @@ private:
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
                   load(sorted, add(mul(o, width), slotOf), elem), stmts);
-    append(stmts);
+    if (!s.unbalanced) {
+      counting.insert(counting.end(), stmts.begin(), stmts.end());
+      return counting;
+    }
+    // Too unbalanced for ranks (see loops/Strategy.h): contraction.gather's vector steps are
+    // sum(ceil(pairs of c / L)) for its L lanes, ranks' are `ranks` of C lanes each.
+    const Strategy &grouped = *s.unbalanced;
+    std::string steps = freshName("gather_steps");
+    Expr gatherSteps = var(steps, ElemKind::Index);
+    std::vector<Stmt> choose = std::move(counting);
+    choose.push_back(local(steps, intConst(0)));
+    choose.push_back(loopOver(
+        c, intConst(numChoices),
+        {assign(steps, add(gatherSteps, binary(OpKind::DivSI,
+                                               add(loadIndex(count, c), intConst(grouped.lanes - 1)),
+                                               intConst(grouped.lanes))))}));
+    Stmt balanced = std::make_shared<StmtNode>(StmtKind::If);
+    balanced->value =
+        cmp("sle", mul(ranks, intConst(numChoices * kRanksPerGatherStep.first)),
+            mul(gatherSteps, intConst(grouped.lanes * kRanksPerGatherStep.second)));
+    balanced->body = std::move(stmts);
+    balanced->elseBody = groupedGather(g, result, grouped, extents);
+    choose.push_back(balanced);
+    return choose;
   }
 
   // contraction.choices (see loops/Strategy.h): a tile of MR rows computes every choice of

@@ -616,9 +616,12 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     std::string whyChoices;
     if (whyNot.empty() && allows(Pipeline::ContractionChoices))
       chosen = tryChoices(nest, lanes, target, config.pipeline.has_value(), whyChoices);
-    std::string whyRanks;
+    std::string whyRanks, whyGather;
     if (!chosen && whyNot.empty() && allows(Pipeline::ContractionRanks))
       chosen = tryRanks(nest, lanes, target, whyRanks);
+    if (chosen && chosen->pipeline == Pipeline::ContractionRanks && !config.pipeline)
+      if (auto gather = tryGather(nest, lanes, target, whyGather))
+        chosen->unbalanced = std::make_shared<const Strategy>(*gather);
     if (!chosen && whyNot.empty() && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())
@@ -675,6 +678,8 @@ std::string describe(const Strategy &s) {
     text += " split=k";
   if (s.packInput >= 0)
     text += fmt::format(" pack=#{}{}", s.packInput, s.packTransposed ? "^T" : "");
+  if (s.unbalanced)
+    text += " | unbalanced: " + describe(*s.unbalanced);
   return text;
 }
 

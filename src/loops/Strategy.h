@@ -33,8 +33,11 @@
 //   choices for NR vectors of slots (MR x NR tile, plain FMAs: no broadcast, which bounds
 //   contraction.gather at one load per FMA). The whole k runs in registers; the rows after the
 //   tile are prefetched into L2 in order as it runs, one stream instead of MR far apart. The
-//   ranks in use are the busiest choice's pairs (rounded up to NR): unbalanced choices waste
-//   lanes, which contraction.gather, chosen by hand, does not.
+//   ranks in use are the busiest choice's pairs (rounded up to NR), so unbalanced choices waste
+//   lanes: the kernel counts the pairs of each choice first and runs a contraction.gather nest
+//   instead when ranks would take more than 25/18 of its vector steps (its broadcasts make
+//   its steps that much slower; one expert taking all 64 pairs of S9 at 32 tokens: ranks
+//   12.8-13.6 ms, contraction.gather 4.6-5.1). Printed `| unbalanced: contraction.gather ...`.
 // - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
 //   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
@@ -63,6 +66,7 @@
 
 #include "ir/IR.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,6 +105,9 @@ struct Strategy {
   int packInput = -1;                  // the input packed into panels (outer), or -1
   bool packTransposed = false;         // it is read along k, not n: packing transposes it
   bool splitK = false;                 // stream: the parts split k, not n
+  /// contraction.ranks: the contraction.gather that runs instead when the choices turn out
+  /// too unbalanced for ranks (decided when the kernel runs); none when forced by hand.
+  std::shared_ptr<const Strategy> unbalanced;
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
