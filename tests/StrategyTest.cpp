@@ -110,19 +110,24 @@ TEST(Strategy, GoldenContractions) {
           "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
   // S9 at T = 32, 8 experts: the experts are the lanes and each vector holds a rank of every
   // expert's pairs (8 per expert, so two blocks of four vectors). Each row loads one vector of
-  // weights per k for NR FMAs: 6x4 with 32 registers, 2x4 with 16.
+  // weights per k for NR FMAs: up to 6 rows with 32 registers, but 4 divide the 3584 rows and
+  // leave no short tile; 2x4 with 16.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
             "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8"
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
-  // 8 tokens: two ranks per expert, so NR = 2 and more rows.
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
+  // 8 tokens: two ranks per expert, so NR = 2 and more rows (4 of the 6 that fit divide 3584);
+  // 3600 rows take 6.
+  EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8)),
             "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=8"
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=16 k-block=32");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
@@ -131,7 +136,7 @@ TEST(Strategy, GoldenContractions) {
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // With 16 lanes the 16 experts are one vector again, with four ranks each.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x4 lanes=16"
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // Forced, contraction.gather on 8 experts: 8 pairs per expert at 32 tokens fill 8 lanes, not
   // 16; 64 tokens fill 16. Rows 32000 bytes apart spread over the sets: eight rows, and a k
@@ -409,7 +414,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
-  const char *ranksTile = wide ? "6x4" : "2x4";
+  const char *ranksTile = wide ? "4x4" : "2x4";
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
   const std::string fallback =
       fmt::format(" | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}", lanes);
@@ -429,8 +434,8 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("let ranks: index = (((busiest + 3) / 4) * 4)"));
   EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..(ranks / 4) {"));
   EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = weights[((t"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch weights[((((m_block * 6) + 6) * 256) + "
-                                               "(d3 * 48))]"
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch weights[((((m_block * 4) + 4) * 256) + "
+                                               "(d3 * 32))]"
                                              : "prefetch weights[((((m_block * 2) + 2) * 256) + "
                                                "(d3 * 16))]"));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));

@@ -373,8 +373,18 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // and when they are a multiple of 4 KiB apart their lines share a set of the L1.
   int64_t perChoice = (pairs + choices - 1) / choices;
   s.tileN = int(std::clamp<int64_t>(perChoice, 1, 4));
-  s.tileM = std::clamp((target.vectorRegisters - s.tileN - 1) / s.tileN, 1, kL1Ways - 2);
-  s.tileM = int(std::min<int64_t>(s.tileM, nest.extents[s.dimM]));
+  // Of MR and the sizes down to two thirds of it, the largest that divides the rows: no
+  // leftover tile to compile (S9 at 32 tokens: 4x4 compiles in 71 ms, 6x4 and its 2x4 leftover
+  // in 85, and both run in 3.8-4.2 ms).
+  const int64_t rows = nest.extents[s.dimM];
+  const int most = int(std::min<int64_t>(
+      std::clamp((target.vectorRegisters - s.tileN - 1) / s.tileN, 1, kL1Ways - 2), rows));
+  s.tileM = most;
+  for (int mr = most; mr * 3 >= most * 2; --mr)
+    if (rows % mr == 0) {
+      s.tileM = mr;
+      break;
+    }
   return s;
 }
 
