@@ -194,8 +194,9 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("it reads an operand through a gather"));
   EXPECT_THAT(error(matmulNest(64, 64, 64), "pipeline=contraction.gather"),
               testing::HasSubstr("it reads no operand through a gather"));
-  EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,tile=3x1,k-block=16"),
-            "no error");
+  EXPECT_EQ(
+      error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,tile=3x1,k-block=16"),
+      "no error");
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,tile=2x2"),
               testing::HasSubstr("does not fit"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,k-block=48"),
@@ -209,9 +210,10 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
             "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=2x1 lanes=8");
   EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"), "no error");
-  EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(5, 32, 8, 2, 12), Target::avx2(),
-                                                  loops::parseConfig("pipeline=contraction.gather"))),
-            "contraction.gather m=d0 n=- k=d3 tile=5x1 lanes=8");
+  EXPECT_EQ(
+      loops::describe(loops::selectStrategy(mulMatIdNest(5, 32, 8, 2, 12), Target::avx2(),
+                                            loops::parseConfig("pipeline=contraction.gather"))),
+      "contraction.gather m=d0 n=- k=d3 tile=5x1 lanes=8");
   // Fewer choices than a 256-bit vector, or more than the lanes, are no ranks.
   EXPECT_THAT(error(mulMatIdNest(64, 64, 4, 2, 32), "pipeline=contraction.ranks"),
               testing::HasSubstr("4 choices are not a vector of 256 bits or more"));
@@ -222,9 +224,10 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
             "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
   // Forced by hand, contraction.ranks has no fallback.
-  EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
-                                                  loops::parseConfig("pipeline=contraction.ranks"))),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8");
+  EXPECT_EQ(
+      loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
+                                            loops::parseConfig("pipeline=contraction.ranks"))),
+      "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8");
   EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "tile=9x1"),
               testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=16"),

@@ -561,22 +561,20 @@ private:
       }
     }
     Strategy strategy = chooseStrategy(g, extents, result);
-    if (strategy.pipeline == Pipeline::ContractionGather) {
+    if (strategy.pipeline == Pipeline::ContractionGather ||
+        strategy.pipeline == Pipeline::ContractionRanks) {
+      // The choices are checked whatever the bounds checks: a wrong one would count outside
+      // the per-choice counts.
       GatherParts parts = gatherParts(g, extents);
       checkChoices(parts.extract, parts.choices);
-      std::vector<Stmt> stmts = groupedGather(g, result, strategy, extents);
+      std::vector<Stmt> stmts = strategy.pipeline == Pipeline::ContractionGather
+                                    ? groupedGather(g, result, strategy, extents)
+                                    : rankedGather(g, result, strategy, extents);
       append(stmts);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionChoices) {
       emitChoiceLanes(g, result, strategy, extents);
-      return;
-    }
-    if (strategy.pipeline == Pipeline::ContractionRanks) {
-      GatherParts parts = gatherParts(g, extents);
-      checkChoices(parts.extract, parts.choices);
-      std::vector<Stmt> stmts = rankedGather(g, result, strategy, extents);
-      append(stmts);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionStream) {
@@ -1326,8 +1324,6 @@ private:
     auto loopOver = [&](Expr v, int64_t trips, std::vector<Stmt> body) {
       return forLoop(v->name, intConst(trips), ForKind::Serial, std::move(body));
     };
-    // The choices are checked whatever the bounds checks: a wrong one would count outside
-    // group_count.
     std::vector<Stmt> stmts;
     Expr c = var(freshName("c"), ElemKind::Index);
     stmts.push_back(loopOver(c, numChoices, {store(count, c, intConst(0, ElemKind::I32))}));
@@ -1560,13 +1556,14 @@ private:
     std::string busiest = freshName("busiest");
     Expr mostPairs = var(busiest, ElemKind::Index);
     stmts.push_back(local(busiest, intConst(0)));
-    stmts.push_back(loopOver(c, intConst(numChoices),
-                             {assign(busiest, binary(OpKind::MaxSI, mostPairs, loadIndex(count, c)))}));
+    stmts.push_back(
+        loopOver(c, intConst(numChoices),
+                 {assign(busiest, binary(OpKind::MaxSI, mostPairs, loadIndex(count, c)))}));
     Expr ranks = var(freshName("ranks"), ElemKind::Index);
-    stmts.push_back(let(ranks->name, mul(binary(OpKind::DivSI,
-                                                add(mostPairs, intConst(s.tileN - 1)),
-                                                intConst(s.tileN)),
-                                         intConst(s.tileN))));
+    stmts.push_back(
+        let(ranks->name,
+            mul(binary(OpKind::DivSI, add(mostPairs, intConst(s.tileN - 1)), intConst(s.tileN)),
+                intConst(s.tileN))));
     // The counting is shared with the balance test, which needs no more.
     std::vector<Stmt> counting = std::move(stmts);
     stmts.clear();
@@ -1577,7 +1574,8 @@ private:
     Expr j = var(freshName("j"), ElemKind::Index);
     const TensorStorage &x = storageOf(g.input(packInput));
     stmts.push_back(loopOver(
-        kk, intConst(k), {loopOver(j, width, {store(packed, add(mul(kk, width), j), floatConst(0, elem))})}));
+        kk, intConst(k),
+        {loopOver(j, width, {store(packed, add(mul(kk, width), j), floatConst(0, elem))})}));
     Expr slotOf = add(mul(loadIndex(rankOf, pair), intConst(numChoices)), choice);
     stmts.push_back(loopOver(
         kk, intConst(k),
@@ -1631,9 +1629,9 @@ private:
             if (!operand->type.isTensor())
               values[g.body().arguments[i].get()] = scalarOf(operand);
             else if (i != packInput && i != choiceInput) // read along no loop dim
-              values[g.body().arguments[i].get()] = load(
-                  storageOf(operand).buffer, accessIndex(g.map(i), iv, storageOf(operand).dims),
-                  operand->type.elem);
+              values[g.body().arguments[i].get()] =
+                  load(storageOf(operand).buffer,
+                       accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
           }
           Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step);
           rowRead = values.at(extract->result());
@@ -1664,13 +1662,13 @@ private:
     choose.push_back(local(steps, intConst(0)));
     choose.push_back(loopOver(
         c, intConst(numChoices),
-        {assign(steps, add(gatherSteps, binary(OpKind::DivSI,
-                                               add(loadIndex(count, c), intConst(grouped.lanes - 1)),
-                                               intConst(grouped.lanes))))}));
+        {assign(steps,
+                add(gatherSteps,
+                    binary(OpKind::DivSI, add(loadIndex(count, c), intConst(grouped.lanes - 1)),
+                           intConst(grouped.lanes))))}));
     Stmt balanced = std::make_shared<StmtNode>(StmtKind::If);
-    balanced->value =
-        cmp("sle", mul(ranks, intConst(numChoices * kRanksPerGatherStep.first)),
-            mul(gatherSteps, intConst(grouped.lanes * kRanksPerGatherStep.second)));
+    balanced->value = cmp("sle", mul(ranks, intConst(numChoices * kRanksPerGatherStep.first)),
+                          mul(gatherSteps, intConst(grouped.lanes * kRanksPerGatherStep.second)));
     balanced->body = std::move(stmts);
     balanced->elseBody = groupedGather(g, result, grouped, extents);
     choose.push_back(balanced);

@@ -636,8 +636,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())
       whyNot = config.pipeline == Pipeline::ContractionRanks ? whyRanks
-               : whyChoices.empty()                           ? "it reads an operand through a gather"
-                                                              : whyChoices;
+               : whyChoices.empty() ? "it reads an operand through a gather"
+                                    : whyChoices;
   } else if (whyNot.empty()) {
     if (allows(Pipeline::ContractionStream) && !hasRuntimeExtents(nest))
       chosen = tryStream(nest, lanes, target, whyOuter);

@@ -113,8 +113,7 @@ struct Strategy {
   bool isContraction() const {
     return pipeline == Pipeline::ContractionOuter || pipeline == Pipeline::ContractionDot ||
            pipeline == Pipeline::ContractionGather || pipeline == Pipeline::ContractionChoices ||
-           pipeline == Pipeline::ContractionRanks ||
-           pipeline == Pipeline::ContractionStream;
+           pipeline == Pipeline::ContractionRanks || pipeline == Pipeline::ContractionStream;
   }
 };
 
