@@ -91,7 +91,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
                          });
 
 // Every override that fits gives the oracle's answer; the strategy it asked for is the one the
-// loop IR reports.
+// loop IR reports. With k blocks, the next k block's panel is packed a chunk of rows after each
+// m block: 3x1 at k-block 64 over 37 rows packs 8 rows after each of the first 8 of 12 tiles,
+// 6x1 at k-block 128 packs 32 rows (22 would not divide 128) after 4 of 6.
 class MatmulConfigTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(MatmulConfigTest, OverridesKeepResults) {
@@ -119,7 +121,8 @@ TEST_P(MatmulConfigTest, OverridesKeepResults) {
 INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
                          testing::Values("pipeline=loops", "tile=1x1", "tile=5x2", "tile=3x4",
                                          "tile=8x1,k-block=64", "pack=0", "pack=1,k-block=256",
-                                         "tile=7x2,k-block=128,pack=1"),
+                                         "tile=7x2,k-block=128,pack=1", "tile=3x1,k-block=64",
+                                         "tile=6x1,k-block=128"),
                          [](const auto &info) {
                            std::string name = info.param;
                            for (char &c : name)

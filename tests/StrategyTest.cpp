@@ -401,8 +401,19 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
                                              : "// pack this block's 512x32 panel of '%w'"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[1048576]"
-                                             : "temp packed_w: f32[2097152]"));
+  // Two panel slots per n block: the m blocks pack the next k block's panel into the other,
+  // a chunk of rows after each tile, prefetched before it (wide: 21 tiles for 256 rows, 13
+  // rows a chunk would not divide them; narrow: 64 tiles of 2 rows, 8 rows a chunk).
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[2097152]"
+                                             : "temp packed_w: f32[4194304]"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 16 rows of the next k block's panel\n"
+                                             : "// prefetch 8 rows of the next k block's panel\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "if andi(cmp.slt((k_block + 1), 16), "
+                                               "cmp.slt(m_block, 16)) {\n"
+                                             : "if andi(cmp.slt((k_block + 1), 8), "
+                                               "cmp.slt(m_block, 64)) {\n"));
+  EXPECT_THAT(loops, testing::HasSubstr("prefetch w[((n_block * "));
+  EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
 
   // GEMV: each part of the output adds four rows of the weights at a time.
   loops = linear.function("matmul").emit(Stage::Loops, {"1x4096xf32", "4096x4096xf32"});

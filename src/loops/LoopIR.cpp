@@ -195,6 +195,13 @@ Stmt store(int buffer, Expr index, Expr value) {
   n.value = std::move(value);
   return makeStmt(std::move(n));
 }
+Stmt ifThen(Expr condition, std::vector<Stmt> body, std::vector<Stmt> elseBody) {
+  StmtNode n{StmtKind::If};
+  n.value = std::move(condition);
+  n.body = std::move(body);
+  n.elseBody = std::move(elseBody);
+  return makeStmt(std::move(n));
+}
 Stmt prefetch(int buffer, Expr index) {
   StmtNode n{StmtKind::Prefetch};
   n.buffer = buffer;

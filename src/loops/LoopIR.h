@@ -15,8 +15,10 @@
 // - `Check` stops the kernel when its condition is false, reporting check `buffer` (an index into
 //   Program::checks) with the values of `index` and `value` (e.g. the index and the bound).
 // - `Prefetch` asks the caches for the line holding element `index` of `buffer` ahead of its
-//   reads. It has no effect on the results, and an index past the buffer is harmless (a
-//   prefetch never faults), so a loop may prefetch a fixed distance ahead without a bound.
+//   reads. It has no effect on the results, and an index past the buffer does not fault, but
+//   it may cost a page walk each time (S7's panels, prefetched past the weights in their last
+//   k block, ran twice as slow in some processes), so a loop keeps its prefetches in bounds
+//   where they run often.
 // - `DimParam` and `ScalarParam` read the kernel's runtime arguments: the dims of the inputs
 //   (generic mode) and the scalar arguments (f32 eps, or unspecialized integers).
 // - Vectors: an expression has `lanes` (1 for a scalar). A Load with lanes L reads L consecutive
@@ -122,6 +124,7 @@ Stmt let(const std::string &name, Expr value);
 Stmt local(const std::string &name, Expr init);
 Stmt assign(const std::string &name, Expr value);
 Stmt store(int buffer, Expr index, Expr value);
+Stmt ifThen(Expr condition, std::vector<Stmt> body, std::vector<Stmt> elseBody = {});
 /// A hint that element `index` of `buffer` is read soon, into the L2 cache.
 Stmt prefetch(int buffer, Expr index);
 /// Stops the kernel with check `id` unless `condition`; reports `observed` and `bound`.

@@ -1032,11 +1032,35 @@ private:
     // Packed B: panel after panel of (k-block x NR vectors), each contiguous.
     const int64_t panelK = s.blockK ? s.blockK : (s.packInput >= 0 ? extent(s.dimK) : 0);
     const int64_t panelRow = int64_t(s.tileN) * lanes;
+    const bool runtimeM = s.dimM >= 0 && !asConstant(extents[s.dimM]);
+    const int64_t mTiles = s.dimM >= 0 && !runtimeM ? extent(s.dimM) / s.tileM : 0;
+    // With k blocks, each k block's m blocks pack the next k block's panel a few rows after
+    // each tile (`chunkRows`), into the other of two panel slots, while the tile prefetched
+    // those rows into L2: reading B from memory then overlaps the products instead of
+    // stalling a pack of the whole panel (S7 loses 14% to it). The first k block's panel is
+    // packed whole.
+    const bool interleaved = s.packInput >= 0 && !s.packTransposed && s.blockK && mTiles >= 2 &&
+                             extent(s.dimK) / s.blockK >= 2;
+    // The fewest rows that divide the panel into at most one chunk per m block.
+    int64_t chunkRows = interleaved ? (panelK + mTiles - 1) / mTiles : 1;
+    while (panelK % chunkRows)
+      ++chunkRows;
+    const int64_t slots = interleaved ? 2 : 1;
     int packed = -1;
     Stmt pack;
+    std::vector<Stmt> prefetchChunk, packChunk; // interleaved: before and after each tile
     // The pack is redone in every iteration of the parallel dims outside the tile, each into a
     // region of its own (parallel iterations must not share one); `region` is its start.
     Expr region = intConst(0);
+    auto slotOf = [&](const Expr &kb) {
+      if (auto c = asConstant(kb); c || !interleaved)
+        return intConst(interleaved ? *c & 1 : 0);
+      return binary(OpKind::AndI, kb, intConst(1));
+    };
+    auto panelAt = [&](const Expr &kb) {
+      return add(region,
+                 mul(add(mul(nBlock, intConst(slots)), slotOf(kb)), intConst(panelK * panelRow)));
+    };
     if (s.packInput >= 0) {
       const Value *operand = g.input(s.packInput);
       const TensorStorage &t = storageOf(operand);
@@ -1046,40 +1070,66 @@ private:
           region = add(mul(region, intConst(extent(d))), vars[d]);
           regions *= extent(d);
         }
-      region = mul(region, intConst(panelK * extent(s.dimN)));
-      packed =
-          addTemp("packed_" + operand->name, elem, intConst(regions * panelK * extent(s.dimN)));
+      region = mul(region, intConst(slots * panelK * extent(s.dimN)));
+      packed = addTemp("packed_" + operand->name, elem,
+                       intConst(regions * slots * panelK * extent(s.dimN)));
       const Expr &panel = nBlock;
       Expr row = var(freshName("row"), ElemKind::Index);
-      auto kAt = [&](const Expr &r) {
-        return s.blockK ? add(mul(kBlock, intConst(s.blockK)), r) : r;
+      auto kAt = [&](const Expr &kb, const Expr &r) {
+        return s.blockK ? add(mul(kb, intConst(s.blockK)), r) : r;
       };
-      auto packedAt = [&](const Expr &r, const Expr &column) {
-        return add(
-            add(add(region, mul(panel, intConst(panelK * panelRow))), mul(r, intConst(panelRow))),
-            column);
+      auto packedAt = [&](const Expr &kb, const Expr &r, const Expr &column) {
+        return add(add(panelAt(kb), mul(r, intConst(panelRow))), column);
       };
+      Expr firstK = interleaved ? intConst(0) : kBlock;
       if (s.packTransposed) {
         // Column after column of the panel, each read contiguously along k.
         Expr column = var(freshName("column"), ElemKind::Index);
         std::vector<Expr> iv = vars;
         iv[s.dimN] = add(mul(panel, intConst(panelRow)), column);
-        iv[s.dimK] = kAt(row);
-        Stmt copy = store(packed, packedAt(row, column),
+        iv[s.dimK] = kAt(firstK, row);
+        Stmt copy = store(packed, packedAt(firstK, row, column),
                           load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem));
         pack = forLoop(column->name, intConst(panelRow), ForKind::Serial,
                        {forLoop(row->name, intConst(panelK), ForKind::Serial, {copy})});
       } else {
-        std::vector<Stmt> copies;
-        for (int c = 0; c < s.tileN; ++c) {
-          std::vector<Expr> iv = vars;
-          iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
-          iv[s.dimK] = kAt(row);
-          copies.push_back(
-              store(packed, packedAt(row, intConst(c * lanes)),
-                    load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
+        auto copyRow = [&](const Expr &kb, const Expr &r) {
+          std::vector<Stmt> copies;
+          for (int c = 0; c < s.tileN; ++c) {
+            std::vector<Expr> iv = vars;
+            iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
+            iv[s.dimK] = kAt(kb, r);
+            copies.push_back(
+                store(packed, packedAt(kb, r, intConst(c * lanes)),
+                      load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
+          }
+          return copies;
+        };
+        pack = forLoop(row->name, intConst(panelK), ForKind::Serial, copyRow(firstK, row));
+        if (interleaved) {
+          // Tile m prefetches chunk m of the next k block's panel before its products, and
+          // packs it after them.
+          Expr next = add(kBlock, intConst(1));
+          Expr when = binary(OpKind::AndI, cmp("slt", next, intConst(extent(s.dimK) / s.blockK)),
+                             cmp("slt", mBlock, intConst(panelK / chunkRows)));
+          Expr chunk = mul(mBlock, intConst(chunkRows));
+          std::vector<Stmt> prefetches;
+          for (int64_t r = 0; r < chunkRows; ++r)
+            for (int c = 0; c < s.tileN; ++c) {
+              std::vector<Expr> iv = vars;
+              iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
+              iv[s.dimK] = kAt(next, add(chunk, intConst(r)));
+              prefetches.push_back(prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims)));
+            }
+          prefetchChunk.push_back(ifThen(when, std::move(prefetches)));
+          prefetchChunk.back()->comment =
+              fmt::format("prefetch {} rows of the next k block's panel", chunkRows);
+          Expr chunkRow = var(freshName("row"), ElemKind::Index);
+          packChunk.push_back(
+              ifThen(when, {forLoop(chunkRow->name, intConst(chunkRows), ForKind::Serial,
+                                    copyRow(next, add(chunk, chunkRow)))}));
+          packChunk.back()->comment = "then pack them";
         }
-        pack = forLoop(row->name, intConst(panelK), ForKind::Serial, std::move(copies));
       }
       pack->comment = fmt::format("pack this block's {}x{} panel of '%{}'{}", panelK, panelRow,
                                   operand->name, s.packTransposed ? ", transposed" : "");
@@ -1115,8 +1165,7 @@ private:
                 std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
             auto &e = loaded[key];
             if (!e && i == s.packInput) {
-              Expr at = add(add(add(region, mul(nBlock, intConst(panelK * panelRow))),
-                                mul(vars[s.dimK], intConst(panelRow))),
+              Expr at = add(add(panelAt(kBlock), mul(vars[s.dimK], intConst(panelRow))),
                             intConst(c * lanes));
               e = bindLet(arg, load(packed, at, elem, lanes), step);
             } else if (!e) {
@@ -1178,8 +1227,10 @@ private:
     // Rows left over when MR does not divide M: one shorter tile after the m blocks. The
     // strategy never picks (nor accepts) a tile taller than a constant M. A runtime M leaves
     // its rows to a loop of one-row tiles.
-    const bool runtimeM = s.dimM >= 0 && !asConstant(extents[s.dimM]);
-    std::vector<Stmt> stmts = buildTile(s.tileM, mul(mBlock, intConst(s.tileM)));
+    std::vector<Stmt> stmts = prefetchChunk;
+    for (Stmt &tileStmt : buildTile(s.tileM, mul(mBlock, intConst(s.tileM))))
+      stmts.push_back(tileStmt);
+    stmts.insert(stmts.end(), packChunk.begin(), packChunk.end());
     std::vector<Stmt> leftover;
     Expr mTrips = intConst(0); // 0: no m loop
     if (runtimeM) {
@@ -1247,8 +1298,10 @@ private:
       if (loops[l].first == mBlock) {
         insideM = false;
         stmts.insert(stmts.end(), leftover.begin(), leftover.end());
-        if (pack)
+        if (pack && !interleaved)
           stmts.insert(stmts.begin(), pack);
+      } else if (loops[l].first == kBlock && interleaved) {
+        stmts.insert(stmts.begin(), pack);
       } else if (insideM && !leftover.empty()) {
         leftover = {wrap(std::move(leftover))};
       }
@@ -1409,9 +1462,9 @@ private:
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(loopOver(kk, blockK, std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
-      Stmt inUse = std::make_shared<StmtNode>(StmtKind::If);
-      inUse->value = cmp("ult", load(group, v, ElemKind::I32), intConst(numChoices, ElemKind::I32));
-      inUse->body = std::move(tile);
+      Stmt inUse =
+          ifThen(cmp("ult", load(group, v, ElemKind::I32), intConst(numChoices, ElemKind::I32)),
+                 std::move(tile));
       return loopOver(kBlock, k / blockK, {loopOver(v, vectors, {inUse})});
     };
     Expr o = vars[s.dimM];
@@ -1666,12 +1719,10 @@ private:
                 add(gatherSteps,
                     binary(OpKind::DivSI, add(loadIndex(count, c), intConst(grouped.lanes - 1)),
                            intConst(grouped.lanes))))}));
-    Stmt balanced = std::make_shared<StmtNode>(StmtKind::If);
-    balanced->value = cmp("sle", mul(ranks, intConst(numChoices * kRanksPerGatherStep.first)),
-                          mul(gatherSteps, intConst(grouped.lanes * kRanksPerGatherStep.second)));
-    balanced->body = std::move(stmts);
-    balanced->elseBody = groupedGather(g, result, grouped, extents);
-    choose.push_back(balanced);
+    choose.push_back(
+        ifThen(cmp("sle", mul(ranks, intConst(numChoices * kRanksPerGatherStep.first)),
+                   mul(gatherSteps, intConst(grouped.lanes * kRanksPerGatherStep.second))),
+               std::move(stmts), groupedGather(g, result, grouped, extents)));
     return choose;
   }
 

@@ -15,7 +15,11 @@
 //   each step broadcasting one element of "A" per row and loading NR vectors of "B";
 //   optionally blocked over k so the B panel stays in L1 while all m blocks pass over it, and
 //   with B packed panel by panel into contiguous memory first when its rows are far apart (a
-//   large power-of-two row stride maps every row of a panel to the same cache sets);
+//   large power-of-two row stride maps every row of a panel to the same cache sets). With k
+//   blocks the panels take turns in two slots: the m blocks of one k block pack the next k
+//   block's panel into the other slot a chunk of rows after each tile, having prefetched the
+//   chunk into L2 before the tile, so reading B overlaps the products (S7: a whole-panel pack
+//   stalls the tiles for 14% of the time);
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
 //   along k, summed across lanes once at the end.
