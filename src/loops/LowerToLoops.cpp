@@ -1033,12 +1033,14 @@ private:
     const int64_t panelK = s.blockK ? s.blockK : (s.packInput >= 0 ? extent(s.dimK) : 0);
     const int64_t panelRow = int64_t(s.tileN) * lanes;
     const bool runtimeM = s.dimM >= 0 && !asConstant(extents[s.dimM]);
-    const int64_t mTiles = s.dimM >= 0 && !runtimeM ? extent(s.dimM) / s.tileM : 0;
+    // m blocks: a runtime m counts as kNominalExtent rows.
+    const int64_t mTiles =
+        s.dimM < 0 ? 0 : asConstant(extents[s.dimM]).value_or(kNominalExtent) / s.tileM;
     // With k blocks, each k block's m blocks pack the next k block's panel a few rows after
     // each tile (`chunkRows`), into the other of two panel slots, while the tile prefetched
     // those rows into L2: reading B from memory then overlaps the products instead of
     // stalling a pack of the whole panel (S7 loses 14% to it). The first k block's panel is
-    // packed whole.
+    // packed whole, and so are the rows of a runtime m's fewer m blocks did not pack.
     const bool interleaved = s.packInput >= 0 && !s.packTransposed && s.blockK && mTiles >= 2 &&
                              extent(s.dimK) / s.blockK >= 2;
     // The fewest rows that divide the panel into at most one chunk per m block.
@@ -1049,6 +1051,7 @@ private:
     int packed = -1;
     Stmt pack;
     std::vector<Stmt> prefetchChunk, packChunk; // interleaved: before and after each tile
+    Stmt packRest; // interleaved, runtime m: after the m blocks, the chunks none packed
     // The pack is redone in every iteration of the parallel dims outside the tile, each into a
     // region of its own (parallel iterations must not share one); `region` is its start.
     Expr region = intConst(0);
@@ -1129,6 +1132,19 @@ private:
               ifThen(when, {forLoop(chunkRow->name, intConst(chunkRows), ForKind::Serial,
                                     copyRow(next, add(chunk, chunkRow)))}));
           packChunk.back()->comment = "then pack them";
+          if (runtimeM) {
+            const int64_t chunks = panelK / chunkRows;
+            Expr packedRows =
+                mul(binary(OpKind::MinSI, binary(OpKind::DivSI, extents[s.dimM], intConst(s.tileM)),
+                           intConst(chunks)),
+                    intConst(chunkRows));
+            Expr rest = var(freshName("row"), ElemKind::Index);
+            packRest =
+                ifThen(cmp("slt", next, intConst(extent(s.dimK) / s.blockK)),
+                       {forLoop(rest->name, binary(OpKind::SubI, intConst(panelK), packedRows),
+                                ForKind::Serial, copyRow(next, add(packedRows, rest)))});
+            packRest->comment = "pack the rest of the next k block's panel";
+          }
         }
       }
       pack->comment = fmt::format("pack this block's {}x{} panel of '%{}'{}", panelK, panelRow,
@@ -1298,6 +1314,8 @@ private:
       if (loops[l].first == mBlock) {
         insideM = false;
         stmts.insert(stmts.end(), leftover.begin(), leftover.end());
+        if (packRest)
+          stmts.push_back(packRest);
         if (pack && !interleaved)
           stmts.insert(stmts.begin(), pack);
       } else if (loops[l].first == kBlock && interleaved) {
