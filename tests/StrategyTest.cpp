@@ -412,7 +412,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                                                "cmp.slt(m_block, 16)) {\n"
                                              : "if andi(cmp.slt((k_block + 1), 8), "
                                                "cmp.slt(m_block, 64)) {\n"));
-  EXPECT_THAT(loops, testing::HasSubstr("prefetch w[((n_block * "));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch w[((n_block * 64) + ((((k_block + 1) * "
+                                               "256) + ((m_block * 16) + row_1)) * 4096))]\n"
+                                             : "prefetch w[((n_block * 32) + ((((k_block + 1) * "
+                                               "512) + ((m_block * 8) + row_1)) * 4096))]\n"));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
 
   // GEMV: each part of the output adds four rows of the weights at a time.

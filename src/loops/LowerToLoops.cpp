@@ -1116,15 +1116,16 @@ private:
           Expr when = binary(OpKind::AndI, cmp("slt", next, intConst(extent(s.dimK) / s.blockK)),
                              cmp("slt", mBlock, intConst(panelK / chunkRows)));
           Expr chunk = mul(mBlock, intConst(chunkRows));
+          Expr prefetchRow = var(freshName("row"), ElemKind::Index);
           std::vector<Stmt> prefetches;
-          for (int64_t r = 0; r < chunkRows; ++r)
-            for (int c = 0; c < s.tileN; ++c) {
-              std::vector<Expr> iv = vars;
-              iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
-              iv[s.dimK] = kAt(next, add(chunk, intConst(r)));
-              prefetches.push_back(prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims)));
-            }
-          prefetchChunk.push_back(ifThen(when, std::move(prefetches)));
+          for (int c = 0; c < s.tileN; ++c) {
+            std::vector<Expr> iv = vars;
+            iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
+            iv[s.dimK] = kAt(next, add(chunk, prefetchRow));
+            prefetches.push_back(prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims)));
+          }
+          prefetchChunk.push_back(ifThen(when, {forLoop(prefetchRow->name, intConst(chunkRows),
+                                                        ForKind::Serial, std::move(prefetches))}));
           prefetchChunk.back()->comment =
               fmt::format("prefetch {} rows of the next k block's panel", chunkRows);
           Expr chunkRow = var(freshName("row"), ElemKind::Index);
