@@ -110,48 +110,33 @@ std::vector<PartialCase> partialCases() {
 
   // Token count as matmul's M, with K and N baked in: contraction.outer with a runtime number
   // of m blocks and one-row tiles for the rows left over (fewer rows than a tile, too).
-  cases.push_back({"linear/matmul.mlir",
-                   "matmul",
-                   "x:0",
-                   {1, 5, 16, 37, 100},
-                   1e-4,
-                   1e-5,
-                   [](int64_t n, auto &f, auto &, auto &, auto &args) {
-                     const int64_t k = 96, cols = 208;
-                     f = {oracle::randomFloats(n * k, 41 + n), oracle::randomFloats(k * cols, 42)};
-                     args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
-                             Tensor::borrow(f[1].data(), DType::F32, {k, cols})};
-                     std::vector<double> y(n * cols, 0.0);
-                     for (int64_t i = 0; i < n; ++i)
-                       for (int64_t j = 0; j < cols; ++j)
-                         for (int64_t p = 0; p < k; ++p)
-                           y[i * cols + j] += double(f[0][i * k + p]) * f[1][p * cols + j];
-                     return y;
-                   },
-                   "matmul"});
-
+  auto matmulCase = [](int64_t k, int64_t cols, std::vector<int64_t> sizes, uint64_t seed,
+                       std::string name) {
+    return PartialCase{
+        "linear/matmul.mlir",
+        "matmul",
+        "x:0",
+        std::move(sizes),
+        1e-4,
+        1e-5,
+        [=](int64_t n, auto &f, auto &, auto &, auto &args) {
+          f = {oracle::randomFloats(n * k, seed + n), oracle::randomFloats(k * cols, seed + 1)};
+          args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
+                  Tensor::borrow(f[1].data(), DType::F32, {k, cols})};
+          std::vector<double> y(n * cols, 0.0);
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < cols; ++j)
+              for (int64_t p = 0; p < k; ++p)
+                y[i * cols + j] += double(f[0][i * k + p]) * f[1][p * cols + j];
+          return y;
+        },
+        std::move(name)};
+  };
+  cases.push_back(matmulCase(96, 208, {1, 5, 16, 37, 100}, 41, "matmul"));
   // With k blocks (768 rows of W in three panels of 256 x 128): the m blocks pack the next
   // panel 8 rows after each of their first 32 tiles, and the rows fewer m blocks leave are
   // packed after them (all of them with one row, none with 300).
-  cases.push_back({"linear/matmul.mlir",
-                   "matmul",
-                   "x:0",
-                   {1, 5, 37, 300},
-                   1e-4,
-                   1e-5,
-                   [](int64_t n, auto &f, auto &, auto &, auto &args) {
-                     const int64_t k = 768, cols = 128;
-                     f = {oracle::randomFloats(n * k, 43 + n), oracle::randomFloats(k * cols, 44)};
-                     args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
-                             Tensor::borrow(f[1].data(), DType::F32, {k, cols})};
-                     std::vector<double> y(n * cols, 0.0);
-                     for (int64_t i = 0; i < n; ++i)
-                       for (int64_t j = 0; j < cols; ++j)
-                         for (int64_t p = 0; p < k; ++p)
-                           y[i * cols + j] += double(f[0][i * k + p]) * f[1][p * cols + j];
-                     return y;
-                   },
-                   "matmul_k_blocks"});
+  cases.push_back(matmulCase(768, 128, {1, 5, 37, 300}, 43, "matmul_k_blocks"));
 
   cases.push_back({"moe/mul_mat_id.mlir", "mul_mat_id", "input:2,ids:1", tokens, 1e-4, 1e-4,
                    [](int64_t n, auto &f, auto &, auto &ids, auto &args) {
