@@ -1041,8 +1041,8 @@ private:
     // those rows into L2: reading B from memory then overlaps the products instead of
     // stalling a pack of the whole panel (S7 loses 14% to it). The first k block's panel is
     // packed whole, and so are the rows of a runtime m's fewer m blocks did not pack.
-    const bool interleaved = s.packInput >= 0 && !s.packTransposed && s.blockK && mTiles >= 2 &&
-                             extent(s.dimK) / s.blockK >= 2;
+    const int64_t kBlocks = s.blockK ? extent(s.dimK) / s.blockK : 0; // k blocks need a constant k
+    const bool interleaved = s.packInput >= 0 && !s.packTransposed && kBlocks >= 2 && mTiles >= 2;
     // The fewest rows that divide the panel into at most one chunk per m block.
     int64_t chunkRows = interleaved ? (panelK + mTiles - 1) / mTiles : 1;
     while (panelK % chunkRows)
@@ -1113,8 +1113,9 @@ private:
           // Tile m prefetches chunk m of the next k block's panel before its products, and
           // packs it after them.
           Expr next = add(kBlock, intConst(1));
-          Expr when = binary(OpKind::AndI, cmp("slt", next, intConst(extent(s.dimK) / s.blockK)),
-                             cmp("slt", mBlock, intConst(panelK / chunkRows)));
+          Expr hasNext = cmp("slt", next, intConst(kBlocks));
+          Expr when =
+              binary(OpKind::AndI, hasNext, cmp("slt", mBlock, intConst(panelK / chunkRows)));
           Expr chunk = mul(mBlock, intConst(chunkRows));
           Expr prefetchRow = var(freshName("row"), ElemKind::Index);
           std::vector<Stmt> prefetches;
@@ -1140,10 +1141,9 @@ private:
                            intConst(chunks)),
                     intConst(chunkRows));
             Expr rest = var(freshName("row"), ElemKind::Index);
-            packRest =
-                ifThen(cmp("slt", next, intConst(extent(s.dimK) / s.blockK)),
-                       {forLoop(rest->name, binary(OpKind::SubI, intConst(panelK), packedRows),
-                                ForKind::Serial, copyRow(next, add(packedRows, rest)))});
+            packRest = ifThen(
+                hasNext, {forLoop(rest->name, binary(OpKind::SubI, intConst(panelK), packedRows),
+                                  ForKind::Serial, copyRow(next, add(packedRows, rest)))});
             packRest->comment = "pack the rest of the next k block's panel";
           }
         }
@@ -1278,7 +1278,7 @@ private:
       if (nTrips)
         loops.push_back({nBlock, intConst(nTrips)});
       if (s.blockK)
-        loops.push_back({kBlock, intConst(extent(s.dimK) / s.blockK)});
+        loops.push_back({kBlock, intConst(kBlocks)});
       if (hasM)
         loops.push_back({mBlock, mTrips});
     } else {
