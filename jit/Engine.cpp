@@ -1,6 +1,7 @@
 // LLJIT, target machine and O3 pipeline.
 #include "Engine.h"
 #include "Pipeline.h"
+#include "codegen/MathFunctions.h"
 #include "ir/Diagnostics.h"
 #include "runtime/Parallel.h"
 
@@ -101,6 +102,7 @@ struct Engine::Impl {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::string cpu, features;
   bool avx512 = false;
+  bool avx512Math = false; // AVX-512 F and DQ, which frank's 16-lane exp uses
   // Kernel names hash the whole cache key, so a name seen before is the same code: contexts
   // that compile the same kernel share it.
   std::unordered_map<std::string, EntryFn> compiled;
@@ -120,6 +122,7 @@ struct Engine::Impl {
     cpu = builder.getCPU();
     features = builder.getFeatures().getString();
     avx512 = features.find("+avx512f") != std::string::npos;
+    avx512Math = avx512 && features.find("+avx512dq") != std::string::npos;
     // Hardware gathers are microcoded on every x86 we target, and slow where a mitigation
     // (Intel's for Gather Data Sampling) or a VM makes them so: 7.7 cycles per element on the
     // Zen 4 VMs here, where mul_mat_id's strided expert loads took 3x the DRAM time. Loads
@@ -216,8 +219,10 @@ struct Engine::Impl {
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
     llvm::TargetLibraryInfoImpl libraryInfo(machine->getTargetTriple());
-    if (useVectorMath)
+    if (useVectorMath) {
       libraryInfo.addVectorizableFunctions(vectorMath);
+      libraryInfo.addVectorizableFunctions(mathVectorMappings());
+    }
     fam.registerPass([&] { return llvm::TargetLibraryAnalysis(libraryInfo); });
     llvm::PipelineTuningOptions tuning;
     tuning.LoopVectorization = true;
@@ -234,6 +239,7 @@ struct Engine::Impl {
     builder.registerLoopAnalyses(lam);
     builder.crossRegisterProxies(lam, fam, cgam, mam);
     builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
+    defineMathFunctions(module, avx512Math);
   }
 };
 

@@ -125,7 +125,7 @@ struct UnaryCase {
   Tolerance tol;
 };
 
-// Tolerances as in MathTest (libm and libmvec within 4 ulp, the inline exp about 2); sin and cos
+// Tolerances as in MathTest (libm and libmvec within 4 ulp, frank's exp about 1); sin and cos
 // of huge angles and tanh/erf near zero compare absolutely through the floor.
 const UnaryCase kUnary[] = {
     {"arith.negf", [](double x) { return -x; }, {0.5, 1e-30, true}},

@@ -1,5 +1,6 @@
 // Code generation from loop IR with IRBuilder.
 #include "codegen/Codegen.h"
+#include "codegen/MathFunctions.h"
 #include "ir/Ops.h"
 
 #include <llvm/IR/IRBuilder.h>
@@ -214,52 +215,6 @@ private:
     return r->getType() == x->getType() ? r : b_.CreateFPTrunc(r, x->getType());
   }
 
-  // exp(x) for f32 as straight-line arithmetic the loop vectorizer can widen, about 2 ulp over
-  // the whole range. x = n*ln2 + r with n rounded by adding 1.5*2^23 (no float-to-int
-  // conversion, so NaN stays NaN and never becomes poison), a degree-6 polynomial for e^r
-  // (Cephes), and 2^n as two factors built in the exponent bits, so that results past
-  // FLT_MAX become +inf and results below FLT_MIN become subnormal or 0 by the multiplies
-  // themselves, with no selects. The clamps only keep n within the two factors' range; they
-  // are selects that lower to one vminps/vmaxps each and pass NaN through.
-  llvm::Value *inlineExpF32(llvm::Value *x) {
-    llvm::Type *type = x->getType(); // f32 or a vector of f32
-    auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
-    auto fmul = [&](llvm::Value *a, llvm::Value *b) {
-      return floatBinary(llvm::Instruction::FMul, a, b, false);
-    };
-    auto fadd = [&](llvm::Value *a, llvm::Value *b) {
-      return floatBinary(llvm::Instruction::FAdd, a, b, false);
-    };
-    auto fsub = [&](llvm::Value *a, llvm::Value *b) {
-      return floatBinary(llvm::Instruction::FSub, a, b, false);
-    };
-    llvm::Type *intType =
-        type->isVectorTy() ? static_cast<llvm::Type *>(
-                                 llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type)))
-                           : b_.getInt32Ty();
-    auto i = [&](int64_t v) { return llvm::ConstantInt::get(intType, v); };
-    // e^89 overflows and e^-104 rounds to 0, so n stays within [-150, 128].
-    llvm::Value *clamped = b_.CreateSelect(b_.CreateFCmpOGT(x, c(89.0)), c(89.0), x);
-    clamped = b_.CreateSelect(b_.CreateFCmpOLT(clamped, c(-104.0)), c(-104.0), clamped);
-    const double magic = 12582912.0; // 1.5 * 2^23: adding it rounds to an integer
-    llvm::Value *shifted = fadd(fmul(clamped, c(1.44269504088896341)), c(magic));
-    llvm::Value *n = fsub(shifted, c(magic));
-    llvm::Value *r = fsub(fsub(clamped, fmul(n, c(0.693359375))), fmul(n, c(-2.12194440e-4)));
-    llvm::Value *r2 = fmul(r, r);
-    llvm::Value *poly = c(1.9875691500E-4);
-    for (double k :
-         {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1})
-      poly = fadd(fmul(poly, r), c(k));
-    llvm::Value *er = fadd(fadd(fmul(poly, r2), r), c(1.0));
-    // n as an integer: shifted and magic share their exponent, so their bits differ by n.
-    llvm::Value *ni = b_.CreateSub(b_.CreateBitCast(shifted, intType), i(0x4B400000));
-    llvm::Value *half = b_.CreateAShr(ni, i(1));
-    auto pow2 = [&](llvm::Value *e) { // 2^e for e in [-126, 127]
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, i(127)), i(23)), type);
-    };
-    return fmul(fmul(er, pow2(half)), pow2(b_.CreateSub(ni, half)));
-  }
-
   // The lane sums of N vectors of L lanes (powers of two, N <= L) as one N-lane vector. Each
   // level pairs the vectors and adds two shuffles of each pair: with blocks of B lanes, the even
   // blocks of the result sum neighbouring blocks of the first vector and the odd blocks those of
@@ -319,7 +274,7 @@ private:
     case OpKind::NegF: return b_.CreateFNeg(x);
     case OpKind::Exp:
       if (options_.vectorMath && x->getType()->getScalarType()->isFloatTy())
-        return inlineExpF32(x);
+        return callExpF32(*module_, b_, x);
       return intrinsic(llvm::Intrinsic::exp, {x});
     case OpKind::Exp2: return intrinsic(llvm::Intrinsic::exp2, {x});
     case OpKind::Log: return intrinsic(llvm::Intrinsic::log, {x});

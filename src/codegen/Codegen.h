@@ -20,8 +20,8 @@ namespace frank {
 struct CodegenOptions {
   /// FMA contraction everywhere, reassociation where the loop IR allows it.
   bool fastMath = true;
-  /// Vectorizable math: an inline polynomial for exp, and calls the optimizer may widen to the
-  /// host's vector math library (libmvec) for the rest. Off: scalar libm calls.
+  /// Vectorizable math: exp as a call to frank's own (MathFunctions.h), and calls the optimizer
+  /// may widen to the host's vector math library (libmvec) for the rest. Off: scalar libm calls.
   bool vectorMath = true;
 };
 

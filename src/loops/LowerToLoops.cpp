@@ -370,8 +370,8 @@ private:
   static constexpr std::pair<int64_t, int64_t> kRanksPerGatherStep = {18, 25};
   static constexpr int64_t kMinRuntimeRowElements = 1 << 8;
 
-  // The cost of one point of a body in units of a load, an add and a store: an inline exp or a
-  // libm call is some 30 vector instructions per vector (Codegen.cpp), a divide or a square
+  // The cost of one point of a body in units of a load, an add and a store: exp or a libm call
+  // is some 12 to 30 vector instructions per vector (MathFunctions.cpp), a divide or a square
   // root a few.
   static int64_t pointCost(const Block &body) {
     int64_t cost = 1;

@@ -1,0 +1,34 @@
+// \file Math functions that kernels call by name while the optimizer runs and that become inline
+// code after it.
+//
+// The loop vectorizer widens a call only to a vector function it has a mapping for, and it
+// widens scalar code only into instructions that have a scalar form. A call to `frank.exp.f32`,
+// mapped to `frank.exp.v16f32` (as libmvec's functions are mapped to theirs), lets the 16-lane
+// version use two AVX-512 instructions the vectorizer would never produce: vpermps, for a table
+// of 2^(j/16), and vscalefps, for the power of two. Once the optimizer is done,
+// `defineMathFunctions` gives every declared math function its body and inlines it.
+#pragma once
+
+#include <llvm/Analysis/TargetLibraryInfo.h>
+
+#include <vector>
+
+namespace llvm {
+class IRBuilderBase;
+class Module;
+class Value;
+} // namespace llvm
+
+namespace frank {
+
+/// A call to exp for `x` (f32 or a vector of f32); the function is declared on first use.
+llvm::Value *callExpF32(llvm::Module &module, llvm::IRBuilderBase &builder, llvm::Value *x);
+
+/// The vector versions of the math functions for the loop vectorizer, at 4, 8 and 16 lanes.
+std::vector<llvm::VecDesc> mathVectorMappings();
+
+/// Gives the math functions `module` declares their bodies (the 16-lane ones with AVX-512 F and
+/// DQ instructions where `avx512`) and inlines every call to them.
+void defineMathFunctions(llvm::Module &module, bool avx512);
+
+} // namespace frank
