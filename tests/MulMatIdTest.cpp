@@ -192,6 +192,48 @@ INSTANTIATE_TEST_SUITE_P(Forced, MulMatIdPipelines,
                                               pipeline.substr(pipeline.find('.') + 1));
                          });
 
+// contraction.ranks with k blocks, forced by hand: every m block runs once per k block and adds
+// to its slots what the earlier blocks left there. Rows that leave a short tile (17 and 9 rows
+// with 4-row tiles), several ranks per expert and one expert taking every pair.
+struct KBlockCase {
+  MoeShape shape;
+  int64_t blockK;
+};
+
+class MulMatIdRanksKBlocks : public testing::TestWithParam<KBlockCase> {};
+
+TEST_P(MulMatIdRanksKBlocks, MatchesOracle) {
+  const KBlockCase &c = GetParam();
+  const MoeDims &d = c.shape.dims;
+  ContextOptions options;
+  options.loweringConfig = fmt::format("pipeline=contraction.ranks,k-block={}", c.blockK);
+  Context forced(options);
+  Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+  const std::vector<std::string> types = {
+      fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
+      fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
+      fmt::format("{}x{}xi32", d.used, d.tokens)};
+  EXPECT_THAT(fn.emit(Stage::Loops, types),
+              testing::HasSubstr(fmt::format("for k_block in 0..{} {{", d.nIn / c.blockK)));
+  checkMulMatId(d, c.shape.routing, Mode::Specialized, fn);
+}
+
+const KBlockCase kKBlockCases[] = {
+    {{{17, 64, 8, 2, 32}, Routing::Distinct}, 16},
+    {{{9, 40, 8, 2, 32}, Routing::Repeated}, 8},
+    {{{13, 96, 8, 1, 100}, Routing::Same}, 32},
+    {{{64, 512, 8, 2, 64}, Routing::Distinct}, 128},
+};
+
+INSTANTIATE_TEST_SUITE_P(Forced, MulMatIdRanksKBlocks, testing::ValuesIn(kKBlockCases),
+                         [](const auto &info) {
+                           const MoeDims &d = info.param.shape.dims;
+                           return fmt::format("out{}_in{}_k{}_t{}_{}_kblock{}", d.nOut, d.nIn,
+                                              d.used, d.tokens,
+                                              routingName(info.param.shape.routing),
+                                              info.param.blockK);
+                         });
+
 // ---- routing and selection -----------------------------------------------------------------
 
 // Only the selected experts are read: with every expert but one filled with NaN, routing every

@@ -111,15 +111,20 @@ TEST(Strategy, GoldenContractions) {
   // S9 at T = 32, 8 experts: the experts are the lanes and each vector holds a rank of every
   // expert's pairs (8 per expert, so two blocks of four vectors). Each row loads one vector of
   // weights per k for NR FMAs: up to 6 rows with 32 registers, but 4 divide the 3584 rows and
-  // leave no short tile; 2x4 with 16.
+  // leave no short tile; 2x4 with 16. The packed input, for twice the 8 ranks, takes 512 bytes
+  // a k: k blocks of 512 keep a block within 256 KiB of L2.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8"
+            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=512"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8"
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512"
+            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+  // S10's down projection: 3584 = 7 x 512.
+  EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32), Target::avx512()),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   // 8 tokens: two ranks per expert, so NR = 2 and more rows (4 of the 6 that fit divide 3584);
-  // 3600 rows take 6.
+  // 3600 rows take 6. The packed input (128 KiB for twice the ranks) needs no k blocks.
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8)),
             "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
@@ -127,7 +132,7 @@ TEST(Strategy, GoldenContractions) {
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8"
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=256"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=16 k-block=32");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
@@ -136,7 +141,7 @@ TEST(Strategy, GoldenContractions) {
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // With 16 lanes the 16 experts are one vector again, with four ranks each.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16"
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512"
             " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // Forced, contraction.gather on 8 experts: 8 pairs per expert at 32 tokens fill 8 lanes, not
   // 16; 64 tokens fill 16. Rows 32000 bytes apart spread over the sets: eight rows, and a k
@@ -230,8 +235,14 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
       "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8");
   EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "tile=9x1"),
               testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=16"),
-              testing::HasSubstr("and no k-block or packing"));
+  // k blocks by hand: they must divide k.
+  EXPECT_THAT(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
+                                                    loops::parseConfig("k-block=16"))),
+              testing::StartsWith("contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=16 |"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=24"),
+              testing::HasSubstr("k-block 24 does not divide the nest's one reduction dim (64)"));
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pack=1"),
+              testing::HasSubstr("and no packing"));
 }
 
 TEST(Strategy, WhyPlainLoops) {
@@ -457,6 +468,28 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                                              : "prefetch weights[((minsi(((m_block * 2) + 2), 62) "
                                                "* 256) + (d3 * 16))]"));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
+  // k blocks by hand: the m blocks run once per block, each tile starting from its slots' sums
+  // (0 in the first block), reading its block of the packed input and prefetching the next
+  // tile's rows of the same block, row after row.
+  ContextOptions blockOptions;
+  blockOptions.loweringConfig = "k-block=16";
+  Context blockContext(blockOptions);
+  loops = blockContext.load(componentPath("moe/mul_mat_id.mlir"))
+              .function("mul_mat_id")
+              .emit(Stage::Loops, t64);
+  EXPECT_THAT(loops,
+              testing::HasSubstr("// each m block adds the k block's products to its slots\n"
+                                 "    for k_block in 0..2 {\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
+                                        "broadcast<8>(0f), by_slot[(((m_block * "));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * slots) + "));
+  EXPECT_THAT(loops, testing::HasSubstr("for d3 in 0..16 {"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         wide ? "prefetch weights[((((minsi(((m_block * 4) + 4), 60) + "
+                                "divui((d3 * 2), 8)) * 256) + (k_block * 128)) + (remui((d3 * 2), "
+                                "8) * 16))]"
+                              : "prefetch weights[((((minsi(((m_block * 2) + 2), 62) + "
+                                "divui(d3, 8)) * 256) + (k_block * 128)) + (remui(d3, 8) * 16))]"));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
   ContextOptions gatherOptions;
   gatherOptions.loweringConfig = "pipeline=contraction.gather";

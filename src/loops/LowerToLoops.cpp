@@ -1488,7 +1488,8 @@ private:
     };
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * slots, pairs, vars, overPairs,
-                  load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem), stmts);
+                  load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem),
+                  kBlock, 1, stmts);
     return stmts;
   }
 
@@ -1515,20 +1516,27 @@ private:
 
   // The end of contraction.gather and contraction.ranks: the m blocks of `buildTile(MR, first
   // row)` in parallel (`work` elements of the nest in all), one shorter tile for the rows MR
-  // leaves over, then each pair's sum, `pairSum` at row vars[m], added to the output.
+  // leaves over, then each pair's sum, `pairSum` at row vars[m], added to the output. With
+  // `kBlocks` > 1, the m blocks and the shorter tile run once per k block, k_block by k_block.
   void emitSlotTiles(GenericView &g, const TensorStorage &result, const Strategy &s,
                      const std::function<Stmt(int, const Expr &)> &buildTile, const Expr &mBlock,
                      int64_t rows, int64_t work, int64_t pairs, const std::vector<Expr> &vars,
                      const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs,
-                     const Expr &pairSum, std::vector<Stmt> &stmts) {
+                     const Expr &pairSum, const Expr &kBlock, int64_t kBlocks,
+                     std::vector<Stmt> &stmts) {
     const int64_t mTrips = rows / s.tileM;
     Stmt nest = forLoop(mBlock->name, intConst(mTrips), ForKind::Parallel,
                         {buildTile(s.tileM, mul(mBlock, intConst(s.tileM)))});
-    nest->bound = minChunk(work, mTrips);
+    nest->bound = minChunk(work / kBlocks, mTrips);
     nest->comment = strategyComment(g.op, s);
-    stmts.push_back(nest);
+    std::vector<Stmt> tiles = {nest};
     if (rows % s.tileM)
-      stmts.push_back(buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)));
+      tiles.push_back(buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)));
+    if (kBlocks > 1) {
+      tiles = {forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial, std::move(tiles))};
+      tiles[0]->comment = "each m block adds the k block's products to its slots";
+    }
+    stmts.insert(stmts.end(), tiles.begin(), tiles.end());
     Expr outIndex = accessIndex(g.outputMap(), vars, result.dims);
     Stmt unpack =
         forLoop(vars[s.dimM]->name, intConst(rows), ForKind::Parallel,
@@ -1551,15 +1559,17 @@ private:
   }
 
   // One accumulator of a tile whose gathered read loads `lanes` choices at once
-  // (contraction.choices, contraction.ranks): zero in `init`, the body's sum in `step`.
+  // (contraction.choices, contraction.ranks): `initial` (zero when null) in `init`, the body's
+  // sum in `step`.
   Expr choiceLanesAccumulator(GenericView &g, std::unordered_map<const Value *, Expr> &values,
                               const std::vector<Expr> &iv, const std::vector<Expr> &extents,
-                              int lanes, std::vector<Stmt> &init, std::vector<Stmt> &step) {
+                              int lanes, std::vector<Stmt> &init, std::vector<Stmt> &step,
+                              Expr initial = nullptr) {
     const Value *outArg = g.body().arguments.back().get();
     const ElemKind elem = g.op.result()->type.elem;
     std::string acc = freshName("acc");
     values[outArg] = var(acc, elem, lanes);
-    init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
+    init.push_back(local(acc, initial ? initial : broadcast(floatConst(0, elem), lanes)));
     BodyContext body{iv, extents, outArg, true};
     choicesChecked_ = true;
     choiceLanes_ = lanes;
@@ -1655,24 +1665,43 @@ private:
                          load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
     counting[0]->comment = strategyComment(op, s) + ": rank the pairs within their choice";
 
-    // The rows after the tile's, while it runs, when the rows are one contiguous region (each
-    // row's k steps of C choices): a few lines a step, in order, so that memory sees one stream
-    // rather than MR streams 32 KiB apart (S9 at 32 tokens: 4.0-4.4 ms against 4.7-5.0).
-    // Into L2, which holds them until the next m block reads them. The last tile prefetches
-    // its own rows rather than past the weights (see prefetch in LoopIR.h).
+    // With k blocks (the packed input too large for L2 beside the streaming weights), the m
+    // blocks run once per k block, each tile adding the block's products to its slots, so that
+    // the block of the packed input stays in cache for all of them.
+    const int64_t blockK = s.blockK ? s.blockK : k, kBlocks = k / blockK;
+    Expr kBlock = var(freshName("k_block"), ElemKind::Index);
+    Expr kAt = kBlocks > 1 ? add(mul(kBlock, intConst(blockK)), kk) : kk;
+
+    // The rows after the tile's, while it runs, when each row's k steps of C choices are
+    // contiguous: a few lines a step, in order, so that memory sees one stream rather than MR
+    // streams 32 KiB apart (S9 at 32 tokens: 4.0-4.4 ms against 4.7-5.0). Into L2, which holds
+    // them until the next m block reads them. With k blocks, the next rows' lines of this k
+    // block, row after row. The last tile prefetches its own rows rather than past the weights
+    // (see prefetch in LoopIR.h).
     const NestShape::Gather gathered = *gatherOf(g);
     const int64_t strideM = gathered.strides[s.dimM], strideK = gathered.strides[s.dimK];
     const int64_t lineElems = 64 / (elemBits(elem) / 8);
     auto prefetchNextRows = [&](int tileRows, const Expr &firstRow, std::vector<Stmt> &step) {
-      if (strideM != k * strideK || strideK != numChoices)
+      const int64_t rowLines = blockK * strideK / lineElems;
+      if (strideM != k * strideK || strideK != numChoices || rowLines * lineElems != blockK * strideK)
         return;
-      const int64_t linesPerStep = (tileRows * strideM / lineElems + k - 1) / k;
+      const int64_t linesPerStep = (tileRows * rowLines + blockK - 1) / blockK;
       Expr nextRow =
           binary(OpKind::MinSI, add(firstRow, intConst(tileRows)), intConst(rows - tileRows));
+      const int weights = storageOf(extract->operands[0]).buffer;
       Expr next = add(mul(nextRow, intConst(strideM)), mul(kk, intConst(linesPerStep * lineElems)));
-      for (int64_t line = 0; line < linesPerStep; ++line)
-        step.push_back(prefetch(storageOf(extract->operands[0]).buffer,
-                                add(next, intConst(line * lineElems))));
+      for (int64_t line = 0; line < linesPerStep; ++line) {
+        if (kBlocks == 1) { // one stretch of memory
+          step.push_back(prefetch(weights, add(next, intConst(line * lineElems))));
+          continue;
+        }
+        Expr nth = add(mul(kk, intConst(linesPerStep)), intConst(line)); // of the tile's lines
+        Expr row = add(nextRow, binary(OpKind::DivUI, nth, intConst(rowLines)));
+        Expr lineOfRow = binary(OpKind::RemUI, nth, intConst(rowLines));
+        step.push_back(prefetch(weights, add(add(mul(row, intConst(strideM)),
+                                                 mul(kBlock, intConst(blockK * strideK))),
+                                             mul(lineOfRow, intConst(lineElems)))));
+      }
     };
 
     // The tile: MR rows x NR vectors of slots, from rank block `rank_block` on.
@@ -1684,13 +1713,14 @@ private:
       for (int n = 0; n < s.tileN; ++n) {
         Expr slot = mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
         inputs[n] = bindLet(g.body().arguments[packInput].get(),
-                            load(packed, add(mul(kk, width), slot), elem, lanes), step);
+                            load(packed, add(mul(kAt, width), slot), elem, lanes), step);
       }
       for (int r = 0; r < tileRows; ++r) {
         Expr rowRead;
         for (int n = 0; n < s.tileN; ++n) {
           std::vector<Expr> iv = vars;
           iv[s.dimM] = add(firstRow, intConst(r));
+          iv[s.dimK] = kAt;
           std::unordered_map<const Value *, Expr> values;
           values[g.body().arguments[packInput].get()] = inputs[n];
           // Choice 0: the extract loads the row's C choices as one vector, once per row (the
@@ -1707,22 +1737,27 @@ private:
                   load(storageOf(operand).buffer,
                        accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
           }
-          Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step);
-          rowRead = values.at(extract->result());
           Expr slot =
               mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
-          fini.push_back(store(sorted, add(mul(iv[s.dimM], width), slot), acc));
+          Expr at = add(mul(iv[s.dimM], width), slot);
+          Expr initial = kBlocks == 1 ? nullptr
+                                      : select(cmp("eq", kBlock, intConst(0)),
+                                               broadcast(floatConst(0, elem), lanes),
+                                               load(sorted, at, elem, lanes));
+          Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step, initial);
+          rowRead = values.at(extract->result());
+          fini.push_back(store(sorted, at, acc));
         }
       }
       prefetchNextRows(tileRows, firstRow, step);
       std::vector<Stmt> tile = std::move(init);
-      tile.push_back(loopOver(kk, intConst(k), std::move(step)));
+      tile.push_back(loopOver(kk, intConst(blockK), std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
       return loopOver(rankBlock, binary(OpKind::DivSI, ranks, intConst(s.tileN)), std::move(tile));
     };
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
-                  load(sorted, add(mul(o, width), slotOf), elem), stmts);
+                  load(sorted, add(mul(o, width), slotOf), elem), kBlock, kBlocks, stmts);
     if (!s.unbalanced) {
       counting.insert(counting.end(), stmts.begin(), stmts.end());
       return counting;
