@@ -35,8 +35,11 @@
 //   is its rank among the pairs of its choice times the choices plus its choice, so every
 //   vector of slots holds one rank of every choice, and a step loads one vector of a row's
 //   choices for NR vectors of slots (MR x NR tile, plain FMAs: no broadcast, which bounds
-//   contraction.gather at one load per FMA). The whole k runs in registers; the rows after the
-//   tile are prefetched into L2 in order as it runs, one stream instead of MR far apart. The
+//   contraction.gather at one load per FMA). The whole k runs in registers, or, when the packed
+//   input (k x ranks x choices) would pass a quarter of L2, one k block at a time: the m blocks
+//   run once per k block and add to their slots, so that a block of the packed input serves
+//   every m block from cache. The rows after the tile (their lines of the k block) are
+//   prefetched into L2 in order as it runs, one stream instead of MR far apart. The
 //   ranks in use are the busiest choice's pairs (rounded up to NR), so unbalanced choices waste
 //   lanes: the kernel counts the pairs of each choice first and runs a contraction.gather nest
 //   instead when ranks would take more than 25/18 of its vector steps (its broadcasts make
