@@ -138,21 +138,38 @@ std::vector<PartialCase> partialCases() {
   // packed after them (all of them with one row, none with 300).
   cases.push_back(matmulCase(768, 128, {1, 5, 37, 300}, 43, "matmul_k_blocks"));
 
-  cases.push_back({"moe/mul_mat_id.mlir", "mul_mat_id", "input:2,ids:1", tokens, 1e-4, 1e-4,
-                   [](int64_t n, auto &f, auto &, auto &ids, auto &args) {
-                     const int64_t out = 64, in = 128, experts = 8, used = 2;
-                     f = {oracle::randomFloats(out * in * experts, 51),
-                          oracle::randomFloats(in * used * n, 52 + n)};
-                     ids = {std::vector<int32_t>(used * n)};
-                     for (int64_t i = 0; i < used * n; ++i)
-                       ids[0][i] = static_cast<int32_t>((i * 5 + n) % experts);
-                     args = {Tensor::borrow(f[0].data(), DType::F32, {out, in, experts}),
-                             Tensor::borrow(f[1].data(), DType::F32, {in, used, n}),
-                             Tensor::borrow(ids[0].data(), DType::I32, {used, n})};
-                     return oracle::mulMatId(f[0].data(), f[1].data(), ids[0].data(), out, in,
-                                             experts, used, n);
-                   },
-                   "mul_mat_id"});
+  // Token count as mul_mat_id's pairs: contraction.ranks counts its ranks and sizes its
+  // temporaries at run time, in two k blocks. Spread routing, and every pair on one expert (one
+  // rank per pair, up to 600 of them: more than the 256 tokens the k blocks were sized for).
+  auto mulMatIdCase = [](std::vector<int64_t> sizes, int32_t (*expertOf)(int64_t, int64_t),
+                         std::string name) {
+    return PartialCase{
+        "moe/mul_mat_id.mlir",
+        "mul_mat_id",
+        "input:2,ids:1",
+        std::move(sizes),
+        1e-4,
+        1e-4,
+        [=](int64_t n, auto &f, auto &, auto &ids, auto &args) {
+          const int64_t out = 64, in = 128, experts = 8, used = 2;
+          f = {oracle::randomFloats(out * in * experts, 51),
+               oracle::randomFloats(in * used * n, 52 + n)};
+          ids = {std::vector<int32_t>(used * n)};
+          for (int64_t i = 0; i < used * n; ++i)
+            ids[0][i] = expertOf(i, n);
+          args = {Tensor::borrow(f[0].data(), DType::F32, {out, in, experts}),
+                  Tensor::borrow(f[1].data(), DType::F32, {in, used, n}),
+                  Tensor::borrow(ids[0].data(), DType::I32, {used, n})};
+          return oracle::mulMatId(f[0].data(), f[1].data(), ids[0].data(), out, in, experts,
+                                  used, n);
+        },
+        std::move(name)};
+  };
+  cases.push_back(mulMatIdCase(
+      tokens, [](int64_t i, int64_t n) { return static_cast<int32_t>((i * 5 + n) % 8); },
+      "mul_mat_id"));
+  cases.push_back(mulMatIdCase(
+      {1, 5, 300}, [](int64_t, int64_t) { return int32_t{3}; }, "mul_mat_id_one_expert"));
 
   cases.push_back({"moe/moe_ffn_block.mlir", "moe_ffn_block", "input:0", tokens, 1e-4, 1e-4,
                    [](int64_t n, auto &f, auto &, auto &, auto &args) {
@@ -286,6 +303,14 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
           .emit(Stage::Loops, {"1x1x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
   EXPECT_NE(attn.find("contraction.dot m=d2 n=d1 k=d3"), std::string::npos) << attn;
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
+  // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it.
+  std::string moe = context()
+                        .load(componentPath("moe/mul_mat_id.mlir"))
+                        .function("mul_mat_id")
+                        .emit(Stage::Loops, {"64x128x8xf32", "128x2x?xf32", "2x?xi32"});
+  EXPECT_NE(moe.find("contraction.ranks m=d0 n=- k=d3"), std::string::npos) << moe;
+  EXPECT_NE(moe.find("temp rank: i32[(2 * dims["), std::string::npos) << moe;
+  EXPECT_NE(moe.find("for k_block in 0..2 {"), std::string::npos) << moe;
 }
 
 TEST(Partial, BakedInDimsAreStillChecked) {

@@ -299,10 +299,19 @@ TEST(Strategy, RuntimeExtents) {
   // Q x K^T over runtime keys: dot takes the keys as m and a constant dim as n.
   EXPECT_EQ(choose(withRuntime(transposedNest(4, 128, r), {false, true, false})),
             "contraction.dot m=d1 n=d0 k=d2 tile=4x2 lanes=8");
-  // GEMV with a runtime K does not stream; a runtime token count never groups a gather.
+  // GEMV with a runtime K does not stream.
   EXPECT_EQ(choose(withRuntime(matmulNest(1, r, 4096), {false, false, true})),
             "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
+  // A runtime token count takes contraction.ranks, which counts its ranks at run time, with no
+  // contraction.gather to fall back on (its vectors of pairs are sized when it compiles); k
+  // blocks as for 256 tokens. Runtime rows or a runtime reduction leave plain loops.
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, false, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=64");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, true, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=64");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(r, 128, 8, 2, 32), {true, false, false, false})),
+            "row-reduction");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, r, 8, 2, 32), {false, false, false, true})),
             "row-reduction");
   EXPECT_THAT(
       [&] {

@@ -946,8 +946,12 @@ private:
     }
     if (!runtime)
       nest.runtime.clear();
-    if (specialized() && !runtime)
+    if (specialized())
       nest.gather = gatherOf(g);
+    // Of runtime extents, a gather pipeline takes only the pairs' (contraction.ranks).
+    for (int d = 0; d < g.numLoops() && runtime && nest.gather; ++d)
+      if (nest.runtime[d] && !mapUses(g.map(nest.gather->indexInput), d))
+        nest.gather.reset();
     for (int i = 0; i <= g.numInputs(); ++i) {
       const Value *operand = i < g.numInputs() ? g.input(i) : g.output();
       std::vector<int64_t> strides(g.numLoops(), 0);
@@ -1343,7 +1347,8 @@ private:
     const Value *choices;
     int64_t numChoices;
     std::vector<int> pairDims;
-    int64_t pairs = 1;
+    int64_t pairs = 1; // counting a runtime extent as kNominalExtent
+    Expr pairCount;    // the pairs, a runtime value when one of their extents is
   };
   GatherParts gatherParts(GenericView &g, const std::vector<Expr> &extents) {
     GatherParts parts;
@@ -1351,10 +1356,12 @@ private:
     parts.choiceInput = parts.extract->operands.back()->definingOp->operands[0]->index;
     parts.choices = g.input(parts.choiceInput);
     parts.numChoices = *asConstant(storageOf(parts.extract->operands[0]).dims.back());
+    parts.pairCount = intConst(1);
     for (int d = 0; d < g.numLoops(); ++d)
       if (mapUses(g.map(parts.choiceInput), d)) {
         parts.pairDims.push_back(d);
-        parts.pairs *= *asConstant(extents[d]);
+        parts.pairs *= asConstant(extents[d]).value_or(kNominalExtent);
+        parts.pairCount = mul(parts.pairCount, extents[d]);
       }
     return parts;
   }
@@ -1369,7 +1376,7 @@ private:
     const int lanes = s.lanes;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
-    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs] =
+    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs, pairCount] =
         gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
     const int packInput = pairInputOf(g, choiceInput);
@@ -1591,7 +1598,7 @@ private:
     const Op &op = g.op;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
-    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs] =
+    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs, pairCount] =
         gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
     const int lanes = s.lanes; // numChoices: a lane per choice
@@ -1607,12 +1614,17 @@ private:
                                          (numChoices * kRanksPerGatherStep.first),
                                      s.tileN, maxRanks);
     }
+    // A runtime count of pairs (partial specialization) sizes the temporaries at run time.
+    Expr slotsAtMost = intConst(maxRanks * numChoices);
+    if (!asConstant(pairCount))
+      slotsAtMost = mul(binary(OpKind::DivSI, add(pairCount, intConst(s.tileN - 1)),
+                               intConst(s.tileN)),
+                        intConst(s.tileN * numChoices));
     const ElemKind elem = op.result()->type.elem;
     int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
-    int rankOf = addTemp("rank", ElemKind::I32, intConst(pairs));
-    int packed =
-        addTemp("packed_" + g.input(packInput)->name, elem, intConst(k * maxRanks * numChoices));
-    int sorted = addTemp("by_slot", elem, intConst(rows * maxRanks * numChoices));
+    int rankOf = addTemp("rank", ElemKind::I32, pairCount);
+    int packed = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), slotsAtMost));
+    int sorted = addTemp("by_slot", elem, mul(intConst(rows), slotsAtMost));
 
     const std::vector<Expr> vars = freshLoopVars(numLoops);
     auto index = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::Index); };
@@ -1790,7 +1802,7 @@ private:
     const Op &op = g.op;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
-    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs] =
+    const auto [extract, choiceInput, choices, numChoices, pairDims, pairs, pairCount] =
         gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);

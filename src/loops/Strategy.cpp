@@ -113,6 +113,15 @@ bool hasRuntimeExtents(const NestShape &nest) {
   return std::find(nest.runtime.begin(), nest.runtime.end(), true) != nest.runtime.end();
 }
 
+// Runtime extents only along the dims of the gather's choices (the pairs: tokens and slots).
+bool runtimeOnlyInPairs(const NestShape &nest) {
+  const auto &choices = nest.strides[nest.gather->indexInput];
+  for (size_t d = 0; d < nest.runtime.size(); ++d)
+    if (nest.runtime[d] && choices[d] == 0)
+      return false;
+  return true;
+}
+
 // Every extent a constant but, perhaps, m's: what packing and k blocks need.
 bool constantBesidesM(const NestShape &nest, int dimM) {
   for (size_t d = 0; d < nest.runtime.size(); ++d)
@@ -367,6 +376,10 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
     why = fmt::format("{} pairs fill no vector of {}", pairs, lanes);
     return std::nullopt;
   }
+  if (isRuntime(nest, s.dimM) || isRuntime(nest, s.dimK)) {
+    why = "its rows or its reduction have a runtime extent";
+    return std::nullopt;
+  }
   s.lanes = int(choices);
   // NR: the ranks a balanced routing gives every choice, at most 4 (on S9 at 32 tokens, 6x4
   // took 3.9-5.0 ms, 6x2 5.5-7.2, 4x4 4.8-5.3). MR: the rows the registers hold beside NR
@@ -396,7 +409,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   const int64_t k = nest.extents[s.dimK];
   const int64_t balancedRanks = (perChoice + s.tileN - 1) / s.tileN * s.tileN;
   const int64_t perK = 2 * balancedRanks * choices * (nest.elemBits / 8);
-  const bool tooLarge = k * perK > kRanksInputBlockBytes && constantBesidesM(nest, s.dimM);
+  const bool tooLarge = k * perK > kRanksInputBlockBytes && !isRuntime(nest, s.dimK);
   for (int64_t block = kRanksInputBlockBytes / perK; tooLarge && block >= 8; --block)
     if (k % block == 0) {
       s.blockK = block;
@@ -643,23 +656,29 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   int lanes = std::max(1, target.vectorBits / nest.elemBits);
   std::optional<Strategy> chosen;
   std::string whyOuter, whyDot;
-  if (nest.gather && hasRuntimeExtents(nest)) {
-    whyNot = "it reads an operand through a gather, over runtime extents";
+  if (nest.gather && hasRuntimeExtents(nest) && !runtimeOnlyInPairs(nest)) {
+    whyNot = "it reads an operand through a gather, over runtime extents besides the pairs'";
   } else if (nest.gather) {
-    // Only the gather pipelines read an operand through its indices.
+    // Only the gather pipelines read an operand through its indices. A runtime count of pairs
+    // (the tokens of a partly specialized mul_mat_id) takes contraction.ranks alone, with no
+    // fallback: its ranks and slots are counted at run time already, while the others size
+    // their vectors of pairs when they are compiled.
+    const bool runtimePairs = hasRuntimeExtents(nest);
     std::string whyChoices;
-    if (whyNot.empty() && allows(Pipeline::ContractionChoices))
+    if (whyNot.empty() && !runtimePairs && allows(Pipeline::ContractionChoices))
       chosen = tryChoices(nest, lanes, target, config.pipeline.has_value(), whyChoices);
     std::string whyRanks, whyGather;
     if (!chosen && whyNot.empty() && allows(Pipeline::ContractionRanks))
       chosen = tryRanks(nest, lanes, target, whyRanks);
-    if (chosen && chosen->pipeline == Pipeline::ContractionRanks && !config.pipeline)
+    if (chosen && chosen->pipeline == Pipeline::ContractionRanks && !config.pipeline &&
+        !runtimePairs)
       if (auto gather = tryGather(nest, lanes, target, whyGather))
         chosen->unbalanced = std::make_shared<const Strategy>(*gather);
-    if (!chosen && whyNot.empty() && allows(Pipeline::ContractionGather))
+    if (!chosen && whyNot.empty() && !runtimePairs && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())
-      whyNot = config.pipeline == Pipeline::ContractionRanks ? whyRanks
+      whyNot = config.pipeline == Pipeline::ContractionRanks || runtimePairs
+                   ? whyRanks
                : whyChoices.empty() ? "it reads an operand through a gather"
                                     : whyChoices;
   } else if (whyNot.empty()) {
