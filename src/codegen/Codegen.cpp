@@ -524,31 +524,72 @@ private:
       emit(inner);
     scopes_.pop_back();
     llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
-    b_.CreateBr(header);
+    llvm::BranchInst *latch = b_.CreateBr(header);
     iv->addIncoming(next, b_.GetInsertBlock());
     // `Vectorize` stays a hint for readers of the loop IR: forcing it with loop metadata makes
     // LLVM warn on stderr about loops its cost model rightly leaves scalar, and gains nothing.
+    // A loop that reads or writes memory at indices it loads (ranking and packing the pairs of a
+    // gather) is kept scalar instead: widened, each such access becomes one scalar access per
+    // lane, several times the IR to optimize and compile for loops that run a few thousand
+    // times.
+    if (s.forKind == ForKind::Serial && addressesThroughLoads(s.body)) {
+      llvm::LLVMContext &c = ctx_;
+      llvm::Metadata *disable[] = {
+          llvm::MDString::get(c, "llvm.loop.vectorize.enable"),
+          llvm::ConstantAsMetadata::get(llvm::ConstantInt::getFalse(c))};
+      llvm::Metadata *self[] = {nullptr, llvm::MDNode::get(c, disable)};
+      llvm::MDNode *loop = llvm::MDNode::getDistinct(c, self);
+      loop->replaceOperandWith(0, loop);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, loop);
+    }
     b_.SetInsertPoint(exit);
   }
 
-  // Names a statement tree reads or assigns.
-  static void collectNames(const std::vector<Stmt> &stmts, std::set<std::string> &names) {
+  // Whether a load or store among `stmts` (not in nested loops) has an index that loads.
+  static bool addressesThroughLoads(const std::vector<Stmt> &stmts) {
+    std::function<bool(const Expr &, bool)> loads = [&](const Expr &e, bool inIndex) -> bool {
+      if (!e)
+        return false;
+      if (e->kind == ExprKind::Load && inIndex)
+        return true;
+      for (size_t i = 0; i < e->args.size(); ++i)
+        if (loads(e->args[i], inIndex || e->kind == ExprKind::Load))
+          return true;
+      return false;
+    };
+    for (const Stmt &st : stmts) {
+      if (st->kind == StmtKind::For)
+        continue;
+      if (loads(st->index, true) || loads(st->value, false) || addressesThroughLoads(st->body) ||
+          addressesThroughLoads(st->elseBody))
+        return true;
+    }
+    return false;
+  }
+
+  // Names a statement tree reads or assigns, and the buffers it reads or writes.
+  static void collectUses(const std::vector<Stmt> &stmts, std::set<std::string> &names,
+                          std::set<int> &buffers) {
     std::function<void(const Expr &)> expr = [&](const Expr &e) {
       if (!e)
         return;
       if (e->kind == ExprKind::Var)
         names.insert(e->name);
+      if (e->kind == ExprKind::Load)
+        buffers.insert(static_cast<int>(e->intValue));
       for (const Expr &a : e->args)
         expr(a);
     };
     for (const Stmt &st : stmts) {
       if (st->kind == StmtKind::Assign)
         names.insert(st->name);
+      if (st->kind == StmtKind::Store || st->kind == StmtKind::Prefetch)
+        buffers.insert(st->buffer);
       expr(st->value);
       expr(st->index);
       expr(st->bound);
-      collectNames(st->body, names);
-      collectNames(st->elseBody, names);
+      collectUses(st->body, names, buffers);
+      collectUses(st->elseBody, names, buffers);
     }
   }
 
@@ -557,7 +598,8 @@ private:
   // loop variables) travels in a context struct; an outer mutable local would be a data race.
   void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
     std::set<std::string> names;
-    collectNames(s.body, names);
+    std::set<int> buffers;
+    collectUses(s.body, names, buffers);
     std::vector<std::pair<std::string, llvm::Value *>> captured;
     for (const std::string &name : names)
       for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
@@ -567,7 +609,11 @@ private:
           captured.push_back({name, found->second});
           break;
         }
-    std::vector<llvm::Value *> fields = bufferPtrs_;
+    // Only the buffers the body uses travel: a kernel with many temporaries would otherwise fill
+    // a context field per buffer before every parallel loop (S10: 15 loops x 58 buffers).
+    std::vector<llvm::Value *> fields;
+    for (int buffer : buffers)
+      fields.push_back(bufferPtrs_[buffer]);
     fields.push_back(dims_);
     fields.push_back(scalars_);
     fields.push_back(status_);
@@ -588,12 +634,15 @@ private:
                                         fmt::format("{}.{}.body", p_.name, s.name), *module_);
     impl->addFnAttr(llvm::Attribute::AlwaysInline);
     impl->addFnAttr(llvm::Attribute::NoUnwind);
-    size_t numPointers = bufferPtrs_.size() + 3; // buffers, dims, scalars, status
-    for (size_t i = 0; i < numPointers; ++i) {
-      impl->addParamAttr(2 + i, llvm::Attribute::NoAlias);
-      if (i < p_.buffers.size() && p_.buffers[i].role == BufferRole::Input)
-        impl->addParamAttr(2 + i, llvm::Attribute::ReadOnly);
+    size_t param = 2;
+    for (int buffer : buffers) {
+      impl->addParamAttr(param, llvm::Attribute::NoAlias);
+      if (p_.buffers[buffer].role == BufferRole::Input)
+        impl->addParamAttr(param, llvm::Attribute::ReadOnly);
+      ++param;
     }
+    for (int i = 0; i < 3; ++i) // dims, scalars, status
+      impl->addParamAttr(param++, llvm::Attribute::NoAlias);
     auto *chunkType = llvm::FunctionType::get(
         b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, false);
     auto *chunk = llvm::Function::Create(chunkType, llvm::Function::InternalLinkage,
@@ -611,8 +660,9 @@ private:
     entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", impl);
     b_.SetInsertPoint(entryBlock_);
     size_t next = 2;
-    for (auto &ptr : bufferPtrs_)
-      ptr = impl->getArg(next++);
+    std::fill(bufferPtrs_.begin(), bufferPtrs_.end(), nullptr); // the body uses no other
+    for (int buffer : buffers)
+      bufferPtrs_[buffer] = impl->getArg(next++);
     dims_ = impl->getArg(next++);
     scalars_ = impl->getArg(next++);
     status_ = impl->getArg(next++);
