@@ -33,10 +33,9 @@ std::string expName(llvm::Type *type) {
 llvm::Value *expPortable(llvm::IRBuilderBase &b, llvm::Value *x) {
   llvm::Type *type = x->getType();
   auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
-  llvm::Type *intType =
-      type->isVectorTy()
-          ? static_cast<llvm::Type *>(llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type)))
-          : b.getInt32Ty();
+  llvm::Type *intType = type->isVectorTy() ? static_cast<llvm::Type *>(llvm::VectorType::getInteger(
+                                                 llvm::cast<llvm::VectorType>(type)))
+                                           : b.getInt32Ty();
   auto i = [&](int64_t v) { return llvm::ConstantInt::get(intType, v); };
   // e^89 overflows and e^-104 rounds to 0, so n stays within [-150, 128].
   llvm::Value *clamped = b.CreateSelect(b.CreateFCmpOGT(x, c(89.0)), c(89.0), x);
@@ -87,18 +86,18 @@ llvm::Value *expAvx512(llvm::IRBuilderBase &b, llvm::Value *x) {
   // 0, m having at most 12 bits there.
   llvm::Value *r = fma(m, c(-0.693359375), x);
   r = fma(m, c(2.12194440e-4), r);
-  r = b.CreateIntrinsic(
-      llvm::Intrinsic::x86_avx512_mask_range_ps_512, {},
-      {r, c(1.0), b.getInt32(0b0010 /* the smaller magnitude, the sign of r */),
-       llvm::PoisonValue::get(type), b.getInt16(0xffff), b.getInt32(4 /* current rounding */)});
+  r = b.CreateIntrinsic(llvm::Intrinsic::x86_avx512_mask_range_ps_512, {},
+                        {r, c(1.0), b.getInt32(0b0010 /* the smaller magnitude, the sign of r */),
+                         llvm::PoisonValue::get(type), b.getInt16(0xffff),
+                         b.getInt32(4 /* current rounding */)});
   std::vector<llvm::Constant *> powers;
   for (int j = 0; j < 16; ++j)
     powers.push_back(llvm::ConstantFP::get(b.getFloatTy(), std::exp2(j / 16.0)));
   // vpermps reads only the low four bits of each index: n mod 16.
   llvm::Type *intType = llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type));
-  llvm::Value *power = b.CreateIntrinsic(
-      llvm::Intrinsic::x86_avx512_permvar_sf_512, {},
-      {llvm::ConstantVector::get(powers), b.CreateBitCast(shifted, intType)});
+  llvm::Value *power =
+      b.CreateIntrinsic(llvm::Intrinsic::x86_avx512_permvar_sf_512, {},
+                        {llvm::ConstantVector::get(powers), b.CreateBitCast(shifted, intType)});
   // e^r - 1 = r (1 + r (1/2 + r/6)): the 1 in e^r is added exactly by the last multiply-add.
   llvm::Value *q = b.CreateFMul(fma(fma(r, c(1.0 / 6), c(0.5)), r, c(1.0)), r);
   llvm::Value *mantissa = fma(power, q, power);
@@ -144,9 +143,8 @@ void defineMathFunctions(llvm::Module &module, bool avx512) {
       declared.push_back(&f);
   // The vectorizer lists the vector versions it declares as used, to keep them until it calls
   // them; after inlining nothing may refer to them.
-  llvm::removeFromUsedLists(module, [&](llvm::Constant *c) {
-    return llvm::is_contained(declared, c);
-  });
+  llvm::removeFromUsedLists(module,
+                            [&](llvm::Constant *c) { return llvm::is_contained(declared, c); });
   for (llvm::Function *f : declared) {
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(module.getContext(), "entry", f));
     // Contracted into FMAs as the kernels' own arithmetic is; the error bounds hold either way.
@@ -164,8 +162,8 @@ void defineMathFunctions(llvm::Module &module, bool avx512) {
       llvm::InlineFunctionInfo info;
       llvm::InlineResult inlined = llvm::InlineFunction(*call, info);
       if (!inlined.isSuccess())
-        internalError(fmt::format("inlining {}: {}", f->getName().str(),
-                                  inlined.getFailureReason()));
+        internalError(
+            fmt::format("inlining {}: {}", f->getName().str(), inlined.getFailureReason()));
     }
     f->eraseFromParent();
   }
