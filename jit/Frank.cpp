@@ -323,16 +323,17 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
                               spec.type.isTensor() ? "a tensor" : "a scalar"));
     if (!t)
       continue;
-    std::string want = k.mode == Mode::Generic
-                           ? fmt::format("rank {} {}", spec.type.rank(), elemName(spec.type.elem))
-                           : spec.str();
     bool ok = elemOf(t->dtype()) == spec.type.elem && t->rank() == spec.type.rank();
     for (int64_t d = 0; ok && k.mode == Mode::Specialized && d < t->rank(); ++d)
       ok = spec.type.shape[d] == kDynamic || spec.type.shape[d] == t->shape()[d];
     if (!ok)
-      throw Error(fmt::format("error: kernel for '@{}' was compiled for argument #{} as {} but "
-                              "was given {}",
-                              k.functionName, i, want, t->typeString()));
+      throw Error(fmt::format(
+          "error: kernel for '@{}' was compiled for argument #{} as {} but was given {}",
+          k.functionName, i,
+          k.mode == Mode::Generic
+              ? fmt::format("rank {} {}", spec.type.rank(), elemName(spec.type.elem))
+              : spec.str(),
+          t->typeString()));
     if (!t->data() && t->numel() > 0)
       throw Error(fmt::format("error: argument #{} of '@{}' has no data", i, k.functionName));
   }

@@ -24,7 +24,7 @@ bool isIntegerDivision(OpKind op) {
 }
 
 std::optional<int64_t> foldInteger(OpKind op, ElemKind operandType, ElemKind resultType,
-                                   const std::vector<int64_t> &v, const std::string &predicate) {
+                                   llvm::ArrayRef<int64_t> v, const std::string &predicate) {
   auto u = [&](size_t i) { return unsignedOf(v[i], operandType); };
   auto wrapped = [&](uint64_t r) { return wrapToType(static_cast<int64_t>(r), resultType); };
   switch (op) {

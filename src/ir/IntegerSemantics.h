@@ -5,6 +5,8 @@
 
 #include "ir/IR.h"
 
+#include <llvm/ADT/ArrayRef.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,7 +22,7 @@ bool isIntegerDivision(OpKind op);
 /// is `operandType`, producing `resultType`; nullopt for an op that is not an integer op.
 /// Division by zero must be ruled out by the caller (it reports it in its own terms).
 std::optional<int64_t> foldInteger(OpKind op, ElemKind operandType, ElemKind resultType,
-                                   const std::vector<int64_t> &operands,
+                                   llvm::ArrayRef<int64_t> operands,
                                    const std::string &predicate = {});
 
 } // namespace frank

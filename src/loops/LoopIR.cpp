@@ -3,6 +3,7 @@
 #include "ir/IntegerSemantics.h"
 #include "ir/Ops.h"
 
+#include <array>
 #include <cstring>
 
 namespace frank::loops {
@@ -386,16 +387,20 @@ int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
   case ExprKind::Cast:
   case ExprKind::Cmp:
   case ExprKind::Select: {
-    std::vector<int64_t> values;
-    for (const Expr &arg : e->args)
-      values.push_back(evaluate(arg, dims, scalars));
+    // Evaluated on every call of a kernel with runtime dims: no allocation per node.
+    std::array<int64_t, 3> values{};
+    if (e->args.size() > values.size())
+      break;
+    for (size_t i = 0; i < e->args.size(); ++i)
+      values[i] = evaluate(e->args[i], dims, scalars);
     if (e->kind == ExprKind::Binary && isIntegerDivision(e->op) && values[1] == 0)
       throw Error(fmt::format("error: division by zero in a shape computation: {}", print(e)));
     OpKind op = e->kind == ExprKind::Cmp      ? OpKind::CmpI
                 : e->kind == ExprKind::Select ? OpKind::Select
                                               : e->op;
     ElemKind operandType = e->kind == ExprKind::Select ? e->type : e->args[0]->type;
-    if (auto v = foldInteger(op, operandType, e->type, values, e->name))
+    if (auto v = foldInteger(op, operandType, e->type,
+                             llvm::ArrayRef<int64_t>(values.data(), e->args.size()), e->name))
       return *v;
     break;
   }
