@@ -480,12 +480,16 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // k blocks by hand: the m blocks run once per block, each tile starting from its slots' sums
   // (0 in the first block), reading its block of the packed input and prefetching the next
   // tile's rows of the same block, row after row.
-  ContextOptions blockOptions;
-  blockOptions.loweringConfig = "k-block=16";
-  Context blockContext(blockOptions);
-  loops = blockContext.load(componentPath("moe/mul_mat_id.mlir"))
-              .function("mul_mat_id")
-              .emit(Stage::Loops, t64);
+  // The loop IR of mul_mat_id at t64 under a --config override.
+  auto configuredLoops = [&](const char *config) {
+    ContextOptions options;
+    options.loweringConfig = config;
+    Context configured(options);
+    return configured.load(componentPath("moe/mul_mat_id.mlir"))
+        .function("mul_mat_id")
+        .emit(Stage::Loops, t64);
+  };
+  loops = configuredLoops("k-block=16");
   EXPECT_THAT(loops,
               testing::HasSubstr("// each m block adds the k block's products to its slots\n"
                                  "    for k_block in 0..2 {\n"));
@@ -500,12 +504,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                               : "prefetch weights[((((minsi(((m_block * 2) + 2), 62) + "
                                 "divui(d3, 8)) * 256) + (k_block * 128)) + (remui(d3, 8) * 16))]"));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
-  ContextOptions gatherOptions;
-  gatherOptions.loweringConfig = "pipeline=contraction.gather";
-  Context gatherContext(gatherOptions);
-  loops = gatherContext.load(componentPath("moe/mul_mat_id.mlir"))
-              .function("mul_mat_id")
-              .emit(Stage::Loops, t64);
+  loops = configuredLoops("pipeline=contraction.gather");
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}: group the pairs by "
                          "choice\n",
