@@ -63,7 +63,7 @@ llvm::Value *expPortable(llvm::IRBuilderBase &b, llvm::Value *x) {
 // exp(x) for 16 floats with AVX-512, about 1 ulp: x = (n/16)*ln2 + r, so e^x = 2^floor(n/16) *
 // 2^((n mod 16)/16) * e^r. vpermps looks up 2^(j/16) in a 16-lane table with the low four bits of
 // n's integer form, |r| <= ln2/32 needs only a cubic, and vscalefps multiplies by 2^floor(n/16)
-// with one rounding. Twelve vector operations against the portable version's twenty-three, and
+// with one rounding. Eleven vector operations against the portable version's twenty-three, and
 // three of them (the subtraction, the table, the scaling) on the pipes that do not multiply.
 //
 // The ends of the range need no clamp of x: vscalefps gives +inf for a scale of +inf or any
