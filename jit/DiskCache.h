@@ -3,7 +3,8 @@
 // generator again.
 //
 // An entry is one file, `<key>.kernel`: a fixed header (magic, schema, key, sizes, checksum), a
-// one-line description for `frank-jit cache ls`, then the object. Entries are written to a
+// one-line description for `frank-jit cache ls`, then the kernel's objects (their count, then
+// each one's size and bytes: a kernel compiled in parts has several). Entries are written to a
 // temporary file in the same directory and renamed into place, so a reader sees a whole entry or
 // none, and concurrent writers of one kernel both succeed. A file that does not check out is
 // reported, removed and read as a miss. After each write the directory is trimmed to its size
@@ -23,7 +24,7 @@
 namespace frank::jit {
 
 /// Bumped whenever the entry format or what a key covers changes.
-constexpr uint32_t kDiskCacheSchema = 1;
+constexpr uint32_t kDiskCacheSchema = 2;
 /// The cap unless FRANK_CACHE_MAX_BYTES or ContextOptions say otherwise.
 constexpr uint64_t kDefaultDiskCacheBytes = uint64_t{512} << 20;
 
@@ -33,9 +34,9 @@ constexpr char kMagic[8] = {'F', 'R', 'A', 'N', 'K', 'O', 'B', 'J'};
 constexpr size_t kSchemaOffset = 8;       // u32 schema
 constexpr size_t kDescriptionOffset = 12; // u32 description bytes
 constexpr size_t kKeyOffset = 16;         // 16 bytes: key low, key high
-constexpr size_t kPayloadSizeOffset = 32; // u64 object bytes
+constexpr size_t kPayloadSizeOffset = 32; // u64 payload bytes (the objects)
 constexpr size_t kChecksumOffset = 40;    // u64 xxh3 of everything after the header
-constexpr size_t kHeaderBytes = 48;       // then the description, then the object
+constexpr size_t kHeaderBytes = 48;       // then the description, then the objects
 constexpr size_t kMaxDescriptionBytes = 4096;
 } // namespace entry
 

@@ -2,30 +2,37 @@
 #include "Engine.h"
 #include "Pipeline.h"
 #include "codegen/MathFunctions.h"
+#include "codegen/SplitKernel.h"
 #include "ir/Diagnostics.h"
 #include "runtime/Parallel.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
-#include <llvm/ExecutionEngine/ObjectCache.h>
-#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
+#include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/CommandLine.h>
 #include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/Endian.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 namespace frank::jit {
@@ -71,34 +78,94 @@ constexpr VectorMathFunction kVectorMath[] = {
     {"tanhf", nullptr, 1},         {"erff", nullptr, 1},
 };
 
-// Keeps a copy of each object the JIT compiles, by module name, for the disk cache. It never
-// answers a lookup: reloading goes through `Engine::load`, which skips building the IR at all.
-class ObjectCapture : public llvm::ObjectCache {
+// A kernel's objects as one payload, the disk cache's: their count (u32), then each object's
+// size (u64) and bytes.
+std::string packObjects(const std::vector<std::string> &objects) {
+  std::string payload(4, '\0');
+  llvm::support::endian::write32le(payload.data(), uint32_t(objects.size()));
+  for (const std::string &object : objects) {
+    char size[8];
+    llvm::support::endian::write64le(size, object.size());
+    payload.append(size, 8);
+    payload += object;
+  }
+  return payload;
+}
+
+// The objects of a payload, or an empty list if it is not one.
+std::vector<std::string_view> unpackObjects(std::string_view payload) {
+  if (payload.size() < 4)
+    return {};
+  uint32_t count = llvm::support::endian::read32le(payload.data());
+  std::vector<std::string_view> objects;
+  size_t at = 4;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (payload.size() - at < 8)
+      return {};
+    uint64_t size = llvm::support::endian::read64le(payload.data() + at);
+    at += 8;
+    if (payload.size() - at < size)
+      return {};
+    objects.push_back(payload.substr(at, size));
+    at += size;
+  }
+  if (at != payload.size())
+    return {};
+  return objects;
+}
+
+// Parts of a kernel below this many instructions (before O3) compile faster with the rest than
+// in a thread of their own.
+constexpr size_t kMinPartInstructions = 400;
+
+// With FRANK_PERF_MAP=1, names every function the JIT links in /tmp/perf-<pid>.map, the file
+// `perf report` reads to symbolize code that no ELF file on disk describes.
+class PerfMapWriter : public llvm::orc::ObjectLinkingLayer::Plugin {
 public:
-  void notifyObjectCompiled(const llvm::Module *module, llvm::MemoryBufferRef object) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    objects_[module->getModuleIdentifier()] = object.getBuffer().str();
+  void modifyPassConfig(llvm::orc::MaterializationResponsibility &, llvm::jitlink::LinkGraph &,
+                        llvm::jitlink::PassConfiguration &config) override {
+    // Relocations name local functions (the parallel bodies) through their section, so the
+    // linker would prune those symbols as unreferenced: keep them, to name them.
+    config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph &graph) {
+      for (llvm::jitlink::Symbol *symbol : graph.defined_symbols())
+        if (symbol->hasName() && symbol->isCallable())
+          symbol->setLive(true);
+      return llvm::Error::success();
+    });
+    config.PostFixupPasses.push_back([this](llvm::jitlink::LinkGraph &graph) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!file_)
+        file_ = std::fopen(fmt::format("/tmp/perf-{}.map", ::getpid()).c_str(), "a");
+      if (!file_)
+        return llvm::Error::success(); // a profiling aid only: without the file, no names
+      for (llvm::jitlink::Symbol *symbol : graph.defined_symbols())
+        if (symbol->hasName() && symbol->isCallable() && symbol->getSize() > 0)
+          fmt::print(file_, "{:x} {:x} {}\n", symbol->getAddress().getValue(), symbol->getSize(),
+                     symbol->getName().str());
+      std::fflush(file_);
+      return llvm::Error::success();
+    });
   }
-  std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *) override { return nullptr; }
-  std::string take(const std::string &name) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = objects_.find(name);
-    if (it == objects_.end())
-      return "";
-    std::string object = std::move(it->second);
-    objects_.erase(it);
-    return object;
+  llvm::Error notifyFailed(llvm::orc::MaterializationResponsibility &) override {
+    return llvm::Error::success();
   }
+  llvm::Error notifyRemovingResources(llvm::orc::JITDylib &, llvm::orc::ResourceKey) override {
+    return llvm::Error::success();
+  }
+  void notifyTransferringResources(llvm::orc::JITDylib &, llvm::orc::ResourceKey,
+                                   llvm::orc::ResourceKey) override {}
 
 private:
   std::mutex mutex_;
-  std::unordered_map<std::string, std::string> objects_;
+  std::FILE *file_ = nullptr;
 };
 
 struct Engine::Impl {
-  std::mutex mutex; // guards the target machine and the JIT's symbol table
-  std::unique_ptr<llvm::TargetMachine> machine;
-  ObjectCapture capture; // before the JIT, which holds it
+  std::mutex mutex; // guards the target machines and the JIT's symbol table
+  llvm::orc::JITTargetMachineBuilder machineBuilder;
+  // One per compiling thread: a target machine caches per-function state and serves one thread
+  // at a time. machines[0] also prints assembly.
+  std::vector<std::unique_ptr<llvm::TargetMachine>> machines;
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::string cpu, features;
   bool avx512 = false;
@@ -110,17 +177,15 @@ struct Engine::Impl {
   std::vector<llvm::VecDesc> vectorMath;
   std::string fingerprint; // the vector math functions found
 
-  Impl() {
-    llvm::InitializeNativeTarget();
+  Impl() : machineBuilder(detectHost()) {
     llvm::InitializeNativeTargetAsmPrinter();
     // Loop strength reduction took 40% of machine code generation (20 ms of S5's 48) and made
     // S5 slower (1.77-1.81 against 1.54-1.55 ms): the kernels' loops already step by constants
     // over addresses the optimizer has simplified, and LSR's rewrites only add live registers.
     setLlvmFlag("disable-lsr", true);
-    auto builder = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host");
-    builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    cpu = builder.getCPU();
-    features = builder.getFeatures().getString();
+    machineBuilder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    cpu = machineBuilder.getCPU();
+    features = machineBuilder.getFeatures().getString();
     avx512 = features.find("+avx512f") != std::string::npos;
     avx512Math = avx512 && features.find("+avx512dq") != std::string::npos;
     // Hardware gathers are microcoded on every x86 we target, and slow where a mitigation
@@ -128,28 +193,19 @@ struct Engine::Impl {
     // Zen 4 VMs here, where mul_mat_id's strided expert loads took 3x the DRAM time. Loads
     // built one lane at a time cost about one cycle per element everywhere.
     features += ",+prefer-no-gather,+prefer-no-scatter";
-    machine = unwrap(builder.createTargetMachine(), "creating the target machine");
-    // The JIT's own compiler (its target machine prepared by LLJIT for its linker), with the
-    // capture attached: the disk cache stores exactly the object the JIT linked.
-    lljit = unwrap(
-        llvm::orc::LLJITBuilder()
-            .setJITTargetMachineBuilder(builder)
-            .setCompileFunctionCreator(
-                [this](llvm::orc::JITTargetMachineBuilder jtmb)
-                    -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
-                  auto tm = jtmb.createTargetMachine();
-                  if (!tm)
-                    return tm.takeError();
-                  return std::make_unique<llvm::orc::TMOwningSimpleCompiler>(std::move(*tm),
-                                                                             &capture);
-                })
-            .create(),
-        "creating the JIT");
+    machines.push_back(unwrap(machineBuilder.createTargetMachine(), "creating the target machine"));
+    // The JIT links the objects that `compile` generates, or that the disk cache held.
+    lljit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(machineBuilder).create(),
+                   "creating the JIT");
     // Kernels may call libm (generic mode, tanh, erf).
     lljit->getMainJITDylib().addGenerator(
         unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
                    lljit->getDataLayout().getGlobalPrefix()),
                "opening the process's symbols"));
+    if (const char *perfMap = std::getenv("FRANK_PERF_MAP"); perfMap && std::string(perfMap) == "1")
+      if (auto *linker =
+              llvm::dyn_cast<llvm::orc::ObjectLinkingLayer>(&lljit->getObjLinkingLayer()))
+        linker->addPlugin(std::make_unique<PerfMapWriter>());
     findVectorMath();
     // The parallel runtime, by name, so that kernels (and cached objects) hold no host address.
     llvm::orc::SymbolMap runtime;
@@ -197,11 +253,23 @@ struct Engine::Impl {
     }
   }
 
+  static llvm::orc::JITTargetMachineBuilder detectHost() {
+    llvm::InitializeNativeTarget();
+    return unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host");
+  }
+
+  llvm::TargetMachine &machineFor(size_t thread) {
+    while (machines.size() <= thread)
+      machines.push_back(
+          unwrap(machineBuilder.createTargetMachine(), "creating the target machine"));
+    return *machines[thread];
+  }
+
   std::unique_ptr<llvm::Module> build(const loops::Program &program, llvm::LLVMContext &context,
                                       const CodegenOptions &options) {
     auto module = codegen(program, context, options);
-    module->setDataLayout(machine->createDataLayout());
-    module->setTargetTriple(machine->getTargetTriple().str());
+    module->setDataLayout(machines[0]->createDataLayout());
+    module->setTargetTriple(machines[0]->getTargetTriple().str());
     for (llvm::Function &f : *module) {
       if (f.isDeclaration())
         continue;
@@ -213,12 +281,13 @@ struct Engine::Impl {
     return module;
   }
 
-  void optimize(llvm::Module &module, bool useVectorMath) {
+  // O3 with `machine`'s cost model, then the math functions' bodies.
+  void optimize(llvm::Module &module, llvm::TargetMachine &machine, bool useVectorMath) {
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
-    llvm::TargetLibraryInfoImpl libraryInfo(machine->getTargetTriple());
+    llvm::TargetLibraryInfoImpl libraryInfo(machine.getTargetTriple());
     if (useVectorMath) {
       libraryInfo.addVectorizableFunctions(vectorMath);
       libraryInfo.addVectorizableFunctions(mathVectorMappings());
@@ -232,7 +301,7 @@ struct Engine::Impl {
     // at S1/S2 run as fast (the vectorizer still interleaves) and their cold compile drops from
     // 15 to 9 ms.
     tuning.LoopUnrolling = false;
-    llvm::PassBuilder builder(machine.get(), tuning);
+    llvm::PassBuilder builder(&machine, tuning);
     builder.registerModuleAnalyses(mam);
     builder.registerCGSCCAnalyses(cgam);
     builder.registerFunctionAnalyses(fam);
@@ -240,6 +309,98 @@ struct Engine::Impl {
     builder.crossRegisterProxies(lam, fam, cgam, mam);
     builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
     defineMathFunctions(module, avx512Math);
+  }
+
+  static std::string emitObject(llvm::Module &module, llvm::TargetMachine &machine) {
+    llvm::SmallString<0> object;
+    llvm::raw_svector_ostream os(object);
+    llvm::legacy::PassManager pm;
+    if (machine.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+      internalError("the target cannot emit object files");
+    pm.run(module);
+    return std::string(object);
+  }
+
+  // Optimizes `module` and generates its objects: one, or one per part on threads of their own
+  // when the kernel splits (see codegen/SplitKernel.h), at most as many as the kernels' threads.
+  // `optimized` receives the optimized IR; `lap` marks the end of each stage.
+  std::vector<std::string> compileObjects(llvm::Module &module, bool useVectorMath,
+                                          std::string *optimized,
+                                          const std::function<void(const char *)> &lap) {
+    const unsigned threads = unsigned(std::min(2, runtime::numThreads()));
+    // Twice the parts of the threads, for the second thread to take one when the first part
+    // alone takes longer than the others.
+    std::vector<std::string> parts = threads < 2
+                                         ? std::vector<std::string>{}
+                                         : splitKernel(module, 2 * threads, kMinPartInstructions);
+    if (parts.empty()) {
+      optimize(module, machineFor(0), useVectorMath);
+      lap("optimize-O3");
+      if (optimized)
+        *optimized = printModule(module);
+      std::vector<std::string> objects = {emitObject(module, machineFor(0))};
+      lap("machine-code");
+      return objects;
+    }
+    lap("split-in-parts");
+    for (unsigned t = 0; t < threads; ++t)
+      machineFor(t);
+    std::vector<std::string> objects(parts.size()), printed(parts.size());
+    std::vector<std::exception_ptr> failures(threads);
+    std::atomic<size_t> next = 0;
+    auto compileParts = [&](unsigned thread) {
+      try {
+        for (size_t i = next++; i < parts.size(); i = next++) {
+          llvm::LLVMContext context;
+          auto buffer = llvm::MemoryBufferRef(parts[i], module.getModuleIdentifier());
+          std::unique_ptr<llvm::Module> part =
+              unwrap(llvm::parseBitcodeFile(buffer, context), "reading a kernel part");
+          optimize(*part, *machines[thread], useVectorMath);
+          if (optimized)
+            printed[i] = printModule(*part);
+          objects[i] = emitObject(*part, *machines[thread]);
+        }
+      } catch (...) {
+        failures[thread] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (unsigned t = 1; t < threads; ++t)
+      helpers.emplace_back(compileParts, t);
+    compileParts(0);
+    for (std::thread &helper : helpers)
+      helper.join();
+    for (const std::exception_ptr &failure : failures)
+      if (failure)
+        std::rethrow_exception(failure);
+    lap("optimize+machine-code");
+    if (optimized)
+      for (const std::string &text : printed)
+        *optimized += text;
+    return objects;
+  }
+
+  // Links a kernel's objects under a tracker of their own, so that objects that fail to link
+  // can be taken out again and the kernel compiled under the same name.
+  EntryFn link(const std::string &name, const std::vector<std::string_view> &objects,
+               std::string &error) {
+    auto tracker = lljit->getMainJITDylib().createResourceTracker();
+    auto fail = [&](llvm::Error why) -> EntryFn {
+      error = llvm::toString(std::move(why));
+      if (auto e = tracker->remove())
+        internalError(
+            fmt::format("removing a kernel that failed to link: {}", llvm::toString(std::move(e))));
+      return nullptr;
+    };
+    for (std::string_view object : objects)
+      if (llvm::Error e = lljit->addObjectFile(
+              tracker, llvm::MemoryBuffer::getMemBufferCopy(
+                           llvm::StringRef(object.data(), object.size()), name)))
+        return fail(std::move(e));
+    llvm::Expected<llvm::orc::ExecutorAddr> address = lljit->lookup(name);
+    if (!address)
+      return fail(address.takeError());
+    return compiled[name] = address->toPtr<EntryFn>();
   }
 };
 
@@ -267,7 +428,7 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
   if (auto it = impl_->compiled.find(program.name); it != impl_->compiled.end())
     return it->second;
   auto module = impl_->build(program, *context, options);
-  module->setModuleIdentifier(program.name); // the capture files the object under it
+  module->setModuleIdentifier(program.name);
   if (printAfter)
     printAfter("codegen", printModule(*module));
   auto start = std::chrono::steady_clock::now();
@@ -278,19 +439,20 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
                  std::chrono::duration<double, std::milli>(now - start).count());
     start = now;
   };
-  impl_->optimize(*module, options.vectorMath);
-  lap("optimize-O3");
+  std::string optimized;
+  std::vector<std::string> objects =
+      impl_->compileObjects(*module, options.vectorMath, printAfter ? &optimized : nullptr, lap);
   if (printAfter)
-    printAfter("optimize-O3", printModule(*module));
-  llvm::orc::ThreadSafeModule tsm(std::move(module), std::move(context));
-  if (auto error = impl_->lljit->addIRModule(std::move(tsm)))
-    internalError("adding a kernel to the JIT: " + llvm::toString(std::move(error)));
-  auto address = unwrap(impl_->lljit->lookup(program.name), "looking up a compiled kernel");
-  lap("machine-code");
-  std::string compiledObject = impl_->capture.take(program.name);
+    printAfter("optimize-O3", optimized);
+  std::string error;
+  EntryFn entry = impl_->link(program.name,
+                              std::vector<std::string_view>(objects.begin(), objects.end()), error);
+  if (!entry)
+    internalError("linking a compiled kernel: " + error);
+  lap("link");
   if (object)
-    *object = std::move(compiledObject);
-  return impl_->compiled[program.name] = address.toPtr<EntryFn>();
+    *object = packObjects(objects);
+  return entry;
 }
 
 EntryFn Engine::find(const std::string &name) {
@@ -303,24 +465,12 @@ EntryFn Engine::load(const std::string &name, std::string_view object, std::stri
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (auto it = impl_->compiled.find(name); it != impl_->compiled.end())
     return it->second;
-  // A tracker of its own, so that an object that fails to link can be taken out again and the
-  // kernel compiled under the same name.
-  auto tracker = impl_->lljit->getMainJITDylib().createResourceTracker();
-  auto buffer =
-      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
-  if (auto e = impl_->lljit->addObjectFile(tracker, std::move(buffer))) {
-    error = llvm::toString(std::move(e));
+  std::vector<std::string_view> objects = unpackObjects(object);
+  if (objects.empty()) {
+    error = "the cached kernel is not a list of objects";
     return nullptr;
   }
-  auto address = impl_->lljit->lookup(name);
-  if (!address) {
-    error = llvm::toString(address.takeError());
-    if (auto e = tracker->remove())
-      internalError(
-          fmt::format("removing a kernel that failed to link: {}", llvm::toString(std::move(e))));
-    return nullptr;
-  }
-  return impl_->compiled[name] = address->toPtr<EntryFn>();
+  return impl_->link(name, objects, error);
 }
 
 std::string Engine::emit(const loops::Program &program, const CodegenOptions &options,
@@ -330,13 +480,14 @@ std::string Engine::emit(const loops::Program &program, const CodegenOptions &op
   auto module = impl_->build(program, context, options);
   if (output == Output::LLVM)
     return printModule(*module);
-  impl_->optimize(*module, options.vectorMath);
+  impl_->optimize(*module, impl_->machineFor(0), options.vectorMath);
   if (output == Output::OptimizedLLVM)
     return printModule(*module);
   llvm::SmallString<0> text;
   llvm::raw_svector_ostream os(text);
   llvm::legacy::PassManager pm;
-  if (impl_->machine->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+  if (impl_->machineFor(0).addPassesToEmitFile(pm, os, nullptr,
+                                               llvm::CodeGenFileType::AssemblyFile))
     internalError("the target cannot emit assembly");
   pm.run(*module);
   return std::string(text);

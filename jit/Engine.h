@@ -25,9 +25,10 @@ public:
   /// The process-wide engine, created on first use.
   static Engine &instance();
 
-  /// Generates, optimizes and JIT-compiles `program`. Thread-safe. `printAfter` sees the LLVM IR
-  /// after codegen and after O3. `object`, if given, receives the object file the JIT linked
-  /// (left empty if this process already had the kernel).
+  /// Generates, optimizes and JIT-compiles `program`, a large kernel in parts on two threads
+  /// (see codegen/SplitKernel.h). Thread-safe. `printAfter` sees the LLVM IR after codegen and
+  /// after O3 (every part's). `object`, if given, receives the objects the JIT linked as one
+  /// payload for the disk cache (left empty if this process already had the kernel).
   EntryFn
   compile(const loops::Program &program, const CodegenOptions &options,
           const std::function<void(const std::string &, const std::string &)> &printAfter = {},
@@ -36,9 +37,9 @@ public:
   /// The kernel `name` if this process already compiled or loaded it, else null.
   EntryFn find(const std::string &name);
 
-  /// Links an object file that `compile` produced, in this process or an earlier one, and
-  /// returns its kernel `name` (the one already in the JIT, if any). On failure nothing of the
-  /// object stays in the JIT, `error` says why, and the result is null.
+  /// Links the objects that `compile` produced, in this process or an earlier one, and returns
+  /// its kernel `name` (the one already in the JIT, if any). On failure nothing of the objects
+  /// stays in the JIT, `error` says why, and the result is null.
   EntryFn load(const std::string &name, std::string_view object, std::string &error);
 
   /// What besides the CPU name and features decides the machine code a kernel compiles to on

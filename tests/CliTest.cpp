@@ -5,6 +5,7 @@
 #include "ToolSupport.h"
 #include "frank/Npy.h"
 #include "frank/Tensor.h"
+#include "oracles/EmbeddingRopeMoe.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -16,8 +17,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
+#include <set>
 #include <spawn.h>
 #include <sstream>
 #include <string>
@@ -649,6 +653,109 @@ TEST(CliConfig, BadOverrideIsAnError) {
                "--input=10x64xf32", "--input=64x32xf32", "--emit=loops", "--config=tile=11x1"});
   EXPECT_FAILURE(r);
   EXPECT_THAT(r.err, testing::HasSubstr("does not fit"));
+}
+
+// ---- kernels compiled in parts, and profiled --------------------------------------------------
+
+// mul_mat_id at 32 tokens: its ranks and gather tiles are parallel loops of their own, enough
+// code for the kernel to compile in parts on two threads.
+struct MulMatIdFiles {
+  static constexpr int64_t kOut = 64, kIn = 32, kExperts = 8, kUsed = 2, kTokens = 32;
+  std::string weights = tempPath("mmid_w.npy"), input = tempPath("mmid_x.npy"),
+              ids = tempPath("mmid_ids.npy");
+  std::vector<double> expected;
+
+  MulMatIdFiles() {
+    std::vector<double> w = pattern(kOut * kIn * kExperts, 11),
+                        x = pattern(kIn * kUsed * kTokens, 12);
+    Tensor choices = Tensor::zeros(DType::I32, {kUsed, kTokens});
+    for (int64_t p = 0; p < kUsed * kTokens; ++p)
+      choices.as<int32_t>()[p] = int32_t((p * 5 + p / 7) % kExperts);
+    Tensor wt = f32Tensor({kOut, kIn, kExperts}, w), xt = f32Tensor({kIn, kUsed, kTokens}, x);
+    writeNpy(weights, wt);
+    writeNpy(input, xt);
+    writeNpy(ids, choices);
+    expected = oracle::mulMatId(wt.as<float>(), xt.as<float>(), choices.as<int32_t>(), kOut, kIn,
+                                kExperts, kUsed, kTokens);
+  }
+  std::vector<std::string> args(const std::string &output) const {
+    return {"run",
+            kComponents + "/moe/mul_mat_id.mlir",
+            "--function=mul_mat_id",
+            "--input=@" + weights,
+            "--input=@" + input,
+            "--input=@" + ids,
+            "--output=@" + output};
+  }
+};
+
+// Split on two threads or whole on one, compiled or read back from the disk cache (one entry
+// holding every part's object): the same kernel. Sums of 32 products of values in [-1, 1]:
+// rtol 1e-5 with atol 1e-6 covers f32 rounding in any order of the sums.
+TEST(CliParts, SplitKernelsMatchTheOracleWholeAndFromDisk) {
+  MulMatIdFiles files;
+  std::string cache = tempPath("parts_cache"), y = tempPath("mmid_y.npy");
+  std::filesystem::remove_all(cache);
+  struct Run {
+    std::string name, threads;
+    std::optional<std::string> cacheDir;
+    const char *compileLog;
+  };
+  for (const Run &run : {Run{"two threads, compiled", "2", cache, "frank: split-in-parts"},
+                         Run{"two threads, from disk", "2", cache, nullptr},
+                         Run{"one thread, whole", "1", std::nullopt, "frank: optimize-O3"}}) {
+    SCOPED_TRACE(run.name);
+    std::remove(y.c_str());
+    EnvOverrides env = {{"FRANK_DEBUG", "1"}, {"FRANK_NUM_THREADS", run.threads}};
+    env["FRANK_CACHE"] = run.cacheDir ? "on" : "off";
+    if (run.cacheDir)
+      env["FRANK_CACHE_DIR"] = *run.cacheDir;
+    ToolResult r = runTool(files.args(y), env);
+    EXPECT_SUCCESS(r);
+    if (run.compileLog)
+      EXPECT_THAT(r.err, testing::HasSubstr(run.compileLog));
+    else
+      EXPECT_THAT(r.err, testing::HasSubstr("from the disk cache"));
+    if (run.threads == "1") {
+      EXPECT_THAT(r.err, testing::Not(testing::HasSubstr("split-in-parts")));
+    }
+    expectClose(tensorValues(readNpy(y)), files.expected, 1e-5, 1e-6);
+  }
+  std::filesystem::remove_all(cache);
+}
+
+// FRANK_PERF_MAP=1 names the JIT's functions for `perf report` in /tmp/perf-<pid>.map: the
+// kernel and the chunks of its parallel loops, at distinct addresses with non-zero sizes.
+TEST(CliParts, PerfMapNamesTheKernelsFunctions) {
+  MulMatIdFiles files;
+  std::string y = tempPath("mmid_perf_y.npy");
+  for (const char *setting : {"1", "0"}) {
+    SCOPED_TRACE(setting);
+    RunningTool running =
+        spawnTool(files.args(y), {{"FRANK_PERF_MAP", setting}, {"FRANK_CACHE", "off"}});
+    std::string map = fmt::format("/tmp/perf-{}.map", running.pid);
+    EXPECT_SUCCESS(waitTool(running));
+    if (std::string(setting) == "0") {
+      EXPECT_FALSE(std::filesystem::exists(map));
+      continue;
+    }
+    std::string text = readFile(map);
+    std::remove(map.c_str());
+    std::regex line("([0-9a-f]+) ([0-9a-f]+) (frank_[0-9a-f]+(\\.[a-z_0-9]+\\.chunk)?)\n");
+    std::set<std::string> names, addresses;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), line);
+         it != std::sregex_iterator(); ++it) {
+      names.insert((*it)[3]);
+      addresses.insert((*it)[1]);
+      EXPECT_NE((*it)[2], "0");
+    }
+    EXPECT_EQ(addresses.size(), names.size()) << text;
+    int kernels = 0, chunks = 0;
+    for (const std::string &name : names)
+      ++(name.ends_with(".chunk") ? chunks : kernels);
+    EXPECT_EQ(kernels, 1) << text;
+    EXPECT_GE(chunks, 3) << text;
+  }
 }
 
 } // namespace

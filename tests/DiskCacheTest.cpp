@@ -606,6 +606,35 @@ TEST(DiskCacheKernels, EntryWhoseObjectDoesNotLinkIsDiscarded) {
   EXPECT_EQ(ctx.cacheStats().diskMisses, 1u);
 }
 
+// An intact entry whose payload is not the list of objects a kernel is stored as (its count,
+// then each object's size and bytes): discarded and compiled again, never linked.
+TEST(DiskCacheKernels, PayloadThatIsNotAListOfObjectsIsDiscarded) {
+  TempDir dir;
+  RmsCase c(dir, 9, 40);
+  EXPECT_SUCCESS(c.run(dir.path(), dir / "y.npy"));
+  std::vector<std::string> entries = entriesIn(dir.path());
+  ASSERT_EQ(entries.size(), 1u);
+  auto key = DiskCacheKey::fromHex(llvm::sys::path::stem(entries[0]).str());
+  ASSERT_TRUE(key.has_value());
+  std::string payload =
+      readFile(entries[0]).substr(jit::entry::kHeaderBytes + c.description().size());
+  std::string oneObjectTooShort = payload.substr(0, payload.size() - 1);
+  std::string countTooLarge = payload;
+  countTooLarge[0] = char(countTooLarge[0] + 1);
+  for (const std::string &bad : {std::string("\x7f"
+                                             "ELF"),
+                                 oneObjectTooShort, countTooLarge}) {
+    DiskCache cache(dir.path(), jit::kDefaultDiskCacheBytes);
+    ASSERT_TRUE(cache.store(*key, c.description(), bad));
+    ToolResult r = c.run(dir.path(), dir / "y2.npy", {{"FRANK_DEBUG", "1"}});
+    EXPECT_SUCCESS(r);
+    EXPECT_THAT(r.err, HasSubstr("discarding corrupt cache entry"));
+    EXPECT_THAT(r.err, HasSubstr("the cached kernel is not a list of objects"));
+    EXPECT_THAT(r.err, HasSubstr("frank: compiled"));
+    expectBitIdentical(readNpy(dir / "y2.npy"), readNpy(dir / "y.npy"));
+  }
+}
+
 TEST(DiskCacheKernels, ConcurrentProcessesBothSucceed) {
   TempDir dir;
   EnvOverrides env{{"FRANK_CACHE", "on"}, {"FRANK_CACHE_DIR", dir.path()}, {"FRANK_DEBUG", "1"}};

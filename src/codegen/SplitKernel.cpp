@@ -1,0 +1,102 @@
+// Dealing a kernel's functions out to parts (see SplitKernel.h).
+#include "codegen/SplitKernel.h"
+
+#include <llvm/ADT/DenseMap.h>
+#include <llvm/ADT/EquivalenceClasses.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
+#include <llvm/IR/InstIterator.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include <algorithm>
+
+namespace frank {
+
+std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
+                                     size_t minPartInstructions) {
+  // Global variables would need an owner and declarations elsewhere; kernels define none.
+  if (maxParts < 2 || !module.global_empty())
+    return {};
+  // A function and the functions it must inline go together.
+  llvm::EquivalenceClasses<const llvm::Function *> groups;
+  for (const llvm::Function &f : module) {
+    if (f.isDeclaration())
+      continue;
+    groups.insert(&f);
+    for (const llvm::Instruction &inst : llvm::instructions(f))
+      if (const auto *call = llvm::dyn_cast<llvm::CallBase>(&inst))
+        if (const llvm::Function *callee = call->getCalledFunction();
+            callee && !callee->isDeclaration() &&
+            callee->hasFnAttribute(llvm::Attribute::AlwaysInline))
+          groups.unionSets(&f, callee);
+  }
+  std::vector<std::pair<size_t, const llvm::Function *>> sizes; // per group: size, leader
+  for (auto it = groups.begin(); it != groups.end(); ++it) {
+    if (!it->isLeader())
+      continue;
+    size_t size = 0;
+    for (auto member = groups.member_begin(it); member != groups.member_end(); ++member)
+      size += (*member)->getInstructionCount();
+    sizes.emplace_back(size, it->getData());
+  }
+  std::sort(sizes.begin(), sizes.end(), [](const auto &a, const auto &b) {
+    return a.first != b.first ? a.first > b.first : a.second->getName() < b.second->getName();
+  });
+  // The most parts (up to `maxParts`) whose lightest still has `minPartInstructions`.
+  std::vector<size_t> load;
+  llvm::DenseMap<const llvm::Function *, unsigned> partOf;
+  unsigned parts = maxParts;
+  for (; parts >= 2; --parts) {
+    load.assign(parts, 0);
+    partOf.clear();
+    for (const auto &[size, leader] : sizes) {
+      const unsigned lightest = unsigned(std::min_element(load.begin(), load.end()) - load.begin());
+      load[lightest] += size;
+      for (auto member = groups.findLeader(groups.findValue(leader)); member != groups.member_end();
+           ++member)
+        partOf[*member] = lightest;
+    }
+    if (*std::min_element(load.begin(), load.end()) >= minPartInstructions)
+      break;
+  }
+  if (parts < 2)
+    return {};
+  // A local function used from another part (a loop body whose address the entry passes on)
+  // must be a symbol the linker resolves.
+  for (llvm::Function &f : module) {
+    if (f.isDeclaration() || !f.hasLocalLinkage())
+      continue;
+    for (const llvm::User *user : f.users()) {
+      const auto *inst = llvm::dyn_cast<llvm::Instruction>(user);
+      if (!inst || partOf.lookup(inst->getFunction()) != partOf.lookup(&f)) {
+        f.setLinkage(llvm::GlobalValue::ExternalLinkage);
+        f.setVisibility(llvm::GlobalValue::HiddenVisibility);
+        break;
+      }
+    }
+  }
+  std::vector<unsigned> heaviestFirst(parts);
+  for (unsigned p = 0; p < parts; ++p)
+    heaviestFirst[p] = p;
+  std::stable_sort(heaviestFirst.begin(), heaviestFirst.end(),
+                   [&](unsigned a, unsigned b) { return load[a] > load[b]; });
+  std::vector<std::string> bitcode;
+  for (unsigned p : heaviestFirst) {
+    llvm::ValueToValueMapTy map;
+    // Functions of other parts become declarations.
+    std::unique_ptr<llvm::Module> part =
+        llvm::CloneModule(module, map, [&](const llvm::GlobalValue *value) {
+          const auto *f = llvm::dyn_cast<llvm::Function>(value);
+          return !f || partOf.lookup(f) == p;
+        });
+    part->setModuleIdentifier(module.getModuleIdentifier() + ".part" +
+                              std::to_string(bitcode.size()));
+    llvm::raw_string_ostream os(bitcode.emplace_back());
+    llvm::WriteBitcodeToFile(*part, os);
+  }
+  return bitcode;
+}
+
+} // namespace frank

@@ -1,0 +1,148 @@
+// Splitting a kernel's module into parts that compile on threads of their own: every function
+// defined exactly once, each loop body beside the chunk that inlines it, and what one part
+// refers to in another made a symbol the linker can resolve.
+#include "codegen/SplitKernel.h"
+#include "TestSupport.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <llvm/AsmParser/Parser.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+namespace frank::test {
+namespace {
+
+std::unique_ptr<llvm::Module> parseIr(const std::string &text, llvm::LLVMContext &ir) {
+  llvm::SMDiagnostic error;
+  auto module = llvm::parseAssemblyString(text, error, ir);
+  if (!module) {
+    std::string message;
+    llvm::raw_string_ostream os(message);
+    error.print("kernel", os);
+    ADD_FAILURE() << message;
+  }
+  return module;
+}
+
+// mul_mat_id at 32 tokens: the entry, and parallel loops for the ranks tiles, the
+// contraction.gather tiles and the read-back, each a chunk that inlines its body.
+std::string mulMatIdIr() {
+  return context()
+      .load(componentPath("moe/mul_mat_id.mlir"))
+      .function("mul_mat_id")
+      .emit(Stage::LLVM, {"64x32x8xf32", "32x2x32xf32", "2x32xi32"});
+}
+
+std::set<std::string> definedFunctions(const llvm::Module &m) {
+  std::set<std::string> names;
+  for (const llvm::Function &f : m)
+    if (!f.isDeclaration())
+      names.insert(f.getName().str());
+  return names;
+}
+
+TEST(SplitKernel, PartsDefineEachFunctionOnceWithBodiesBesideTheirChunks) {
+  llvm::LLVMContext ir;
+  auto module = parseIr(mulMatIdIr(), ir);
+  ASSERT_TRUE(module);
+  const std::set<std::string> original = definedFunctions(*module);
+  for (unsigned maxParts : {2u, 4u}) {
+    auto copy = parseIr(mulMatIdIr(), ir);
+    std::vector<std::string> parts = splitKernel(*copy, maxParts, 100);
+    ASSERT_GE(parts.size(), 2u);
+    ASSERT_LE(parts.size(), maxParts);
+    std::map<std::string, size_t> partOf;
+    std::vector<std::unique_ptr<llvm::Module>> modules;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      auto part = llvm::parseBitcodeFile(llvm::MemoryBufferRef(parts[i], "part"), ir);
+      ASSERT_TRUE(bool(part)) << llvm::toString(part.takeError());
+      std::string problems;
+      llvm::raw_string_ostream os(problems);
+      EXPECT_FALSE(llvm::verifyModule(**part, &os)) << problems;
+      for (const std::string &name : definedFunctions(**part))
+        EXPECT_TRUE(partOf.emplace(name, i).second) << name << " is defined twice";
+      modules.push_back(std::move(*part));
+    }
+    std::set<std::string> defined;
+    for (const auto &[name, part] : partOf)
+      defined.insert(name);
+    EXPECT_EQ(defined, original) << "maxParts " << maxParts;
+    for (const auto &[name, part] : partOf)
+      if (name.ends_with(".body") && name != "frank_kernel.body") {
+        std::string chunk = name.substr(0, name.size() - 5) + ".chunk";
+        EXPECT_EQ(partOf.at(chunk), part) << name;
+      }
+    EXPECT_EQ(partOf.at("frank_kernel"), partOf.at("frank_kernel.body"));
+    // A function that a part uses but does not define is an external symbol there, and hidden
+    // where it is defined (the kernel's own entry stays visible).
+    int crossPart = 0;
+    for (const auto &m : modules)
+      for (const llvm::Function &f : *m) {
+        if (!f.isDeclaration() || f.use_empty() || !partOf.count(f.getName().str()))
+          continue;
+        ++crossPart;
+        EXPECT_TRUE(f.hasExternalLinkage()) << f.getName().str();
+        const llvm::Function *definition =
+            modules[partOf.at(f.getName().str())]->getFunction(f.getName());
+        EXPECT_TRUE(definition->hasExternalLinkage()) << f.getName().str();
+        if (f.getName() != "frank_kernel") {
+          EXPECT_TRUE(definition->hasHiddenVisibility()) << f.getName().str();
+        }
+      }
+    // The entry passes the loops' chunks to the runtime by address; some are in other parts.
+    EXPECT_GE(crossPart, 1);
+  }
+}
+
+// Heavier parts come first (the threads take them in order), and no part falls below the
+// minimum: with a minimum near a third of the kernel, at most three parts.
+TEST(SplitKernel, HeaviestFirstAndNoPartBelowTheMinimum) {
+  llvm::LLVMContext ir;
+  auto module = parseIr(mulMatIdIr(), ir);
+  ASSERT_TRUE(module);
+  size_t total = module->getInstructionCount();
+  std::vector<std::string> parts = splitKernel(*module, 8, total / 3);
+  ASSERT_GE(parts.size(), 2u);
+  EXPECT_LE(parts.size(), 3u);
+  std::vector<size_t> sizes;
+  for (const std::string &bitcode : parts) {
+    auto part = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "part"), ir);
+    ASSERT_TRUE(bool(part)) << llvm::toString(part.takeError());
+    sizes.push_back((*part)->getInstructionCount());
+    EXPECT_GE(sizes.back(), total / 3);
+  }
+  EXPECT_TRUE(std::is_sorted(sizes.rbegin(), sizes.rend())) << testing::PrintToString(sizes);
+}
+
+TEST(SplitKernel, SmallKernelsAndOneThreadStayWhole) {
+  llvm::LLVMContext ir;
+  auto rmsNorm = parseIr(context()
+                             .load(componentPath("normalization/rms_norm.mlir"))
+                             .function("rms_norm_fused")
+                             .emit(Stage::LLVM, {"32x4096xf32", "4096xf32", "f32"}),
+                         ir);
+  ASSERT_TRUE(rmsNorm);
+  EXPECT_TRUE(splitKernel(*rmsNorm, 2, 400).empty());
+  auto mulMatId = parseIr(mulMatIdIr(), ir);
+  ASSERT_TRUE(mulMatId);
+  EXPECT_TRUE(splitKernel(*mulMatId, 1, 100).empty());
+  // Nothing changed in a kernel left whole: its loop bodies stay internal.
+  for (const llvm::Function &f : *mulMatId) {
+    if (!f.isDeclaration() && f.getName() != "frank_kernel") {
+      EXPECT_TRUE(f.hasLocalLinkage()) << f.getName().str();
+    }
+  }
+}
+
+} // namespace
+} // namespace frank::test
