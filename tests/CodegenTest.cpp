@@ -56,5 +56,19 @@ TEST(Codegen, LoopsAddressingThroughLoadsStayScalar) {
               testing::Not(testing::ContainsRegex("extractelement <[0-9]+ x i64>")));
 }
 
+// swiglu's u * (1 / (1 + exp(-u))), the reciprocal used once, becomes u / (1 + exp(-u)) in a
+// specialized kernel: one rounding and one operation fewer. Generic mode evaluates floats as
+// written.
+TEST(Codegen, ReciprocalUsedOnceFoldsIntoItsProduct) {
+  Function swiglu = context().load(componentPath("activation/swiglu.mlir")).function("swiglu");
+  const std::vector<std::string> shapes = {"1x2x64xf32", "1x2x64xf32"};
+  std::string specialized = swiglu.emit(Stage::LLVM, shapes);
+  EXPECT_THAT(specialized, testing::HasSubstr("%silu = fdiv contract float %u, %denom"));
+  EXPECT_THAT(specialized, testing::Not(testing::HasSubstr("fdiv contract float 1.0")));
+  std::string generic = swiglu.emit(Stage::LLVM, shapes, Mode::Generic);
+  EXPECT_THAT(generic, testing::HasSubstr("%sigmoid = fdiv float 1.000000e+00, %denom"));
+  EXPECT_THAT(generic, testing::HasSubstr("%silu = fmul float %u, %sigmoid"));
+}
+
 } // namespace
 } // namespace frank::test

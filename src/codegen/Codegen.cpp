@@ -1,5 +1,6 @@
 // Code generation from loop IR with IRBuilder.
 #include "codegen/Codegen.h"
+#include "codegen/FoldReciprocals.h"
 #include "codegen/MathFunctions.h"
 #include "ir/Ops.h"
 
@@ -719,7 +720,9 @@ private:
 
 std::unique_ptr<llvm::Module> codegen(const loops::Program &program, llvm::LLVMContext &context,
                                       const CodegenOptions &options) {
-  return Codegen(program, context, options).run();
+  auto module = Codegen(program, context, options).run();
+  foldReciprocalProducts(*module);
+  return module;
 }
 
 } // namespace frank
