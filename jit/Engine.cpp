@@ -423,11 +423,11 @@ EntryFn
 Engine::compile(const loops::Program &program, const CodegenOptions &options,
                 const std::function<void(const std::string &, const std::string &)> &printAfter,
                 std::string *object) {
-  auto context = std::make_unique<llvm::LLVMContext>();
+  llvm::LLVMContext context;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (auto it = impl_->compiled.find(program.name); it != impl_->compiled.end())
     return it->second;
-  auto module = impl_->build(program, *context, options);
+  auto module = impl_->build(program, context, options);
   module->setModuleIdentifier(program.name);
   if (printAfter)
     printAfter("codegen", printModule(*module));
