@@ -266,7 +266,8 @@ struct Engine::Impl {
   }
 
   std::unique_ptr<llvm::Module> build(const loops::Program &program, llvm::LLVMContext &context,
-                                      const CodegenOptions &options) {
+                                      CodegenOptions options) {
+    options.permuteBits = avx512 ? 512 : features.find("+avx2") != std::string::npos ? 256 : 0;
     auto module = codegen(program, context, options);
     module->setDataLayout(machines[0]->createDataLayout());
     module->setTargetTriple(machines[0]->getTargetTriple().str());
@@ -355,10 +356,19 @@ struct Engine::Impl {
           auto buffer = llvm::MemoryBufferRef(parts[i], module.getModuleIdentifier());
           std::unique_ptr<llvm::Module> part =
               unwrap(llvm::parseBitcodeFile(buffer, context), "reading a kernel part");
+          auto begin = std::chrono::steady_clock::now();
+          size_t instructions = part->getInstructionCount();
           optimize(*part, *machines[thread], useVectorMath);
+          auto middle = std::chrono::steady_clock::now();
           if (optimized)
             printed[i] = printModule(*part);
           objects[i] = emitObject(*part, *machines[thread]);
+          if (debugLevel() >= 2) {
+            using ms = std::chrono::duration<double, std::milli>;
+            auto end = std::chrono::steady_clock::now();
+            fmt::print(stderr, "frank:   part {} ({} instructions) on thread {}: O3 {:.3f} ms, machine code {:.3f} ms\n",
+                       i, instructions, thread, ms(middle - begin).count(), ms(end - middle).count());
+          }
         }
       } catch (...) {
         failures[thread] = std::current_exception();

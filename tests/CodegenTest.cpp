@@ -1,7 +1,9 @@
 // Code generation choices visible in the LLVM IR: what a parallel loop's context carries, which
 // loops the vectorizer may widen, and frank's own math functions.
+#include "Engine.h"
 #include "TestSupport.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,11 +14,13 @@ namespace {
 
 // mul_mat_id at 32 tokens over 8 experts: contraction.ranks with its contraction.gather
 // fallback, 14 buffers in all (3 inputs, the output, 10 temporaries).
-std::string mulMatIdIr(Stage stage) {
+// mul_mat_id at 32 tokens: contraction.ranks with 8 experts, contraction.gather with 4 (a
+// vector of 4 f32 is too short for ranks).
+std::string mulMatIdIr(Stage stage, int experts = 8) {
   return context()
       .load(componentPath("moe/mul_mat_id.mlir"))
       .function("mul_mat_id")
-      .emit(stage, {"64x32x8xf32", "32x2x32xf32", "2x32xi32"});
+      .emit(stage, {fmt::format("64x32x{}xf32", experts), "32x2x32xf32", "2x32xi32"});
 }
 
 // The parameters of `define ... @NAME(...)`.
@@ -35,25 +39,41 @@ int count(const std::string &text, const std::string &what) {
   return n;
 }
 
-// A parallel loop's context carries the buffers its body uses, not all 14: the ranks tiles read
-// the weights and the packed input and write the slots (three pointers, then dims, scalars and
-// status), so a kernel with many temporaries does not fill a field per buffer before each loop.
+// A parallel loop's context carries the buffers its body uses, not all 7: the ranks tiles read
+// the weights, the slots' choices and the packed input and write the slots (four pointers,
+// then dims, scalars and status), so a kernel with many temporaries does not fill a field per
+// buffer before each loop.
 TEST(Codegen, ParallelLoopsCarryOnlyTheBuffersTheyUse) {
   std::string ir = mulMatIdIr(Stage::LLVM);
   std::string tiles = paramsOf(ir, "frank_kernel.m_block.body");
   ASSERT_FALSE(tiles.empty()) << ir;
-  EXPECT_EQ(count(tiles, "ptr noalias"), 6) << tiles;
+  EXPECT_EQ(count(tiles, "ptr noalias"), 4 + 3) << tiles;
   EXPECT_EQ(count(tiles, "ptr noalias readonly"), 1) << tiles; // the weights
-  EXPECT_EQ(count(paramsOf(ir, "frank_kernel.body"), "ptr noalias"), 14 + 3);
+  EXPECT_EQ(count(paramsOf(ir, "frank_kernel.body"), "ptr noalias"), 7 + 3);
 }
 
-// The loops that rank and pack the pairs address memory through the ids they load: they stay
-// scalar, where widening would make each access one scalar access per lane.
+// The loops that group and pack the pairs of contraction.gather address memory through the ids
+// they load: they stay scalar, where widening would make each access one scalar access per lane.
 TEST(Codegen, LoopsAddressingThroughLoadsStayScalar) {
-  EXPECT_THAT(mulMatIdIr(Stage::LLVM),
+  EXPECT_THAT(mulMatIdIr(Stage::Loops, 4), testing::HasSubstr("contraction.gather"));
+  EXPECT_THAT(mulMatIdIr(Stage::LLVM, 4),
               testing::HasSubstr("!{!\"llvm.loop.vectorize.enable\", i1 false}"));
-  EXPECT_THAT(mulMatIdIr(Stage::OptimizedLLVM),
+  EXPECT_THAT(mulMatIdIr(Stage::OptimizedLLVM, 4),
               testing::Not(testing::ContainsRegex("extractelement <[0-9]+ x i64>")));
+}
+
+// A contraction.ranks tile permutes each row's vector of choices by each rank's choices with
+// one vpermps per rank and row (4x4 tile: 16), where a permute lane by lane would be 8
+// extracts and inserts each.
+TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
+  if (jit::Engine::instance().cpuFeatures().find("+avx2") == std::string::npos)
+    GTEST_SKIP() << "this host has no AVX2, whose vpermps the permute becomes";
+  std::string loops = mulMatIdIr(Stage::Loops);
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8"));
+  EXPECT_EQ(count(loops, "permute("), 16) << loops;
+  std::string assembly = mulMatIdIr(Stage::Assembly);
+  EXPECT_EQ(count(assembly, "vpermps"), 16) << assembly;
+  EXPECT_EQ(count(assembly, "vinsertps"), 0) << assembly;
 }
 
 // swiglu's u * (1 / (1 + exp(-u))), the reciprocal used once, becomes u / (1 + exp(-u)) in a

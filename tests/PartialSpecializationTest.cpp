@@ -309,7 +309,7 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
                         .function("mul_mat_id")
                         .emit(Stage::Loops, {"64x128x8xf32", "128x2x?xf32", "2x?xi32"});
   EXPECT_NE(moe.find("contraction.ranks m=d0 n=- k=d3"), std::string::npos) << moe;
-  EXPECT_NE(moe.find("temp rank: i32[(2 * dims["), std::string::npos) << moe;
+  EXPECT_NE(moe.find("temp slot_choice: i32[((((2 * dims["), std::string::npos) << moe;
   EXPECT_NE(moe.find("for k_block in 0..2 {"), std::string::npos) << moe;
 }
 

@@ -34,13 +34,14 @@ std::unique_ptr<llvm::Module> parseIr(const std::string &text, llvm::LLVMContext
   return module;
 }
 
-// mul_mat_id at 32 tokens: the entry, and parallel loops for the ranks tiles, the
-// contraction.gather tiles and the read-back, each a chunk that inlines its body.
-std::string mulMatIdIr() {
+// moe_ffn_block at 32 tokens: the entry, and parallel loops for the routing, the three expert
+// projections' tiles, swiglu and the read-backs, each a chunk that inlines its body.
+std::string moeBlockIr() {
   return context()
-      .load(componentPath("moe/mul_mat_id.mlir"))
-      .function("mul_mat_id")
-      .emit(Stage::LLVM, {"64x32x8xf32", "32x2x32xf32", "2x32xi32"});
+      .load(componentPath("moe/moe_ffn_block.mlir"))
+      .function("moe_ffn_block")
+      .emit(Stage::LLVM, {"32x32xf32", "8x32xf32", "64x32x8xf32", "64x32x8xf32", "32x64x8xf32",
+                          "index=8", "index=2", "index=32", "index=64", "i1=1"});
 }
 
 std::set<std::string> definedFunctions(const llvm::Module &m) {
@@ -53,11 +54,11 @@ std::set<std::string> definedFunctions(const llvm::Module &m) {
 
 TEST(SplitKernel, PartsDefineEachFunctionOnceWithBodiesBesideTheirChunks) {
   llvm::LLVMContext ir;
-  auto module = parseIr(mulMatIdIr(), ir);
+  auto module = parseIr(moeBlockIr(), ir);
   ASSERT_TRUE(module);
   const std::set<std::string> original = definedFunctions(*module);
   for (unsigned maxParts : {2u, 4u}) {
-    auto copy = parseIr(mulMatIdIr(), ir);
+    auto copy = parseIr(moeBlockIr(), ir);
     std::vector<std::string> parts = splitKernel(*copy, maxParts, 100);
     ASSERT_GE(parts.size(), 2u);
     ASSERT_LE(parts.size(), maxParts);
@@ -108,7 +109,7 @@ TEST(SplitKernel, PartsDefineEachFunctionOnceWithBodiesBesideTheirChunks) {
 // minimum: with a minimum near a third of the kernel, at most three parts.
 TEST(SplitKernel, HeaviestFirstAndNoPartBelowTheMinimum) {
   llvm::LLVMContext ir;
-  auto module = parseIr(mulMatIdIr(), ir);
+  auto module = parseIr(moeBlockIr(), ir);
   ASSERT_TRUE(module);
   size_t total = module->getInstructionCount();
   std::vector<std::string> parts = splitKernel(*module, 8, total / 3);
@@ -133,11 +134,11 @@ TEST(SplitKernel, SmallKernelsAndOneThreadStayWhole) {
                          ir);
   ASSERT_TRUE(rmsNorm);
   EXPECT_TRUE(splitKernel(*rmsNorm, 2, 400).empty());
-  auto mulMatId = parseIr(mulMatIdIr(), ir);
-  ASSERT_TRUE(mulMatId);
-  EXPECT_TRUE(splitKernel(*mulMatId, 1, 100).empty());
+  auto moeBlock = parseIr(moeBlockIr(), ir);
+  ASSERT_TRUE(moeBlock);
+  EXPECT_TRUE(splitKernel(*moeBlock, 1, 100).empty());
   // Nothing changed in a kernel left whole: its loop bodies stay internal.
-  for (const llvm::Function &f : *mulMatId) {
+  for (const llvm::Function &f : *moeBlock) {
     if (!f.isDeclaration() && f.getName() != "frank_kernel") {
       EXPECT_TRUE(f.hasLocalLinkage()) << f.getName().str();
     }

@@ -108,32 +108,28 @@ TEST(Strategy, GoldenContractions) {
       },
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
-  // S9 at T = 32, 8 experts: the experts are the lanes and each vector holds a rank of every
-  // expert's pairs (8 per expert, so two blocks of four vectors). Each row loads one vector of
-  // weights per k for NR FMAs: up to 6 rows with 32 registers, but 4 divide the 3584 rows and
-  // leave no short tile; 2x4 with 16. The packed input, for twice the 8 ranks, takes 512 bytes
-  // a k: k blocks of 512 keep a block within 256 KiB of L2.
+  // S9 at T = 32, 8 experts: the experts are the lanes and the 64 pairs eight vectors of slots
+  // (two blocks of four). Each row loads one vector of weights per k and permutes it for NR
+  // FMAs. With 32 registers, 5 rows fit beside 4 inputs and 4 vectors of choices, and 4 divide
+  // the 3584 rows and leave no short tile; with 16, 5x2, and 4 again. The packed input, for
+  // twice the 8 ranks, takes 512 bytes a k: k blocks of 512 keep a block within 256 KiB of L2.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=512"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512");
   // S10's down projection: 3584 = 7 x 512.
   EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
-  // 8 tokens: two ranks per expert, so NR = 2 and more rows (4 of the 6 that fit divide 3584);
-  // 3600 rows take 6. The packed input (128 KiB for twice the ranks) needs no k blocks.
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512");
+  // 8 tokens: two ranks, so NR = 2 at most, and 5 rows with 16 registers (4 divide 3584, 5
+  // divide 3600); 6 with 32. The packed input (128 KiB for twice the ranks) needs no k blocks.
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8)),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+            "contraction.ranks m=d0 n=- k=d3 tile=5x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx512()),
+            "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=256"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=16 k-block=32");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=256");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
   // registers allow, and k blocks whose 6 x 16 lines of 16 experts take 12 KiB of L1.
@@ -141,8 +137,7 @@ TEST(Strategy, GoldenContractions) {
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // With 16 lanes the 16 experts are one vector again, with four ranks each.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
   // Forced, contraction.gather on 8 experts: 8 pairs per expert at 32 tokens fill 8 lanes, not
   // 16; 64 tokens fill 16. Rows 32000 bytes apart spread over the sets: eight rows, and a k
   // block that divides 1000.
@@ -206,14 +201,13 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("does not fit"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,k-block=48"),
               testing::HasSubstr("k-block 48 does not divide"));
-  // Pairs need not be whole vectors: 24 pairs, three ranks per expert when balanced; or,
-  // forced, contraction.gather with each group padded to whole vectors.
+  // Pairs need not be whole vectors: 24 pairs, three vectors of slots (two tiles of 5x2 fit
+  // 16 registers, 64 rows take 4), or, forced, contraction.gather with each group padded to
+  // whole vectors. Two rows leave registers for three vectors of slots.
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x3 lanes=8"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(2, 32, 8, 2, 12)),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=2x1 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8");
   EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"), "no error");
   EXPECT_EQ(
       loops::describe(loops::selectStrategy(mulMatIdNest(5, 32, 8, 2, 12), Target::avx2(),
@@ -226,19 +220,17 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("4 pairs fill no vector of 8"));
   EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
                                                   loops::parseConfig("tile=1x8"))),
-            "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8"
-            " | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes=8 k-block=32");
-  // Forced by hand, contraction.ranks has no fallback.
+            "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8");
   EXPECT_EQ(
       loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
                                             loops::parseConfig("pipeline=contraction.ranks"))),
-      "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8");
+      "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "tile=9x1"),
               testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
   // k blocks by hand: they must divide k.
   EXPECT_THAT(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
                                                     loops::parseConfig("k-block=16"))),
-              testing::StartsWith("contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=16 |"));
+              testing::Eq("contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=16"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=24"),
               testing::HasSubstr("k-block 24 does not divide the nest's one reduction dim (64)"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pack=1"),
@@ -302,13 +294,13 @@ TEST(Strategy, RuntimeExtents) {
   // GEMV with a runtime K does not stream.
   EXPECT_EQ(choose(withRuntime(matmulNest(1, r, 4096), {false, false, true})),
             "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
-  // A runtime token count takes contraction.ranks, which counts its ranks at run time, with no
-  // contraction.gather to fall back on (its vectors of pairs are sized when it compiles); k
-  // blocks as for 256 tokens. Runtime rows or a runtime reduction leave plain loops.
+  // A runtime token count takes contraction.ranks, which counts its slots at run time
+  // (contraction.gather sizes its vectors of pairs when it compiles); k blocks as for 256
+  // tokens. Runtime rows or a runtime reduction leave plain loops.
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, false, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=64");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=64");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, true, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=2x4 lanes=8 k-block=64");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=64");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(r, 128, 8, 2, 32), {true, false, false, false})),
             "row-reduction");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, r, 8, 2, 32), {false, false, false, true})),
@@ -446,36 +438,34 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("for k_step in 0..512 {"));
   EXPECT_THAT(loops, testing::HasSubstr("// add the parts' partial sums"));
 
-  // mul_mat_id: the ids are checked once, the pairs ranked within their expert, each row's
-  // experts loaded as one vector; the rows after the tile's prefetched as it runs.
+  // mul_mat_id: the ids are checked once; each slot takes its pair's expert and input; each
+  // row's experts are loaded as one vector and permuted by each vector of slots' experts; the
+  // rows after the tile's prefetched as it runs.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
-  const char *ranksTile = wide ? "4x4" : "2x4";
+  const char *ranksTile = wide ? "4x4" : "4x2";
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
-  const std::string fallback =
-      fmt::format(" | unbalanced: contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}", lanes);
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8{}: rank the pairs "
-                         "within their choice\n",
-                         ranksTile, fallback)));
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": contraction.ranks m=d0 n=- k=d3 tile={} "
-                                                    "lanes=8{}\n",
-                                                    ranksTile, fallback)));
-  // Ranks unless they would take over 25/18 of contraction.gather's vector steps.
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         "if cmp.sle((ranks * 144), (gather_steps * {})) {{", 25 * lanes)));
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         "  }} else {{\n    // linalg.generic at {}:64:5: contraction.gather",
-                         componentPath("moe/mul_mat_id.mlir"))));
-  EXPECT_THAT(loops, testing::HasSubstr("let ranks: index = (((busiest + 3) / 4) * 4)"));
-  EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..(ranks / 4) {"));
-  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = weights[((t"));
+                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8: each slot's choice "
+                         "and input\n",
+                         ranksTile)));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         fmt::format(": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8\n", ranksTile)));
+  EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(d2 + (d1 * 64))] = ids[(d2 + (d1 * 64))]"));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (d2 + (d1 * 64)))] = "
+                                        "input[((d2 + (d1 * 64)) + (d3 * 128))]"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("for j in"))); // 128 slots: no padding
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "for rank_block in 0..4 {"
+                                             : "for rank_block in 0..8 {"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         "let lanes: i32x8 = slot_choice[((rank_block * " + std::string(wide ? "4" : "2") +
+                         ") * 8) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (permute(t, lanes) * x)"));
+  EXPECT_THAT(loops, testing::HasSubstr("let t: f32x8 = weights[(((m_block * 4) * 256) + (d3 * 8)) : 8]"));
   // The last tile prefetches its own rows, not past the weights.
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch weights[((minsi(((m_block * 4) + 4), 60) "
-                                               "* 256) + (d3 * 32))]"
-                                             : "prefetch weights[((minsi(((m_block * 2) + 2), 62) "
-                                               "* 256) + (d3 * 16))]"));
+  EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((minsi(((m_block * 4) + 4), 60) "
+                                        "* 256) + (d3 * 32))]"));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
   // k blocks by hand: the m blocks run once per block, each tile starting from its slots' sums
   // (0 in the first block), reading its block of the packed input and prefetching the next
@@ -492,17 +482,14 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   loops = configuredLoops("k-block=16");
   EXPECT_THAT(loops,
               testing::HasSubstr("// each m block adds the k block's products to its slots\n"
-                                 "    for k_block in 0..2 {\n"));
+                                 "  for k_block in 0..2 {\n"));
   EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
                                         "broadcast<8>(0f), by_slot[(((m_block * "));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * slots) + "));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * 128) + "));
   EXPECT_THAT(loops, testing::HasSubstr("for d3 in 0..16 {"));
   EXPECT_THAT(loops, testing::HasSubstr(
-                         wide ? "prefetch weights[((((minsi(((m_block * 4) + 4), 60) + "
-                                "divui((d3 * 2), 8)) * 256) + (k_block * 128)) + (remui((d3 * 2), "
-                                "8) * 16))]"
-                              : "prefetch weights[((((minsi(((m_block * 2) + 2), 62) + "
-                                "divui(d3, 8)) * 256) + (k_block * 128)) + (remui(d3, 8) * 16))]"));
+                         "prefetch weights[((((minsi(((m_block * 4) + 4), 60) + divui((d3 * 2), 8)) "
+                         "* 256) + (k_block * 128)) + (remui((d3 * 2), 8) * 16))]"));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
   loops = configuredLoops("pipeline=contraction.gather");
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(

@@ -6,6 +6,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
@@ -404,6 +405,27 @@ private:
       if (auto *inst = llvm::dyn_cast<llvm::Instruction>(sum))
         setFlags(inst, true);
       return sum;
+    }
+    case ExprKind::Permute: {
+      llvm::Value *v = emitExpr(e->args[0]);
+      llvm::Value *indices = emitExpr(e->args[1]);
+      const int bits = e->lanes * elemBits(e->type);
+      if (elemBits(e->type) == 32 && elemBits(e->args[1]->type) == 32 && bits <= options_.permuteBits &&
+          (bits == 256 || bits == 512)) {
+        // vpermps on float lanes; integer lanes go through it as floats.
+        llvm::Type *floats = typeOf(ElemKind::F32, e->lanes);
+        auto id = bits == 256 ? llvm::Intrinsic::x86_avx2_permps
+                              : llvm::Intrinsic::x86_avx512_permvar_sf_512;
+        llvm::Value *permuted = b_.CreateIntrinsic(id, {}, {b_.CreateBitCast(v, floats), indices});
+        return b_.CreateBitCast(permuted, v->getType());
+      }
+      // Lane by lane elsewhere (an index hoisted out of a loop hides the pattern from instruction
+      // selection, which would otherwise make one permute of it).
+      llvm::Value *result = llvm::PoisonValue::get(v->getType());
+      for (int lane = 0; lane < e->lanes; ++lane)
+        result = b_.CreateInsertElement(
+            result, b_.CreateExtractElement(v, b_.CreateExtractElement(indices, lane)), lane);
+      return result;
     }
     }
     internalError("unknown loop IR expression");

@@ -123,6 +123,14 @@ Expr reduceAdd(std::vector<Expr> vectors) {
   n.args = std::move(vectors);
   return make(n);
 }
+Expr permute(Expr vector, Expr indices) {
+  if (vector->lanes != indices->lanes || vector->lanes == 1 || isFloatElem(indices->type))
+    internalError("permute of a vector by indices that are not an integer vector of its lanes");
+  ExprNode n{ExprKind::Permute, vector->type};
+  n.lanes = vector->lanes;
+  n.args = {std::move(vector), std::move(indices)};
+  return make(n);
+}
 std::string typeName(ElemKind type, int lanes) {
   return lanes == 1 ? std::string(elemName(type)) : fmt::format("{}x{}", elemName(type), lanes);
 }
@@ -288,6 +296,8 @@ std::string print(const Expr &e, const Program *program) {
       args.push_back(print(a, program));
     return fmt::format("reduce_add({})", fmt::join(args, ", "));
   }
+  case ExprKind::Permute:
+    return fmt::format("permute({}, {})", print(e->args[0], program), print(e->args[1], program));
   }
   return "?";
 }

@@ -25,7 +25,8 @@
 //   elements from its scalar index, a Store of an L-lane value writes them. Elementwise nodes
 //   take the lanes of their operands, and a scalar operand mixed with a vector is broadcast
 //   (`Broadcast`, inserted by the constructors). `ReduceAdd` sums the lanes of a vector in any
-//   order, or of N vectors into the N lanes of one. Vectors are written by strategies that block
+//   order, or of N vectors into the N lanes of one. `Permute` picks a vector's lanes by an
+//   index vector. Vectors are written by strategies that block
 //   for registers; everything else is scalar code that LLVM's vectorizer widens.
 #pragma once
 
@@ -50,7 +51,8 @@ enum class ExprKind : uint8_t {
   Cast,
   Load,
   Broadcast,
-  ReduceAdd
+  ReduceAdd,
+  Permute
 };
 
 struct ExprNode;
@@ -86,6 +88,10 @@ Expr reduceAdd(Expr vector);
 /// The sums of N vectors' lanes as an N-lane vector (N a power of two, at most their lanes),
 /// which costs far fewer shuffles than N separate sums.
 Expr reduceAdd(std::vector<Expr> vectors);
+/// Lane i of the result is lane indices[i] of `vector` (an integer vector of the same lanes,
+/// each in [0, lanes): the lowering checks them), as one variable permute where the target has
+/// it (AVX2's vpermps).
+Expr permute(Expr vector, Expr indices);
 /// A type as the loop IR prints it: f32, or f32x8 for a vector.
 std::string typeName(ElemKind type, int lanes);
 

@@ -364,10 +364,6 @@ private:
   // thread costs microseconds. Generic mode stays single-threaded, as a baseline should.
   static constexpr int64_t kMinParallelElements = 1 << 16;
   static constexpr int64_t kMinChunkElements = 1 << 14;
-  // contraction.ranks runs while its vector steps are at most second/first of contraction.
-  // gather's: gather's broadcasts bound it at a load per FMA (1.44 FMAs a cycle on Zen 4),
-  // ranks' plain FMAs reach 2.
-  static constexpr std::pair<int64_t, int64_t> kRanksPerGatherStep = {18, 25};
   static constexpr int64_t kMinRuntimeRowElements = 1 << 8;
 
   // The cost of one point of a body in units of a load, an add and a store: exp or a libm call
@@ -564,7 +560,7 @@ private:
     if (strategy.pipeline == Pipeline::ContractionGather ||
         strategy.pipeline == Pipeline::ContractionRanks) {
       // The choices are checked whatever the bounds checks: a wrong one would count outside
-      // the per-choice counts.
+      // the per-choice counts (contraction.gather) or pick another lane (contraction.ranks).
       GatherParts parts = gatherParts(g, extents);
       checkChoices(parts.extract, parts.choices);
       std::vector<Stmt> stmts = strategy.pipeline == Pipeline::ContractionGather
@@ -1586,13 +1582,12 @@ private:
     return var(acc, elem, lanes);
   }
 
-  // contraction.ranks (see loops/Strategy.h): each pair's slot is its rank among the pairs of
-  // its choice, times the choices, plus its choice, so that lane c of every vector of slots
-  // holds a pair of choice c and a step loads the C choices of a row of the gathered operand as
-  // one vector. Serially first: rank the pairs, and pack the input by slot over as many ranks as
-  // the busiest choice has pairs (rounded up to NR). Then, m blocks in parallel, MR x NR
-  // vectors of slots accumulated over the whole k, stored by slot; and each pair's output read
-  // back from its slot.
+  // contraction.ranks (see loops/Strategy.h): the pairs in their own order are the slots, C to
+  // a vector, and lane j of vector v multiplies choice[v * C + j]: a step loads a row's C
+  // choices as one vector and permutes it for each vector of slots. Serially first: each
+  // slot's choice (0 in the padding) and the input packed by slot. Then, m blocks in parallel,
+  // MR x NR vectors of slots accumulated over the whole k, stored by slot; and each pair's
+  // output read back from its slot.
   std::vector<Stmt> rankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
                                  const std::vector<Expr> &extents) {
     const Op &op = g.op;
@@ -1604,31 +1599,20 @@ private:
     const int lanes = s.lanes; // numChoices: a lane per choice
     const int packInput = pairInputOf(g, choiceInput);
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);
-    // One choice may take every pair; with a fallback, ranks run only while they take at most
-    // 25/18 of its vector steps (see the balance test below).
-    int64_t maxRanks = (pairs + s.tileN - 1) / s.tileN * s.tileN;
-    if (s.unbalanced) {
-      const int64_t gatherLanes = s.unbalanced->lanes;
-      const int64_t gatherSteps = groupedVectors(pairs, numChoices, gatherLanes);
-      maxRanks = std::clamp<int64_t>(gatherSteps * gatherLanes * kRanksPerGatherStep.second /
-                                         (numChoices * kRanksPerGatherStep.first),
-                                     s.tileN, maxRanks);
-    }
-    // A runtime count of pairs (partial specialization) sizes the temporaries at run time.
-    Expr slotsAtMost = intConst(maxRanks * numChoices);
+    // The slots: the pairs rounded up to whole tiles of NR vectors; a runtime count of pairs
+    // (partial specialization) sizes them at run time.
+    const int64_t tileSlots = s.tileN * numChoices;
+    Expr width = intConst((pairs + tileSlots - 1) / tileSlots * tileSlots);
     if (!asConstant(pairCount))
-      slotsAtMost = mul(binary(OpKind::DivSI, add(pairCount, intConst(s.tileN - 1)),
-                               intConst(s.tileN)),
-                        intConst(s.tileN * numChoices));
-    const ElemKind elem = op.result()->type.elem;
-    int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
-    int rankOf = addTemp("rank", ElemKind::I32, pairCount);
-    int packed = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), slotsAtMost));
-    int sorted = addTemp("by_slot", elem, mul(intConst(rows), slotsAtMost));
+      width = mul(binary(OpKind::DivSI, add(pairCount, intConst(tileSlots - 1)),
+                         intConst(tileSlots)),
+                  intConst(tileSlots));
+    const ElemKind elem = op.result()->type.elem, choiceElem = choices->type.elem;
+    int slotChoice = addTemp("slot_choice", choiceElem, width);
+    int packed = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), width));
+    int sorted = addTemp("by_slot", elem, mul(intConst(rows), width));
 
     const std::vector<Expr> vars = freshLoopVars(numLoops);
-    auto index = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::Index); };
-    auto loadIndex = [&](int buffer, Expr at) { return index(load(buffer, at, ElemKind::I32)); };
     Expr pair = accessIndex(g.map(choiceInput), vars, ids.dims);
     auto overPairs = [&](std::vector<Stmt> body) {
       return loopsAround(pairDims, vars, extents, std::move(body));
@@ -1636,46 +1620,27 @@ private:
     auto loopOver = [&](Expr v, Expr trips, std::vector<Stmt> body) {
       return forLoop(v->name, std::move(trips), ForKind::Serial, std::move(body));
     };
-    std::vector<Stmt> stmts;
-    Expr c = var(freshName("c"), ElemKind::Index);
-    stmts.push_back(
-        loopOver(c, intConst(numChoices), {store(count, c, intConst(0, ElemKind::I32))}));
-    Expr choice = loadIndex(ids.buffer, pair);
-    for (Stmt &st : overPairs({store(rankOf, pair, load(count, choice, ElemKind::I32)),
-                               store(count, choice,
-                                     binary(OpKind::AddI, load(count, choice, ElemKind::I32),
-                                            intConst(1, ElemKind::I32)))}))
-      stmts.push_back(st);
-    // The ranks in use: the busiest choice's pairs, rounded up to whole tiles of NR.
-    std::string busiest = freshName("busiest");
-    Expr mostPairs = var(busiest, ElemKind::Index);
-    stmts.push_back(local(busiest, intConst(0)));
-    stmts.push_back(
-        loopOver(c, intConst(numChoices),
-                 {assign(busiest, binary(OpKind::MaxSI, mostPairs, loadIndex(count, c)))}));
-    Expr ranks = var(freshName("ranks"), ElemKind::Index);
-    stmts.push_back(
-        let(ranks->name,
-            mul(binary(OpKind::DivSI, add(mostPairs, intConst(s.tileN - 1)), intConst(s.tileN)),
-                intConst(s.tileN))));
-    // The counting is shared with the balance test, which needs no more.
-    std::vector<Stmt> counting = std::move(stmts);
-    stmts.clear();
-    Expr width = var(freshName("slots"), ElemKind::Index);
-    stmts.push_back(let(width->name, mul(ranks, intConst(numChoices))));
-    // The input, packed by slot: packed[kk, rank(pair) * C + choice(pair)] = x[pair, kk].
-    Expr kk = vars[s.dimK];
+    // Each slot's choice, and the input packed by slot: packed[kk, pair] = x[pair, kk]. The
+    // padding after the pairs takes choice 0 and input 0: products that no pair reads back.
     Expr j = var(freshName("j"), ElemKind::Index);
+    const bool constantSlots = asConstant(width) && asConstant(pairCount);
+    Expr padding = constantSlots ? intConst(*asConstant(width) - *asConstant(pairCount))
+                                 : binary(OpKind::SubI, width, pairCount);
+    auto overPadding = [&](int buffer, const Expr &base, Expr zero, std::vector<Stmt> &into) {
+      if (asConstant(padding) != 0)
+        into.push_back(loopOver(j, padding, {store(buffer, add(base, add(pairCount, j)), zero)}));
+    };
+    std::vector<Stmt> stmts =
+        overPairs({store(slotChoice, pair, load(ids.buffer, pair, choiceElem))});
+    stmts[0]->comment = strategyComment(op, s) + ": each slot's choice and input";
+    overPadding(slotChoice, intConst(0), intConst(0, choiceElem), stmts);
+    Expr kk = vars[s.dimK];
     const TensorStorage &x = storageOf(g.input(packInput));
-    stmts.push_back(loopOver(
-        kk, intConst(k),
-        {loopOver(j, width, {store(packed, add(mul(kk, width), j), floatConst(0, elem))})}));
-    Expr slotOf = add(mul(loadIndex(rankOf, pair), intConst(numChoices)), choice);
-    stmts.push_back(loopOver(
-        kk, intConst(k),
-        overPairs({store(packed, add(mul(kk, width), slotOf),
-                         load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
-    counting[0]->comment = strategyComment(op, s) + ": rank the pairs within their choice";
+    std::vector<Stmt> packRow = overPairs(
+        {store(packed, add(mul(kk, width), pair),
+               load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))});
+    overPadding(packed, mul(kk, width), floatConst(0, elem), packRow);
+    stmts.push_back(loopOver(kk, intConst(k), std::move(packRow)));
 
     // With k blocks (the packed input too large for L2 beside the streaming weights), the m
     // blocks run once per k block, each tile adding the block's products to its slots, so that
@@ -1692,6 +1657,7 @@ private:
     // (see prefetch in LoopIR.h).
     const NestShape::Gather gathered = *gatherOf(g);
     const int64_t strideM = gathered.strides[s.dimM], strideK = gathered.strides[s.dimK];
+    const int weights = storageOf(extract->operands[0]).buffer;
     const int64_t lineElems = 64 / (elemBits(elem) / 8);
     auto prefetchNextRows = [&](int tileRows, const Expr &firstRow, std::vector<Stmt> &step) {
       const int64_t rowLines = blockK * strideK / lineElems;
@@ -1700,7 +1666,6 @@ private:
       const int64_t linesPerStep = (tileRows * rowLines + blockK - 1) / blockK;
       Expr nextRow =
           binary(OpKind::MinSI, add(firstRow, intConst(tileRows)), intConst(rows - tileRows));
-      const int weights = storageOf(extract->operands[0]).buffer;
       Expr next = add(mul(nextRow, intConst(strideM)), mul(kk, intConst(linesPerStep * lineElems)));
       for (int64_t line = 0; line < linesPerStep; ++line) {
         if (kBlocks == 1) { // one stretch of memory
@@ -1716,30 +1681,37 @@ private:
       }
     };
 
-    // The tile: MR rows x NR vectors of slots, from rank block `rank_block` on.
+    // The tile: MR rows x NR vectors of slots, from rank block `rank_block` on. Each vector of
+    // slots has its choices as lane indices, and each row's C choices at this k are loaded once
+    // and permuted by them.
     Expr mBlock = var(freshName("m_block"), ElemKind::Index);
     Expr rankBlock = var(freshName("rank_block"), ElemKind::Index);
     auto buildTile = [&](int tileRows, const Expr &firstRow) {
       std::vector<Stmt> init, step, fini;
-      std::vector<Expr> inputs(s.tileN);
+      std::vector<Expr> inputs(s.tileN), lanesOf(s.tileN);
+      auto slotAt = [&](int n) {
+        return mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
+      };
       for (int n = 0; n < s.tileN; ++n) {
-        Expr slot = mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
+        lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
         inputs[n] = bindLet(g.body().arguments[packInput].get(),
-                            load(packed, add(mul(kAt, width), slot), elem, lanes), step);
+                            load(packed, add(mul(kAt, width), slotAt(n)), elem, lanes), step);
       }
       for (int r = 0; r < tileRows; ++r) {
-        Expr rowRead;
+        Expr row = add(firstRow, intConst(r));
+        Expr choicesOfRow = bindLet(
+            extract->result(),
+            load(weights, add(mul(row, intConst(strideM)), mul(kAt, intConst(strideK))), elem,
+                 lanes),
+            step);
         for (int n = 0; n < s.tileN; ++n) {
           std::vector<Expr> iv = vars;
-          iv[s.dimM] = add(firstRow, intConst(r));
+          iv[s.dimM] = row;
           iv[s.dimK] = kAt;
           std::unordered_map<const Value *, Expr> values;
           values[g.body().arguments[packInput].get()] = inputs[n];
-          // Choice 0: the extract loads the row's C choices as one vector, once per row (the
-          // body skips an op whose value is known).
-          values[g.body().arguments[choiceInput].get()] = intConst(0, choices->type.elem);
-          if (rowRead)
-            values[extract->result()] = rowRead;
+          values[g.body().arguments[choiceInput].get()] = intConst(0, choiceElem);
+          values[extract->result()] = permute(choicesOfRow, lanesOf[n]);
           for (int i = 0; i < g.numInputs(); ++i) {
             const Value *operand = g.input(i);
             if (!operand->type.isTensor())
@@ -1749,15 +1721,12 @@ private:
                   load(storageOf(operand).buffer,
                        accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
           }
-          Expr slot =
-              mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
-          Expr at = add(mul(iv[s.dimM], width), slot);
+          Expr at = add(mul(row, width), slotAt(n));
           Expr initial = kBlocks == 1 ? nullptr
                                       : select(cmp("eq", kBlock, intConst(0)),
                                                broadcast(floatConst(0, elem), lanes),
                                                load(sorted, at, elem, lanes));
           Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step, initial);
-          rowRead = values.at(extract->result());
           fini.push_back(store(sorted, at, acc));
         }
       }
@@ -1765,33 +1734,14 @@ private:
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(loopOver(kk, intConst(blockK), std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
-      return loopOver(rankBlock, binary(OpKind::DivSI, ranks, intConst(s.tileN)), std::move(tile));
+      Expr rankBlocks = asConstant(width) ? intConst(*asConstant(width) / tileSlots)
+                                          : binary(OpKind::DivSI, width, intConst(tileSlots));
+      return loopOver(rankBlock, rankBlocks, std::move(tile));
     };
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
-                  load(sorted, add(mul(o, width), slotOf), elem), kBlock, kBlocks, stmts);
-    if (!s.unbalanced) {
-      counting.insert(counting.end(), stmts.begin(), stmts.end());
-      return counting;
-    }
-    // Too unbalanced for ranks (see loops/Strategy.h): contraction.gather's vector steps are
-    // sum(ceil(pairs of c / L)) for its L lanes, ranks' are `ranks` of C lanes each.
-    const Strategy &grouped = *s.unbalanced;
-    std::string steps = freshName("gather_steps");
-    Expr gatherSteps = var(steps, ElemKind::Index);
-    std::vector<Stmt> choose = std::move(counting);
-    choose.push_back(local(steps, intConst(0)));
-    choose.push_back(loopOver(
-        c, intConst(numChoices),
-        {assign(steps,
-                add(gatherSteps,
-                    binary(OpKind::DivSI, add(loadIndex(count, c), intConst(grouped.lanes - 1)),
-                           intConst(grouped.lanes))))}));
-    choose.push_back(
-        ifThen(cmp("sle", mul(ranks, intConst(numChoices * kRanksPerGatherStep.first)),
-                   mul(gatherSteps, intConst(grouped.lanes * kRanksPerGatherStep.second))),
-               std::move(stmts), groupedGather(g, result, grouped, extents)));
-    return choose;
+                  load(sorted, add(mul(o, width), pair), elem), kBlock, kBlocks, stmts);
+    return stmts;
   }
 
   // contraction.choices (see loops/Strategy.h): a tile of MR rows computes every choice of
@@ -2002,6 +1952,8 @@ private:
         continue;
       }
       if (bodyOp->kind == OpKind::TensorExtract) {
+        if (values.count(bodyOp->result()))
+          continue; // read beforehand (a contraction.ranks tile's permuted row)
         values[bodyOp->result()] =
             bindLet(bodyOp->result(), extractExpr(*bodyOp, values, inner, &context), inner);
         continue;
@@ -2041,7 +1993,10 @@ private:
   }
 
   Expr bindLet(const Value *v, Expr e, std::vector<Stmt> &stmts) {
-    std::string name = freshName(v->name);
+    return bindLet(v->name, std::move(e), stmts);
+  }
+  Expr bindLet(const std::string &base, Expr e, std::vector<Stmt> &stmts) {
+    std::string name = freshName(base);
     stmts.push_back(let(name, e));
     return var(name, e->type, e->lanes);
   }

@@ -353,12 +353,11 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
   return s;
 }
 
-// The choices as the lanes, the pairs ranked within their choice: for a chosen dim that is
-// one whole vector (8 or 16 f32). A step loads MR vectors of the gathered operand (a row's
-// choices, contiguous) and NR vectors of the packed input (NR ranks of every choice), for MR x
-// NR FMAs, where contraction.gather's broadcasts cost a load per FMA: on S9 at 32 tokens the
-// loads bound it at 1.44 FMAs a cycle. The ranks in use are the busiest choice's pairs, so
-// unbalanced choices waste lanes where contraction.gather would not.
+// The choices as the lanes, the pairs in order as the slots: for a chosen dim that is one
+// whole vector (8 or 16 f32). A step loads MR vectors of the gathered operand (a row's choices,
+// contiguous) and NR vectors of the packed input (NR ranks of slots), and permutes each row's
+// vector by each rank's choices, for MR x NR FMAs, where contraction.gather's broadcasts cost a
+// load per FMA: on S9 at 32 tokens the loads bound it at 1.44 FMAs a cycle.
 std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target &target,
                                  std::string &why) {
   const int64_t choices = nest.gather->choices;
@@ -381,18 +380,25 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
     return std::nullopt;
   }
   s.lanes = int(choices);
-  // NR: the ranks a balanced routing gives every choice, at most 4 (on S9 at 32 tokens, 6x4
-  // took 3.9-5.0 ms, 6x2 5.5-7.2, 4x4 4.8-5.3). MR: the rows the registers hold beside NR
-  // input vectors and a row's vector, and at most kL1Ways - 2: the rows stream side by side,
-  // and when they are a multiple of 4 KiB apart their lines share a set of the L1.
-  int64_t perChoice = (pairs + choices - 1) / choices;
-  s.tileN = int(std::clamp<int64_t>(perChoice, 1, 4));
+  // NR and MR: the tile of most FMAs the registers hold beside NR input vectors, NR vectors of
+  // choices to permute by, a row's vector and its permuted copy, with NR at most the ranks and
+  // 4 (on S9 at 32 tokens, 4x4 took 3.7-3.9 ms, 4x2 4.8-4.9, 8x2 4.4) and MR at most
+  // kL1Ways - 2: the rows stream side by side, and when they are a multiple of 4 KiB apart their
+  // lines share a set of the L1 (7x4: 4.4-4.5 ms).
+  const int64_t ranks = (pairs + choices - 1) / choices;
+  const int64_t rows = nest.extents[s.dimM];
+  int most = 0;
+  for (int nr = 1; nr <= std::min<int64_t>(ranks, 4); ++nr) {
+    const int mr = int(std::min<int64_t>(
+        std::clamp((target.vectorRegisters - 2 * nr - 2) / nr, 1, kL1Ways - 2), rows));
+    if (mr * nr > most * s.tileN) {
+      most = mr;
+      s.tileN = nr;
+    }
+  }
   // Of MR and the sizes down to two thirds of it, the largest that divides the rows: no
   // leftover tile to compile (S9 at 32 tokens: 4x4 compiles in 71 ms, 6x4 and its 2x4 leftover
   // in 85, and both run in 3.8-4.2 ms).
-  const int64_t rows = nest.extents[s.dimM];
-  const int most = int(std::min<int64_t>(
-      std::clamp((target.vectorRegisters - s.tileN - 1) / s.tileN, 1, kL1Ways - 2), rows));
   s.tileM = most;
   for (int mr = most; mr * 3 >= most * 2; --mr)
     if (rows % mr == 0) {
@@ -401,14 +407,13 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
     }
   // Every m block reads the whole packed input (k x ranks x C), which must stay in L2 beside
   // the weights streaming through it. k blocks that divide k keep a block of it within a
-  // quarter of L2 for twice the ranks a balanced routing needs (random routing at 32 tokens
-  // needs 1.5 times as many), and the m blocks then run once per k block. At 32 tokens, random
-  // ids, two rounds: the down projection (k = 3584) 6.5 ms whole, 4.7-5.4 in blocks of 128 to
-  // 512; gate (k = 1024) 4.7-5.2 ms whole, 4.4 in blocks of 512, 3.5-3.7 against 4.0 with
-  // balanced ids.
+  // quarter of L2 for twice its ranks, and the m blocks then run once per k block. At 32
+  // tokens, two rounds: the down projection (k = 3584) took 4.2-4.3 ms in blocks of 512, 4.3-4.5
+  // in 256 or 896, 4.8 in 1792 and 5.2 whole; gate (k = 1024) 3.7-3.9 ms in blocks of 512 and
+  // 3.8-4.0 whole.
   const int64_t k = nest.extents[s.dimK];
-  const int64_t balancedRanks = (perChoice + s.tileN - 1) / s.tileN * s.tileN;
-  const int64_t perK = 2 * balancedRanks * choices * (nest.elemBits / 8);
+  const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
+  const int64_t perK = 2 * slotVectors * choices * (nest.elemBits / 8);
   const bool tooLarge = k * perK > kRanksInputBlockBytes && !isRuntime(nest, s.dimK);
   for (int64_t block = kRanksInputBlockBytes / perK; tooLarge && block >= 8; --block)
     if (k % block == 0) {
@@ -660,20 +665,16 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     whyNot = "it reads an operand through a gather, over runtime extents besides the pairs'";
   } else if (nest.gather) {
     // Only the gather pipelines read an operand through its indices. A runtime count of pairs
-    // (the tokens of a partly specialized mul_mat_id) takes contraction.ranks alone, with no
-    // fallback: its ranks and slots are counted at run time already, while the others size
-    // their vectors of pairs when they are compiled.
+    // (the tokens of a partly specialized mul_mat_id) takes contraction.ranks alone: its slots
+    // are counted at run time, while the others size their vectors of pairs when they are
+    // compiled.
     const bool runtimePairs = hasRuntimeExtents(nest);
     std::string whyChoices;
     if (whyNot.empty() && !runtimePairs && allows(Pipeline::ContractionChoices))
       chosen = tryChoices(nest, lanes, target, config.pipeline.has_value(), whyChoices);
-    std::string whyRanks, whyGather;
+    std::string whyRanks;
     if (!chosen && whyNot.empty() && allows(Pipeline::ContractionRanks))
       chosen = tryRanks(nest, lanes, target, whyRanks);
-    if (chosen && chosen->pipeline == Pipeline::ContractionRanks && !config.pipeline &&
-        !runtimePairs)
-      if (auto gather = tryGather(nest, lanes, target, whyGather))
-        chosen->unbalanced = std::make_shared<const Strategy>(*gather);
     if (!chosen && whyNot.empty() && !runtimePairs && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())
@@ -731,8 +732,6 @@ std::string describe(const Strategy &s) {
     text += " split=k";
   if (s.packInput >= 0)
     text += fmt::format(" pack=#{}{}", s.packInput, s.packTransposed ? "^T" : "");
-  if (s.unbalanced)
-    text += " | unbalanced: " + describe(*s.unbalanced);
   return text;
 }
 

@@ -31,20 +31,19 @@
 //   tile's rows of A stay in L1. The m blocks are the outer, parallel loop, so each thread
 //   streams its own rows of A from memory once.
 // - contraction.ranks: the same contraction when the chosen dim is one whole vector (8 or 16
-//   f32, contiguous), in place of contraction.gather: the choices are the lanes. A pair's slot
-//   is its rank among the pairs of its choice times the choices plus its choice, so every
-//   vector of slots holds one rank of every choice, and a step loads one vector of a row's
-//   choices for NR vectors of slots (MR x NR tile, plain FMAs: no broadcast, which bounds
-//   contraction.gather at one load per FMA). The whole k runs in registers, or, when the packed
-//   input (k x ranks x choices) would pass a quarter of L2, one k block at a time: the m blocks
-//   run once per k block and add to their slots, so that a block of the packed input serves
-//   every m block from cache. The rows after the tile (their lines of the k block) are
-//   prefetched into L2 in order as it runs, one stream instead of MR far apart. The
-//   ranks in use are the busiest choice's pairs (rounded up to NR), so unbalanced choices waste
-//   lanes: the kernel counts the pairs of each choice first and runs a contraction.gather nest
-//   instead when ranks would take more than 25/18 of its vector steps (its broadcasts make
-//   its steps that much slower; one expert taking all 64 pairs of S9 at 32 tokens: ranks
-//   12.8-13.6 ms, contraction.gather 4.6-5.1). Printed `| unbalanced: contraction.gather ...`.
+//   f32, contiguous), in place of contraction.gather: the choices are the lanes. The pairs in
+//   their own order are the slots, C to a vector (a rank of slots), and lane j of a rank
+//   multiplies the choice of its pair: a step loads one vector of a row's C choices and
+//   permutes it by each rank's choices (one vpermps) for NR ranks (MR x NR tile: no broadcast,
+//   which bounds contraction.gather at one load per FMA). Every routing takes the same ranks,
+//   the pairs over C: ranking the pairs within their choice instead (lane j always choice j)
+//   needs no permute but as many ranks as the busiest choice has pairs, and random routing of
+//   S9 at 32 tokens took 12 or 16 ranks for 8 (4.4-5.1 ms against 3.8-3.9 with permutes; one
+//   choice taking every pair, 12.8-13.6 ms). The whole k runs in registers, or, when the
+//   packed input (k x ranks x choices) would pass a quarter of L2, one k block at a time: the
+//   m blocks run once per k block and add to their slots, so that a block of the packed input
+//   serves every m block from cache. The rows after the tile (their lines of the k block) are
+//   prefetched into L2 in order as it runs, one stream instead of MR far apart.
 // - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
 //   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
@@ -73,7 +72,6 @@
 
 #include "ir/IR.h"
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -112,9 +110,6 @@ struct Strategy {
   int packInput = -1;                  // the input packed into panels (outer), or -1
   bool packTransposed = false;         // it is read along k, not n: packing transposes it
   bool splitK = false;                 // stream: the parts split k, not n
-  /// contraction.ranks: the contraction.gather that runs instead when the choices turn out
-  /// too unbalanced for ranks (decided when the kernel runs); none when forced by hand.
-  std::shared_ptr<const Strategy> unbalanced;
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
