@@ -14,13 +14,14 @@ namespace {
 
 // mul_mat_id at 32 tokens over 8 experts: contraction.ranks with its contraction.gather
 // fallback, 14 buffers in all (3 inputs, the output, 10 temporaries).
-// mul_mat_id at 32 tokens: contraction.ranks with 8 experts, contraction.gather with 4 (a
-// vector of 4 f32 is too short for ranks).
-std::string mulMatIdIr(Stage stage, int experts = 8) {
+// mul_mat_id: contraction.ranks with 8 experts, contraction.gather with 4 (a vector of 4 f32 is
+// too short for ranks). At 30 tokens the 60 pairs take 64 slots, packed into temporaries.
+std::string mulMatIdIr(Stage stage, int experts = 8, int tokens = 32) {
   return context()
       .load(componentPath("moe/mul_mat_id.mlir"))
       .function("mul_mat_id")
-      .emit(stage, {fmt::format("64x32x{}xf32", experts), "32x2x32xf32", "2x32xi32"});
+      .emit(stage, {fmt::format("64x32x{}xf32", experts), fmt::format("32x2x{}xf32", tokens),
+                    fmt::format("2x{}xi32", tokens)});
 }
 
 // The parameters of `define ... @NAME(...)`.
@@ -44,7 +45,7 @@ int count(const std::string &text, const std::string &what) {
 // then dims, scalars and status), so a kernel with many temporaries does not fill a field per
 // buffer before each loop.
 TEST(Codegen, ParallelLoopsCarryOnlyTheBuffersTheyUse) {
-  std::string ir = mulMatIdIr(Stage::LLVM);
+  std::string ir = mulMatIdIr(Stage::LLVM, 8, 30);
   std::string tiles = paramsOf(ir, "frank_kernel.m_block.body");
   ASSERT_FALSE(tiles.empty()) << ir;
   EXPECT_EQ(count(tiles, "ptr noalias"), 4 + 3) << tiles;

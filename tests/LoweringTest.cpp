@@ -128,6 +128,50 @@ TEST(Lowering, TransposedStoreAndPermutedInput) {
   expectAllNear(runBoth(text, {borrow(x, {m, n}), borrow(y, {n, m})}), expected);
 }
 
+// out[t, e] = sum_k d[e, k, t] * w[k, t] over (e, k, t), the MoE block's weighted sum: the
+// output is strided along t and contiguous along e, so a specialized nest runs t outermost,
+// then k, and vectorizes e, storing whole vectors; each output still sums over k in order.
+TEST(Lowering, OutputContiguousDimGoesInnermost) {
+  const char *text = R"(
+    #ekt = affine_map<(e, k, t) -> (e, k, t)>
+    #kt = affine_map<(e, k, t) -> (k, t)>
+    #te = affine_map<(e, k, t) -> (t, e)>
+    func.func @f(%d: tensor<?x?x?xf32>, %w: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c2 = arith.constant 2 : index
+      %ne = tensor.dim %d, %c0 : tensor<?x?x?xf32>
+      %nt = tensor.dim %d, %c2 : tensor<?x?x?xf32>
+      %zero = arith.constant 0.0 : f32
+      %e = tensor.empty(%nt, %ne) : tensor<?x?xf32>
+      %init = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+      %r = linalg.generic {indexing_maps = [#ekt, #kt, #te],
+                           iterator_types = ["parallel", "reduction", "parallel"]}
+          ins(%d, %w : tensor<?x?x?xf32>, tensor<?x?xf32>) outs(%init : tensor<?x?xf32>) {
+      ^bb0(%x: f32, %y: f32, %acc: f32):
+        %p = arith.mulf %x, %y : f32
+        %s = arith.addf %acc, %p : f32
+        linalg.yield %s : f32
+      } -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+  const int64_t ne = 37, nk = 3, nt = 11;
+  std::string loops = context().loadString(text, "lowering.mlir").function("f").emit(
+      Stage::Loops, {fmt::format("{}x{}x{}xf32", ne, nk, nt), fmt::format("{}x{}xf32", nk, nt)});
+  // t's loop is the fill's too (fused): the nest's t is the fill's i0.
+  EXPECT_THAT(loops, testing::HasSubstr("  for i0 in 0..11 {\n    for i1 in 0..37 vectorized {"))
+      << loops;
+  EXPECT_THAT(loops, testing::HasSubstr("    for d1 in 0..3 {\n      for d0 in 0..37 vectorized {"))
+      << loops;
+  EXPECT_THAT(loops, testing::HasSubstr("out0[(d0 + (i0 * 37))] = s")) << loops;
+  auto d = iota(ne * nk * nt), w = iota(nk * nt, 2);
+  std::vector<double> expected(nt * ne, 0);
+  for (int64_t e = 0; e < ne; ++e)
+    for (int64_t k = 0; k < nk; ++k)
+      for (int64_t t = 0; t < nt; ++t)
+        expected[t * ne + e] += double(d[(e * nk + k) * nt + t]) * w[k * nt + t];
+  expectAllNear(runBoth(text, {borrow(d, {ne, nk, nt}), borrow(w, {nk, nt})}), expected);
+}
+
 TEST(Lowering, BroadcastConstantResultAndScalarOperand) {
   // out[i, j] = pair[i, 1] * w[j] + s: a constant map result picks element 1 of each pair, w is
   // broadcast along i, and s is a scalar operand with an empty map.

@@ -438,58 +438,77 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("for k_step in 0..512 {"));
   EXPECT_THAT(loops, testing::HasSubstr("// add the parts' partial sums"));
 
-  // mul_mat_id: the ids are checked once; each slot takes its pair's expert and input; each
-  // row's experts are loaded as one vector and permuted by each vector of slots' experts; the
-  // rows after the tile's prefetched as it runs.
+  // mul_mat_id: the ids are checked once; each row's experts are loaded as one vector and
+  // permuted by each vector of slots' experts; the rows after the tile's prefetched as it runs.
+  // At 64 tokens the 128 pairs fill whole tiles of slots, and the ids, the input [32, 2, 64]
+  // and the output [64, 2, 64] hold them in order: the tiles read and add to them in place.
   Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
-  const char *ranksTile = wide ? "4x4" : "4x2";
+  const std::string ranksTile = wide ? "4x4" : "4x2", nr = wide ? "4" : "2";
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8\n", ranksTile)));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("temp "))) << loops;
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "for rank_block in 0..4 {"
+                                             : "for rank_block in 0..8 {"));
+  EXPECT_THAT(loops, testing::HasSubstr("let lanes: i32x8 = ids[((rank_block * " + nr + ") * 8) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = out0[(((m_block * 4) * 128) + "
+                                        "((rank_block * " + nr + ") * 8)) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("let x: f32x8 = input[((d3 * 128) + ((rank_block * " + nr +
+                                        ") * 8)) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("let t: f32x8 = weights[(((m_block * 4) * 256) + (d3 * 8)) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (permute(t, lanes) * x)"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         "out0[(((m_block * 4) * 128) + ((rank_block * " + nr + ") * 8)) : 8] = acc"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("read each pair's sum back")));
+  // The last tile prefetches its own rows, not past the weights.
+  EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((minsi(((m_block * 4) + 4), 60) "
+                                        "* 256) + (d3 * 32))]"));
+  // At 60 tokens the 120 pairs take 128 slots: the slots' experts and input go to temporaries,
+  // 0 in the padding, and each pair's sum is read back from its slot.
+  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8: each slot's choice "
                          "and input\n",
                          ranksTile)));
+  EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(d2 + (d1 * 60))] = ids[(d2 + (d1 * 60))]"));
+  EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(120 + j)] = 0:i32"));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (d2 + (d1 * 60)))] = "
+                                        "input[((d2 + (d1 * 60)) + (d3 * 120))]"));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (120 + j))] = 0f"));
   EXPECT_THAT(loops, testing::HasSubstr(
-                         fmt::format(": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8\n", ranksTile)));
-  EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(d2 + (d1 * 64))] = ids[(d2 + (d1 * 64))]"));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (d2 + (d1 * 64)))] = "
-                                        "input[((d2 + (d1 * 64)) + (d3 * 128))]"));
-  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("for j in"))); // 128 slots: no padding
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "for rank_block in 0..4 {"
-                                             : "for rank_block in 0..8 {"));
+                         "let lanes: i32x8 = slot_choice[((rank_block * " + nr + ") * 8) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = broadcast<8>(0f)"));
   EXPECT_THAT(loops, testing::HasSubstr(
-                         "let lanes: i32x8 = slot_choice[((rank_block * " + std::string(wide ? "4" : "2") +
-                         ") * 8) : 8]"));
-  EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (permute(t, lanes) * x)"));
-  EXPECT_THAT(loops, testing::HasSubstr("let t: f32x8 = weights[(((m_block * 4) * 256) + (d3 * 8)) : 8]"));
-  // The last tile prefetches its own rows, not past the weights.
-  EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((minsi(((m_block * 4) + 4), 60) "
-                                        "* 256) + (d3 * 32))]"));
+                         "by_slot[(((m_block * 4) * 128) + ((rank_block * " + nr + ") * 8)) : 8] = acc"));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
-  // k blocks by hand: the m blocks run once per block, each tile starting from its slots' sums
-  // (0 in the first block), reading its block of the packed input and prefetching the next
-  // tile's rows of the same block, row after row.
-  // The loop IR of mul_mat_id at t64 under a --config override.
-  auto configuredLoops = [&](const char *config) {
+  // k blocks by hand: the m blocks run once per block, each tile adding to its slots' sums
+  // (in place, the output's; in temporaries, 0 in the first block), reading its block of the
+  // input and prefetching the next tile's rows of the same block, row after row.
+  // The loop IR of mul_mat_id under a --config override, at t64 unless told.
+  auto configuredLoops = [&](const char *config, std::vector<std::string> shapes = {}) {
     ContextOptions options;
     options.loweringConfig = config;
     Context configured(options);
     return configured.load(componentPath("moe/mul_mat_id.mlir"))
         .function("mul_mat_id")
-        .emit(Stage::Loops, t64);
+        .emit(Stage::Loops, shapes.empty() ? t64 : shapes);
   };
   loops = configuredLoops("k-block=16");
   EXPECT_THAT(loops,
               testing::HasSubstr("// each m block adds the k block's products to its slots\n"
                                  "  for k_block in 0..2 {\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
-                                        "broadcast<8>(0f), by_slot[(((m_block * "));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * 128) + "));
+  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = out0[(((m_block * "));
+  EXPECT_THAT(loops, testing::HasSubstr("let x: f32x8 = input[((((k_block * 16) + d3) * 128) + "));
   EXPECT_THAT(loops, testing::HasSubstr("for d3 in 0..16 {"));
   EXPECT_THAT(loops, testing::HasSubstr(
                          "prefetch weights[((((minsi(((m_block * 4) + 4), 60) + divui((d3 * 2), 8)) "
                          "* 256) + (k_block * 128)) + (remui((d3 * 2), 8) * 16))]"));
+  loops = configuredLoops("k-block=16", {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
+  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
+                                        "broadcast<8>(0f), by_slot[(((m_block * "));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * 128) + "));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
   loops = configuredLoops("pipeline=contraction.gather");
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -581,11 +582,12 @@ private:
       emitContraction(g, result, strategy, extents);
       return;
     }
+    const std::vector<int> order = loopOrder(g, extents, result);
     // Accumulate in a register when every reduction loop is inside every parallel loop.
     bool hasReduction = !g.allParallel();
     bool reductionsInnermost = true;
     bool seenReduction = false;
-    for (int d = 0; d < numLoops; ++d) {
+    for (int d : order) {
       if (g.isReduction(d))
         seenReduction = true;
       else if (seenReduction)
@@ -642,16 +644,18 @@ private:
       return stmts;
     };
     // A tiny innermost parallel dim (rope's pair of 2) would leave the vectorizer a loop of 2:
-    // it is unrolled instead, and the next dim vectorized.
+    // it is unrolled instead, and the next dim vectorized. Loop levels are positions in `order`.
     int innermost = numLoops - 1;
     std::vector<Stmt> inner;
-    auto constantExtent = [&](int d) { return d >= 0 ? asConstant(extents[d]) : std::nullopt; };
+    auto constantExtent = [&](int level) {
+      return level >= 0 ? asConstant(extents[order[level]]) : std::nullopt;
+    };
     if (specialized() && !hasReduction && numLoops >= 2 && constantExtent(innermost) &&
         *constantExtent(innermost) <= 4 && constantExtent(innermost - 1) &&
         *constantExtent(innermost - 1) >= 8) {
       for (int64_t j = 0; j < *constantExtent(innermost); ++j) {
         std::vector<Expr> at = iv;
-        at[innermost] = intConst(j);
+        at[order[innermost]] = intConst(j);
         for (Stmt &st : bodyAt(at))
           inner.push_back(st);
       }
@@ -661,21 +665,26 @@ private:
     }
     // Build the nest from the inside out.
     std::vector<Stmt> stmts = std::move(inner);
-    for (int d = innermost + 1; d-- > 0;) {
-      bool vectorize = specialized() && d == innermost;
+    for (int level = innermost + 1; level-- > 0;) {
+      const int d = order[level];
+      bool vectorize = specialized() && level == innermost;
       stmts = {forLoop(names[d], extents[d], vectorize ? ForKind::Vectorize : ForKind::Serial,
                        std::move(stmts))};
 
-      bool firstReduction = accumulate && g.isReduction(d) && (d == 0 || !g.isReduction(d - 1));
+      bool firstReduction = accumulate && g.isReduction(d) &&
+                            (level == 0 || !g.isReduction(order[level - 1]));
       if (firstReduction) {
         stmts.insert(stmts.begin(), local(accName, load(result.buffer, outIndex, outElem)));
         stmts.push_back(store(result.buffer, outIndex, var(accName, outElem)));
       }
     }
     std::vector<bool> reductions;
-    for (int d = 0; d < numLoops; ++d)
+    std::vector<Expr> orderedExtents;
+    for (int d : order) {
       reductions.push_back(g.isReduction(d));
-    markParallel(stmts, extents, reductions, pointCost(g.body()));
+      orderedExtents.push_back(extents[d]);
+    }
+    markParallel(stmts, orderedExtents, reductions, pointCost(g.body()));
     if (numLoops == 0) {
       if (accumulate)
         internalError("reduction without loops");
@@ -683,6 +692,37 @@ private:
     if (!stmts.empty())
       stmts[0]->comment = strategyComment(op, strategy);
     append(stmts);
+  }
+
+  // The nest's loops, outermost first: the op's order, except that in a specialized nest whose
+  // output is strided along the innermost dim, a parallel dim along which the output is
+  // contiguous goes innermost instead (inside the reductions), so that the vectorized loop stores whole vectors rather
+  // than one lane at a time (the MoE block's weighted sum, out[t, e] over (e, k, t): 0.35 ms of
+  // lane-by-lane stores at 32 tokens).
+  std::vector<int> loopOrder(GenericView &g, const std::vector<Expr> &extents,
+                             const TensorStorage &result) {
+    const int numLoops = g.numLoops();
+    std::vector<int> order(numLoops);
+    std::iota(order.begin(), order.end(), 0);
+    if (!specialized() || numLoops < 2)
+      return order;
+    for (const Expr &e : extents)
+      if (!asConstant(e))
+        return order;
+    const std::vector<int64_t> out = stridesOf(g.outputMap(), result.dims);
+    if (out[numLoops - 1] == 1 || g.isReduction(numLoops - 1))
+      return order;
+    for (int d = 0; d < numLoops - 1; ++d)
+      if (out[d] == 1 && !g.isReduction(d) && *asConstant(extents[d]) >= 8) {
+        // The other parallel dims outermost (one of them runs on the threads), then the
+        // reductions, in order, so that each output still sums its terms in the same order.
+        std::stable_partition(order.begin(), order.end(),
+                              [&](int e) { return !g.isReduction(e) && e != d; });
+        order.erase(std::find(order.begin(), order.end(), d));
+        order.push_back(d);
+        break;
+      }
+    return order;
   }
 
   // A transcendental value of the body that depends on few of the nest's dims (rope's sin and
@@ -1519,7 +1559,8 @@ private:
 
   // The end of contraction.gather and contraction.ranks: the m blocks of `buildTile(MR, first
   // row)` in parallel (`work` elements of the nest in all), one shorter tile for the rows MR
-  // leaves over, then each pair's sum, `pairSum` at row vars[m], added to the output. With
+  // leaves over, then each pair's sum, `pairSum` at row vars[m], added to the output (none when
+  // null: the tiles added to it in place). With
   // `kBlocks` > 1, the m blocks and the shorter tile run once per k block, k_block by k_block.
   void emitSlotTiles(GenericView &g, const TensorStorage &result, const Strategy &s,
                      const std::function<Stmt(int, const Expr &)> &buildTile, const Expr &mBlock,
@@ -1540,6 +1581,8 @@ private:
       tiles[0]->comment = "each m block adds the k block's products to its slots";
     }
     stmts.insert(stmts.end(), tiles.begin(), tiles.end());
+    if (!pairSum)
+      return; // the tiles added to the output in place
     Expr outIndex = accessIndex(g.outputMap(), vars, result.dims);
     Stmt unpack =
         forLoop(vars[s.dimM]->name, intConst(rows), ForKind::Parallel,
@@ -1582,6 +1625,38 @@ private:
     return var(acc, elem, lanes);
   }
 
+  // Whether contraction.ranks' slots can be where the pairs already are: the ids (32-bit), the
+  // input x[k, pairs] and the output out[m, pairs] all hold the pairs contiguously, in the same
+  // order, with constant extents.
+  bool slotsInPlace(GenericView &g, const Strategy &s, int choiceInput, int packInput,
+                    const TensorStorage &result, const std::vector<int> &pairDims, int64_t pairs) {
+    const Value *choices = g.input(choiceInput);
+    if (elemBits(choices->type.elem) != 32)
+      return false;
+    for (const Expr &d : result.dims)
+      if (!asConstant(d))
+        return false;
+    for (const TensorStorage *t : {&storageOf(choices), &storageOf(g.input(packInput))})
+      for (const Expr &d : t->dims)
+        if (!asConstant(d))
+          return false;
+    for (const AffineMap *map : {&g.map(choiceInput), &g.map(packInput), &g.outputMap()})
+      for (const AffineResult &r : map->results)
+        if (r.isConstant && r.value != 0)
+          return false; // an offset into the pairs
+    const std::vector<int64_t> ids = stridesOf(g.map(choiceInput), storageOf(choices).dims),
+                               x = stridesOf(g.map(packInput), storageOf(g.input(packInput)).dims),
+                               out = stridesOf(g.outputMap(), result.dims);
+    for (int d = 0; d < g.numLoops(); ++d) {
+      const bool isPair = std::find(pairDims.begin(), pairDims.end(), d) != pairDims.end();
+      const int64_t xWants = isPair ? ids[d] : d == s.dimK ? pairs : 0;
+      const int64_t outWants = isPair ? ids[d] : d == s.dimM ? pairs : 0;
+      if (x[d] != xWants || out[d] != outWants)
+        return false;
+    }
+    return true;
+  }
+
   // contraction.ranks (see loops/Strategy.h): the pairs in their own order are the slots, C to
   // a vector, and lane j of vector v multiplies choice[v * C + j]: a step loads a row's C
   // choices as one vector and permutes it for each vector of slots. Serially first: each
@@ -1608,39 +1683,49 @@ private:
                          intConst(tileSlots)),
                   intConst(tileSlots));
     const ElemKind elem = op.result()->type.elem, choiceElem = choices->type.elem;
-    int slotChoice = addTemp("slot_choice", choiceElem, width);
-    int packed = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), width));
-    int sorted = addTemp("by_slot", elem, mul(intConst(rows), width));
-
+    const TensorStorage &x = storageOf(g.input(packInput));
     const std::vector<Expr> vars = freshLoopVars(numLoops);
     Expr pair = accessIndex(g.map(choiceInput), vars, ids.dims);
+    Expr kk = vars[s.dimK];
     auto overPairs = [&](std::vector<Stmt> body) {
       return loopsAround(pairDims, vars, extents, std::move(body));
     };
     auto loopOver = [&](Expr v, Expr trips, std::vector<Stmt> body) {
       return forLoop(v->name, std::move(trips), ForKind::Serial, std::move(body));
     };
-    // Each slot's choice, and the input packed by slot: packed[kk, pair] = x[pair, kk]. The
-    // padding after the pairs takes choice 0 and input 0: products that no pair reads back.
-    Expr j = var(freshName("j"), ElemKind::Index);
-    const bool constantSlots = asConstant(width) && asConstant(pairCount);
-    Expr padding = constantSlots ? intConst(*asConstant(width) - *asConstant(pairCount))
-                                 : binary(OpKind::SubI, width, pairCount);
-    auto overPadding = [&](int buffer, const Expr &base, Expr zero, std::vector<Stmt> &into) {
-      if (asConstant(padding) != 0)
-        into.push_back(loopOver(j, padding, {store(buffer, add(base, add(pairCount, j)), zero)}));
-    };
-    std::vector<Stmt> stmts =
-        overPairs({store(slotChoice, pair, load(ids.buffer, pair, choiceElem))});
-    stmts[0]->comment = strategyComment(op, s) + ": each slot's choice and input";
-    overPadding(slotChoice, intConst(0), intConst(0, choiceElem), stmts);
-    Expr kk = vars[s.dimK];
-    const TensorStorage &x = storageOf(g.input(packInput));
-    std::vector<Stmt> packRow = overPairs(
-        {store(packed, add(mul(kk, width), pair),
-               load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))});
-    overPadding(packed, mul(kk, width), floatConst(0, elem), packRow);
-    stmts.push_back(loopOver(kk, intConst(k), std::move(packRow)));
+    std::vector<Stmt> stmts;
+    // The slots' choices, input and sums: where they are when the pairs fill whole tiles and
+    // both the input and the output hold them contiguously in the ids' order (x[k, pairs],
+    // out[m, pairs], as in the MoE block's three projections): the tiles then read the ids and
+    // the input and add to the output in place, with nothing to pack or read back. Otherwise
+    // in temporaries, each pair at its slot, and read back into the output at the end.
+    const bool inPlace = asConstant(width) == pairs && slotsInPlace(g, s, choiceInput, packInput,
+                                                                    result, pairDims, pairs);
+    int slotChoice = ids.buffer, input = x.buffer, sums = result.buffer;
+    if (!inPlace) {
+      slotChoice = addTemp("slot_choice", choiceElem, width);
+      input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), width));
+      sums = addTemp("by_slot", elem, mul(intConst(rows), width));
+      // Each slot's choice, and the input packed by slot: packed[kk, pair] = x[pair, kk]. The
+      // padding after the pairs takes choice 0 and input 0: products that no pair reads back.
+      Expr j = var(freshName("j"), ElemKind::Index);
+      Expr padding = asConstant(width) && asConstant(pairCount)
+                         ? intConst(*asConstant(width) - *asConstant(pairCount))
+                         : binary(OpKind::SubI, width, pairCount);
+      auto overPadding = [&](int buffer, const Expr &base, Expr zero, std::vector<Stmt> &into) {
+        if (asConstant(padding) != 0)
+          into.push_back(
+              loopOver(j, padding, {store(buffer, add(base, add(pairCount, j)), zero)}));
+      };
+      stmts = overPairs({store(slotChoice, pair, load(ids.buffer, pair, choiceElem))});
+      stmts[0]->comment = strategyComment(op, s) + ": each slot's choice and input";
+      overPadding(slotChoice, intConst(0), intConst(0, choiceElem), stmts);
+      std::vector<Stmt> packRow = overPairs(
+          {store(input, add(mul(kk, width), pair),
+                 load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))});
+      overPadding(input, mul(kk, width), floatConst(0, elem), packRow);
+      stmts.push_back(loopOver(kk, intConst(k), std::move(packRow)));
+    }
 
     // With k blocks (the packed input too large for L2 beside the streaming weights), the m
     // blocks run once per k block, each tile adding the block's products to its slots, so that
@@ -1695,7 +1780,7 @@ private:
       for (int n = 0; n < s.tileN; ++n) {
         lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
         inputs[n] = bindLet(g.body().arguments[packInput].get(),
-                            load(packed, add(mul(kAt, width), slotAt(n)), elem, lanes), step);
+                            load(input, add(mul(kAt, width), slotAt(n)), elem, lanes), step);
       }
       for (int r = 0; r < tileRows; ++r) {
         Expr row = add(firstRow, intConst(r));
@@ -1722,12 +1807,13 @@ private:
                        accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
           }
           Expr at = add(mul(row, width), slotAt(n));
-          Expr initial = kBlocks == 1 ? nullptr
-                                      : select(cmp("eq", kBlock, intConst(0)),
-                                               broadcast(floatConst(0, elem), lanes),
-                                               load(sorted, at, elem, lanes));
+          Expr initial = inPlace       ? load(sums, at, elem, lanes)
+                         : kBlocks == 1 ? nullptr
+                                        : select(cmp("eq", kBlock, intConst(0)),
+                                                 broadcast(floatConst(0, elem), lanes),
+                                                 load(sums, at, elem, lanes));
           Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step, initial);
-          fini.push_back(store(sorted, at, acc));
+          fini.push_back(store(sums, at, acc));
         }
       }
       prefetchNextRows(tileRows, firstRow, step);
@@ -1740,7 +1826,8 @@ private:
     };
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
-                  load(sorted, add(mul(o, width), pair), elem), kBlock, kBlocks, stmts);
+                  inPlace ? nullptr : load(sums, add(mul(o, width), pair), elem), kBlock, kBlocks,
+                  stmts);
     return stmts;
   }
 
