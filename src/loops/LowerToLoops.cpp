@@ -710,7 +710,10 @@ private:
       if (!asConstant(e))
         return order;
     const std::vector<int64_t> out = stridesOf(g.outputMap(), result.dims);
-    if (out[numLoops - 1] == 1 || g.isReduction(numLoops - 1))
+    // An innermost dim shorter than a vector stores lane by lane anyway (the weighted sum at one
+    // token: its loop of 1 moved outside made part of S10's kernel compile in 37 ms, not 25).
+    if (out[numLoops - 1] == 1 || g.isReduction(numLoops - 1) ||
+        *asConstant(extents[numLoops - 1]) < 8)
       return order;
     for (int d = 0; d < numLoops - 1; ++d)
       if (out[d] == 1 && !g.isReduction(d) && *asConstant(extents[d]) >= 8) {
