@@ -1662,10 +1662,11 @@ private:
 
   // contraction.ranks (see loops/Strategy.h): the pairs in their own order are the slots, C to
   // a vector, and lane j of vector v multiplies choice[v * C + j]: a step loads a row's C
-  // choices as one vector and permutes it for each vector of slots. Serially first: each
-  // slot's choice (0 in the padding) and the input packed by slot. Then, m blocks in parallel,
-  // MR x NR vectors of slots accumulated over the whole k, stored by slot; and each pair's
-  // output read back from its slot.
+  // choices as one vector and permutes it for each vector of slots. Unless the slots are the
+  // pairs where they are (slotsInPlace), serially first: each slot's choice (0 in the padding)
+  // and the input packed by slot. Then, m blocks in parallel, MR x NR vectors of slots
+  // accumulated over the whole k (or one k block), stored by slot; and each pair's output read
+  // back from its slot, unless the slots were the output itself.
   std::vector<Stmt> rankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
                                  const std::vector<Expr> &extents) {
     const Op &op = g.op;

@@ -39,10 +39,12 @@
 //   the pairs over C: ranking the pairs within their choice instead (lane j always choice j)
 //   needs no permute but as many ranks as the busiest choice has pairs, and random routing of
 //   S9 at 32 tokens took 12 or 16 ranks for 8 (4.4-5.1 ms against 3.8-3.9 with permutes; one
-//   choice taking every pair, 12.8-13.6 ms). The whole k runs in registers, or, when the
-//   packed input (k x ranks x choices) would pass a quarter of L2, one k block at a time: the
-//   m blocks run once per k block and add to their slots, so that a block of the packed input
-//   serves every m block from cache. The rows after the tile (their lines of the k block) are
+//   choice taking every pair, 12.8-13.6 ms). When the pairs fill whole tiles and the input and
+//   output hold them contiguously in the ids' order (x[k, pairs], out[m, pairs]), the slots are
+//   those tensors themselves: nothing is packed or read back (S10 at 32 tokens: 13.5 -> 13.0
+//   ms). The whole k runs in registers, or, when the input by slot (k x ranks x choices) would
+//   pass a quarter of L2, one k block at a time: the m blocks run once per k block and add to
+//   their slots, so that a block of the input serves every m block from cache. The rows after the tile (their lines of the k block) are
 //   prefetched into L2 in order as it runs, one stream instead of MR far apart.
 // - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
 //   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
