@@ -357,7 +357,11 @@ struct Engine::Impl {
           std::unique_ptr<llvm::Module> part =
               unwrap(llvm::parseBitcodeFile(buffer, context), "reading a kernel part");
           auto begin = std::chrono::steady_clock::now();
-          size_t instructions = part->getInstructionCount();
+          const size_t instructions = part->getInstructionCount();
+          std::vector<std::string> chunks; // the parallel loops it holds, for FRANK_DEBUG=2
+          for (const llvm::Function &f : *part)
+            if (!f.isDeclaration() && f.getName().ends_with(".chunk"))
+              chunks.push_back(f.getName().drop_back(6).rsplit('.').second.str());
           optimize(*part, *machines[thread], useVectorMath);
           auto middle = std::chrono::steady_clock::now();
           if (optimized)
@@ -366,8 +370,12 @@ struct Engine::Impl {
           if (debugLevel() >= 2) {
             using ms = std::chrono::duration<double, std::milli>;
             auto end = std::chrono::steady_clock::now();
-            fmt::print(stderr, "frank:   part {} ({} instructions) on thread {}: O3 {:.3f} ms, machine code {:.3f} ms\n",
-                       i, instructions, thread, ms(middle - begin).count(), ms(end - middle).count());
+            fmt::print(stderr,
+                       "frank:   part {} ({} instructions{}{}) on thread {}: O3 {:.3f} ms, "
+                       "machine code {:.3f} ms\n",
+                       i, instructions, chunks.empty() ? "" : "; loops ",
+                       fmt::join(chunks, " "), thread, ms(middle - begin).count(),
+                       ms(end - middle).count());
           }
         }
       } catch (...) {
