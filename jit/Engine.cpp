@@ -267,7 +267,8 @@ struct Engine::Impl {
 
   std::unique_ptr<llvm::Module> build(const loops::Program &program, llvm::LLVMContext &context,
                                       CodegenOptions options) {
-    options.permuteBits = avx512 ? 512 : features.find("+avx2") != std::string::npos ? 256 : 0;
+    if (options.permuteBits < 0)
+      options.permuteBits = avx512 ? 512 : features.find("+avx2") != std::string::npos ? 256 : 0;
     auto module = codegen(program, context, options);
     module->setDataLayout(machines[0]->createDataLayout());
     module->setTargetTriple(machines[0]->getTargetTriple().str());

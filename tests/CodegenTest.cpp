@@ -77,6 +77,52 @@ TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
   EXPECT_EQ(count(assembly, "vinsertps"), 0) << assembly;
 }
 
+// Permute: lane i of the result is lane indices[i] of the vector, repeats allowed, both as one
+// vpermps (256 and 512 bits) and lane by lane (no permute instruction, or 64-bit lanes).
+TEST(Codegen, PermutePicksLanesByIndexWithAndWithoutVpermps) {
+  const std::string features = jit::Engine::instance().cpuFeatures();
+  std::vector<int> widths = {0};
+  if (features.find("+avx2") != std::string::npos)
+    widths.push_back(256);
+  if (features.find("+avx512f") != std::string::npos)
+    widths.push_back(512);
+  for (ElemKind elem : {ElemKind::F32, ElemKind::F64})
+    for (int lanes : {8, 16})
+      for (int permuteBits : widths) {
+        SCOPED_TRACE(fmt::format("{} x {}, permuteBits {}", elemName(elem), lanes, permuteBits));
+        using namespace loops;
+        Program program;
+        program.name = fmt::format("permute_{}_{}_{}", elemName(elem), lanes, permuteBits);
+        program.buffers = {{"v", elem, BufferRole::Input, 0, intConst(lanes), nullptr},
+                           {"index", ElemKind::I32, BufferRole::Input, 1, intConst(lanes), nullptr},
+                           {"out", elem, BufferRole::Output, 0, intConst(lanes), nullptr}};
+        program.workspaceBytes = intConst(0);
+        program.body = {store(2, intConst(0),
+                              permute(load(0, intConst(0), elem, lanes),
+                                      load(1, intConst(0), ElemKind::I32, lanes)))};
+        CodegenOptions options;
+        options.permuteBits = permuteBits;
+        const bool oneInstruction = elemBits(elem) == 32 && lanes * 32 <= permuteBits;
+        std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
+        EXPECT_EQ(ir.find("llvm.x86.avx") != std::string::npos, oneInstruction) << ir;
+        jit::EntryFn kernel = jit::Engine::instance().compile(program, options);
+        std::vector<double> v(lanes), out(lanes, -1);
+        std::vector<float> vf(lanes), outf(lanes, -1);
+        std::vector<int32_t> index(lanes);
+        for (int i = 0; i < lanes; ++i) {
+          v[i] = vf[i] = float(10 + i);
+          index[i] = (i * 5 + 3) % lanes / 2; // lanes below half, most twice
+        }
+        const bool f32 = elem == ElemKind::F32;
+        void *buffers[] = {f32 ? (void *)vf.data() : v.data(), index.data(),
+                           f32 ? (void *)outf.data() : out.data()};
+        int64_t status[3] = {0, 0, 0};
+        kernel(buffers, nullptr, nullptr, nullptr, status);
+        for (int i = 0; i < lanes; ++i)
+          EXPECT_EQ(f32 ? double(outf[i]) : out[i], 10.0 + index[i]) << "lane " << i;
+      }
+}
+
 // swiglu's u * (1 / (1 + exp(-u))), the reciprocal used once, becomes u / (1 + exp(-u)) in a
 // specialized kernel: one rounding and one operation fewer. Generic mode evaluates floats as
 // written.

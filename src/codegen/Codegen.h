@@ -24,8 +24,9 @@ struct CodegenOptions {
   /// may widen to the host's vector math library (libmvec) for the rest. Off: scalar libm calls.
   bool vectorMath = true;
   /// The widest vector of 32-bit lanes the target permutes by an index vector in one
-  /// instruction: 256 with AVX2 (vpermps), 512 with AVX-512; 0 permutes lane by lane.
-  int permuteBits = 0;
+  /// instruction: 256 with AVX2 (vpermps), 512 with AVX-512; 0 permutes lane by lane. -1: the
+  /// host's, which the engine fills in (codegen alone then permutes lane by lane).
+  int permuteBits = -1;
 };
 
 /// Builds and verifies the module; an invalid module is an internal error.
