@@ -323,6 +323,18 @@ struct Engine::Impl {
     return std::string(object);
   }
 
+  // A kernel part as FRANK_DEBUG=2 names it: its size and the parallel loops it holds.
+  static std::string describePart(const llvm::Module &part) {
+    std::vector<std::string> loops;
+    for (const llvm::Function &f : part)
+      if (!f.isDeclaration() && f.getName().ends_with(".chunk"))
+        loops.push_back(f.getName().drop_back(6).rsplit('.').second.str());
+    std::string text = fmt::format("{} instructions", part.getInstructionCount());
+    if (!loops.empty())
+      text += fmt::format("; loops {}", fmt::join(loops, " "));
+    return text;
+  }
+
   // Optimizes `module` and generates its objects: one, or one per part on threads of their own
   // when the kernel splits (see codegen/SplitKernel.h), at most as many as the kernels' threads.
   // `optimized` receives the optimized IR; `lap` marks the end of each stage.
@@ -357,12 +369,8 @@ struct Engine::Impl {
           auto buffer = llvm::MemoryBufferRef(parts[i], module.getModuleIdentifier());
           std::unique_ptr<llvm::Module> part =
               unwrap(llvm::parseBitcodeFile(buffer, context), "reading a kernel part");
+          const std::string described = debugLevel() >= 2 ? describePart(*part) : "";
           auto begin = std::chrono::steady_clock::now();
-          const size_t instructions = part->getInstructionCount();
-          std::vector<std::string> chunks; // the parallel loops it holds, for FRANK_DEBUG=2
-          for (const llvm::Function &f : *part)
-            if (!f.isDeclaration() && f.getName().ends_with(".chunk"))
-              chunks.push_back(f.getName().drop_back(6).rsplit('.').second.str());
           optimize(*part, *machines[thread], useVectorMath);
           auto middle = std::chrono::steady_clock::now();
           if (optimized)
@@ -372,10 +380,8 @@ struct Engine::Impl {
             using ms = std::chrono::duration<double, std::milli>;
             auto end = std::chrono::steady_clock::now();
             fmt::print(stderr,
-                       "frank:   part {} ({} instructions{}{}) on thread {}: O3 {:.3f} ms, "
-                       "machine code {:.3f} ms\n",
-                       i, instructions, chunks.empty() ? "" : "; loops ",
-                       fmt::join(chunks, " "), thread, ms(middle - begin).count(),
+                       "frank:   part {} ({}) on thread {}: O3 {:.3f} ms, machine code {:.3f} ms\n",
+                       i, described, thread, ms(middle - begin).count(),
                        ms(end - middle).count());
           }
         }
