@@ -323,15 +323,22 @@ struct Engine::Impl {
     return std::string(object);
   }
 
-  // A kernel part as FRANK_DEBUG=2 names it: its size and the parallel loops it holds.
+  // A kernel part as FRANK_DEBUG=2 names it: its size, the parallel loops and the nests it holds.
   static std::string describePart(const llvm::Module &part) {
-    std::vector<std::string> loops;
-    for (const llvm::Function &f : part)
-      if (!f.isDeclaration() && f.getName().ends_with(".chunk"))
+    std::vector<std::string> loops, nests;
+    for (const llvm::Function &f : part) {
+      if (f.isDeclaration())
+        continue;
+      if (f.getName().ends_with(".chunk"))
         loops.push_back(f.getName().drop_back(6).rsplit('.').second.str());
+      if (f.getName().ends_with(".nest"))
+        nests.push_back(f.getName().drop_back(5).rsplit('.').second.str());
+    }
     std::string text = fmt::format("{} instructions", part.getInstructionCount());
     if (!loops.empty())
       text += fmt::format("; loops {}", fmt::join(loops, " "));
+    if (!nests.empty())
+      text += fmt::format("; nests {}", fmt::join(nests, " "));
     return text;
   }
 
@@ -348,6 +355,7 @@ struct Engine::Impl {
                                          ? std::vector<std::string>{}
                                          : splitKernel(module, 2 * threads, kMinPartInstructions);
     if (parts.empty()) {
+      inlineLocalNests(module);
       optimize(module, machineFor(0), useVectorMath);
       lap("optimize-O3");
       if (optimized)
@@ -505,6 +513,7 @@ std::string Engine::emit(const loops::Program &program, const CodegenOptions &op
   auto module = impl_->build(program, context, options);
   if (output == Output::LLVM)
     return printModule(*module);
+  inlineLocalNests(*module);
   impl_->optimize(*module, impl_->machineFor(0), options.vectorMath);
   if (output == Output::OptimizedLLVM)
     return printModule(*module);

@@ -12,8 +12,6 @@
 namespace frank::test {
 namespace {
 
-// mul_mat_id at 32 tokens over 8 experts: contraction.ranks with its contraction.gather
-// fallback, 14 buffers in all (3 inputs, the output, 10 temporaries).
 // mul_mat_id: contraction.ranks with 8 experts, contraction.gather with 4 (a vector of 4 f32 is
 // too short for ranks). At 30 tokens the 60 pairs take 64 slots, packed into temporaries.
 std::string mulMatIdIr(Stage stage, int experts = 8, int tokens = 32) {
@@ -135,6 +133,77 @@ TEST(Codegen, ReciprocalUsedOnceFoldsIntoItsProduct) {
   std::string generic = swiglu.emit(Stage::LLVM, shapes, Mode::Generic);
   EXPECT_THAT(generic, testing::HasSubstr("%sigmoid = fdiv float 1.000000e+00, %denom"));
   EXPECT_THAT(generic, testing::HasSubstr("%silu = fmul float %u, %sigmoid"));
+}
+
+// A kernel of three heavy nests: out[i] = x[i] * (1 + 2 + ... + 110) for i < 64; a check that
+// every id is below 8, then out[64 + i] = x[i] * 2 in the same run (it weighs too little alone);
+// and out[128] = 7. Each run is outlined (two `.nest` functions) where `outline` allows it.
+loops::Program threeNests(bool outline) {
+  using namespace loops;
+  Program program;
+  program.name = fmt::format("three_nests_{}", outline);
+  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(64), nullptr},
+                     {"ids", ElemKind::I32, BufferRole::Input, 1, intConst(4), nullptr},
+                     {"out", ElemKind::F32, BufferRole::Output, 0, intConst(129), nullptr}};
+  program.workspaceBytes = intConst(0);
+  program.checks = {{Location{}, "id {} is not below {}"}};
+  Expr x = load(0, var("i", ElemKind::Index), ElemKind::F32);
+  Expr sum = x;
+  for (int k = 2; k <= 110; ++k)
+    sum = binary(OpKind::AddF, sum, binary(OpKind::MulF, x, floatConst(k, ElemKind::F32)));
+  Expr id = cast(OpKind::IndexCast, load(1, var("j", ElemKind::Index), ElemKind::I32),
+                 ElemKind::Index);
+  Expr sum2 = load(0, var("k", ElemKind::Index), ElemKind::F32);
+  for (int k = 1; k < 160; ++k)
+    sum2 = binary(OpKind::MaximumF, sum2, floatConst(-k, ElemKind::F32));
+  program.body = {
+      forLoop("i", intConst(64), ForKind::Serial, {store(2, var("i", ElemKind::Index), sum)}),
+      forLoop("j", intConst(4), ForKind::Serial,
+              {check(cmp("ult", id, intConst(8)), 0, id, intConst(8))}),
+      forLoop("k", intConst(64), ForKind::Serial,
+              {store(2, add(var("k", ElemKind::Index), intConst(64)),
+                     binary(OpKind::MulF, sum2, floatConst(2, ElemKind::F32)))}),
+      store(2, intConst(128), floatConst(7, ElemKind::F32))};
+  return program;
+}
+
+// Outlined nests compute what the inline statements do, and a check that fails in a nest stops
+// the kernel there: the statements after it, in the nest and after the call, do not run.
+TEST(Codegen, OutlinedNestsStopWhereTheirCheckFails) {
+  for (bool outline : {true, false}) {
+    SCOPED_TRACE(outline ? "outlined" : "inline");
+    loops::Program program = threeNests(outline);
+    CodegenOptions options;
+    options.outlineNests = outline;
+    std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
+    EXPECT_EQ(count(ir, "define internal void @" + program.name + ".i.nest("), outline ? 1 : 0);
+    EXPECT_EQ(count(ir, "define internal void @" + program.name + ".j.nest("), outline ? 1 : 0);
+    EXPECT_EQ(count(ir, ".nest("), outline ? 4 : 0) << ir; // two definitions, two calls
+    jit::EntryFn kernel = jit::Engine::instance().compile(program, options);
+    std::vector<float> x(64);
+    for (int i = 0; i < 64; ++i)
+      x[i] = float(i % 7) - 3;
+    for (int32_t bad : {-1, 3, 8}) {
+      std::vector<int32_t> ids = {1, 7, 0, 5};
+      if (bad != 3)
+        ids[2] = bad;
+      std::vector<float> out(129, -1);
+      void *buffers[] = {x.data(), ids.data(), out.data()};
+      int64_t status[3] = {0, 0, 0};
+      kernel(buffers, nullptr, nullptr, nullptr, status);
+      const bool fails = bad != 3;
+      EXPECT_EQ(status[0], fails ? 1 : 0) << "id " << bad;
+      if (fails) {
+        EXPECT_EQ(status[1], bad);
+        EXPECT_EQ(status[2], 8);
+      }
+      for (int i = 0; i < 64; ++i) {
+        ASSERT_EQ(out[i], x[i] * 6105.0f) << i; // 1 + 2 + ... + 110, exact in f32
+        ASSERT_EQ(out[64 + i], fails ? -1.0f : std::max(x[i], -1.0f) * 2) << 64 + i;
+      }
+      EXPECT_EQ(out[128], fails ? -1.0f : 7.0f);
+    }
+  }
 }
 
 } // namespace

@@ -14,6 +14,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <functional>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -21,6 +22,11 @@ namespace frank {
 namespace {
 
 using namespace loops;
+
+// Runs of statements lighter than this stay inline (see emitStatements). At about 2 LLVM
+// instructions per node, a run of this weight is ...
+constexpr size_t kMinOutlinedWeight = 300;
+constexpr size_t kWidenedWeight = 5;
 
 class Codegen {
 public:
@@ -95,8 +101,7 @@ private:
     b_.SetInsertPoint(entryBlock_);
     fn_ = fn;
     scopes_.emplace_back();
-    for (const Stmt &s : p_.body)
-      emit(s);
+    emitStatements(p_.body, true);
     b_.CreateRetVoid();
     return fn;
   }
@@ -543,8 +548,7 @@ private:
     b_.SetInsertPoint(bodyBB);
     scopes_.emplace_back();
     scopes_.back()[s.name] = iv;
-    for (const Stmt &inner : s.body)
-      emit(inner);
+    emitStatements(s.body, s.forKind == ForKind::Parallel);
     scopes_.pop_back();
     llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
     llvm::BranchInst *latch = b_.CreateBr(header);
@@ -616,62 +620,166 @@ private:
     }
   }
 
-  // A parallel loop becomes a function over a [begin, end) chunk that frank_parallel_for calls
-  // from several threads. What the body reads from outside (buffers, params, lets, enclosing
-  // loop variables) travels in a context struct; an outer mutable local would be a data race.
-  void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
+  // The statements of a block as runs that share no let or local with the rest: each run
+  // declares what it refers to of the block's own names, so it may become a function of its own.
+  static std::vector<std::pair<size_t, size_t>> independentRuns(const std::vector<Stmt> &stmts) {
+    std::unordered_map<std::string, size_t> declaredAt;
+    std::vector<size_t> lastUser(stmts.size());
+    for (size_t j = 0; j < stmts.size(); ++j) {
+      lastUser[j] = j;
+      std::set<std::string> names;
+      std::set<int> buffers;
+      collectUses({stmts[j]}, names, buffers);
+      for (const std::string &name : names)
+        if (auto it = declaredAt.find(name); it != declaredAt.end())
+          lastUser[it->second] = j;
+      if (stmts[j]->kind == StmtKind::Let || stmts[j]->kind == StmtKind::Local)
+        declaredAt[stmts[j]->name] = j;
+    }
+    std::vector<std::pair<size_t, size_t>> runs;
+    for (size_t begin = 0; begin < stmts.size();) {
+      size_t end = begin + 1;
+      for (size_t k = begin; k < end; ++k)
+        end = std::max(end, lastUser[k] + 1);
+      runs.emplace_back(begin, end);
+      begin = end;
+    }
+    return runs;
+  }
+
+  // Statements and expression nodes: roughly what a tree costs LLVM to optimize and compile.
+  static size_t weightOf(const std::vector<Stmt> &stmts, size_t scale = 1) {
+    std::function<size_t(const Expr &)> expr = [&](const Expr &e) -> size_t {
+      size_t n = e ? 1 : 0;
+      if (e)
+        for (const Expr &a : e->args)
+          n += expr(a);
+      return n;
+    };
+    size_t n = 0;
+    for (const Stmt &st : stmts) {
+      n += scale * (1 + expr(st->value) + expr(st->index) + expr(st->bound));
+      if (st->kind == StmtKind::For && st->forKind == ForKind::Parallel)
+        continue; // a function of its own
+      const bool widened = st->kind == StmtKind::For && st->forKind == ForKind::Vectorize;
+      n += weightOf(st->body, widened ? kWidenedWeight : scale) + weightOf(st->elseBody, scale);
+    }
+    return n;
+  }
+
+  static bool containsCheck(const std::vector<Stmt> &stmts) {
+    for (const Stmt &st : stmts)
+      if (st->kind == StmtKind::Check || containsCheck(st->body) || containsCheck(st->elseBody))
+        return true;
+    return false;
+  }
+
+  // The statements of the kernel's body or of a parallel loop's body. With `mayOutline`, each run
+  // of them that shares nothing with the others (independentRuns) and weighs kMinOutlinedWeight
+  // or more becomes a function of its own, which the engine may compile on another thread
+  // (codegen/SplitKernel.h): attention's two products, or the serial nests of the MoE block
+  // before its projections, are each a large share of one function otherwise.
+  void emitStatements(const std::vector<Stmt> &stmts, bool mayOutline) {
+    std::vector<std::pair<size_t, size_t>> runs;
+    if (mayOutline && options_.outlineNests)
+      runs = independentRuns(stmts);
+    if (runs.size() < 2) {
+      for (const Stmt &st : stmts)
+        emit(st);
+      return;
+    }
+    // Consecutive runs join until they weigh enough to pay for a function of their own.
+    size_t begin = 0, weight = 0;
+    for (auto [first, end] : runs) {
+      weight += weightOf({stmts.begin() + ptrdiff_t(first), stmts.begin() + ptrdiff_t(end)});
+      if (weight < kMinOutlinedWeight && end < stmts.size())
+        continue;
+      std::vector<Stmt> run(stmts.begin() + ptrdiff_t(begin), stmts.begin() + ptrdiff_t(end));
+      if (weight < kMinOutlinedWeight || !emitOutlined(run))
+        for (const Stmt &st : run)
+          emit(st);
+      begin = end;
+      weight = 0;
+    }
+  }
+
+  // `run` as a call to a function of its own; false when it updates an outer local.
+  bool emitOutlined(const std::vector<Stmt> &run) {
+    std::string name = p_.name + ".nest";
+    for (const Stmt &st : run)
+      if (st->kind == StmtKind::For) {
+        name = fmt::format("{}.{}.nest", p_.name, st->name);
+        break;
+      }
+    std::optional<Outlined> nest = outline(run, name, {}, [&](llvm::Function *) {
+      for (const Stmt &st : run)
+        emit(st);
+    });
+    if (!nest)
+      return false;
+    b_.CreateCall(nest->fn, nest->args);
+    if (containsCheck(run)) {
+      // A failed check returned from the nest; the kernel stops here, as it would have inline.
+      llvm::Value *failed =
+          b_.CreateICmpNE(b_.CreateLoad(b_.getInt64Ty(), status_), b_.getInt64(0));
+      auto *stopBB = llvm::BasicBlock::Create(ctx_, "nest.failed", fn_);
+      auto *goBB = llvm::BasicBlock::Create(ctx_, "nest.ok", fn_);
+      b_.CreateCondBr(failed, stopBB, goBB, llvm::MDBuilder(ctx_).createBranchWeights(1, 1 << 20));
+      b_.SetInsertPoint(stopBB);
+      b_.CreateRetVoid();
+      b_.SetInsertPoint(goBB);
+    }
+    return true;
+  }
+
+  // A function of its own for `stmts`: what they read from outside (buffers, params, lets, loop
+  // variables) becomes its parameters after `leading`, noalias as the kernel body's are, and
+  // `args` holds the caller's values for them. `emitInside` fills the body at its entry. None
+  // when the statements use an outer local, which a copy would not update.
+  struct Outlined {
+    llvm::Function *fn;
+    std::vector<llvm::Value *> args;
+  };
+  std::optional<Outlined> outline(const std::vector<Stmt> &stmts, const std::string &name,
+                                  const std::vector<llvm::Type *> &leading,
+                                  const std::function<void(llvm::Function *)> &emitInside) {
     std::set<std::string> names;
     std::set<int> buffers;
-    collectUses(s.body, names, buffers);
+    collectUses(stmts, names, buffers);
     std::vector<std::pair<std::string, llvm::Value *>> captured;
-    for (const std::string &name : names)
+    for (const std::string &used : names)
       for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
-        if (auto found = it->find(name); found != it->end()) {
+        if (auto found = it->find(used); found != it->end()) {
           if (llvm::isa<llvm::AllocaInst>(found->second))
-            internalError("a parallel loop updates the outer variable '" + name + "'");
-          captured.push_back({name, found->second});
+            return std::nullopt;
+          captured.push_back({used, found->second});
           break;
         }
-    // Only the buffers the body uses travel: a kernel with many temporaries would otherwise fill
-    // a context field per buffer before every parallel loop (S10: 15 loops x 58 buffers).
-    std::vector<llvm::Value *> fields;
+    Outlined out;
     for (int buffer : buffers)
-      fields.push_back(bufferPtrs_[buffer]);
-    fields.push_back(dims_);
-    fields.push_back(scalars_);
-    fields.push_back(status_);
-    for (auto &[name, v] : captured)
-      fields.push_back(v);
-    std::vector<llvm::Type *> fieldTypes;
-    for (llvm::Value *v : fields)
-      fieldTypes.push_back(v->getType());
-    auto *contextType = llvm::StructType::get(ctx_, fieldTypes);
-
-    // The chunk function, void(i64 begin, i64 end, ptr context), unpacks the context into an
-    // always-inline body whose buffer parameters are noalias, as the kernel's own body's are:
-    // pointers loaded from memory would lose that, and with it hoisting and vectorization.
-    std::vector<llvm::Type *> implParams{b_.getInt64Ty(), b_.getInt64Ty()};
-    implParams.insert(implParams.end(), fieldTypes.begin(), fieldTypes.end());
-    auto *impl = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), implParams, false),
-                                        llvm::Function::InternalLinkage,
-                                        fmt::format("{}.{}.body", p_.name, s.name), *module_);
-    impl->addFnAttr(llvm::Attribute::AlwaysInline);
-    impl->addFnAttr(llvm::Attribute::NoUnwind);
-    size_t param = 2;
+      out.args.push_back(bufferPtrs_[buffer]);
+    out.args.push_back(dims_);
+    out.args.push_back(scalars_);
+    out.args.push_back(status_);
+    for (auto &[_, v] : captured)
+      out.args.push_back(v);
+    std::vector<llvm::Type *> params = leading;
+    for (llvm::Value *v : out.args)
+      params.push_back(v->getType());
+    out.fn = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false),
+                                    llvm::Function::InternalLinkage, name, *module_);
+    out.fn->addFnAttr(llvm::Attribute::NoUnwind);
+    size_t param = leading.size();
     for (int buffer : buffers) {
-      impl->addParamAttr(param, llvm::Attribute::NoAlias);
+      out.fn->addParamAttr(param, llvm::Attribute::NoAlias);
       if (p_.buffers[buffer].role == BufferRole::Input)
-        impl->addParamAttr(param, llvm::Attribute::ReadOnly);
+        out.fn->addParamAttr(param, llvm::Attribute::ReadOnly);
       ++param;
     }
     for (int i = 0; i < 3; ++i) // dims, scalars, status
-      impl->addParamAttr(param++, llvm::Attribute::NoAlias);
-    auto *chunkType = llvm::FunctionType::get(
-        b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, false);
-    auto *chunk = llvm::Function::Create(chunkType, llvm::Function::InternalLinkage,
-                                         fmt::format("{}.{}.chunk", p_.name, s.name), *module_);
-    chunk->addFnAttr(llvm::Attribute::NoUnwind);
-    // Save the builder state of the enclosing function.
+      out.fn->addParamAttr(param++, llvm::Attribute::NoAlias);
+
+    // Emit the body with the builder's state of its own, then restore the caller's.
     llvm::IRBuilderBase::InsertPoint saved = b_.saveIP();
     llvm::Function *savedFn = fn_;
     llvm::BasicBlock *savedEntry = entryBlock_;
@@ -679,29 +787,21 @@ private:
     llvm::Value *savedDims = dims_, *savedScalars = scalars_, *savedStatus = status_;
     auto savedScopes = std::move(scopes_);
 
-    fn_ = impl;
-    entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", impl);
+    fn_ = out.fn;
+    entryBlock_ = llvm::BasicBlock::Create(ctx_, "entry", out.fn);
     b_.SetInsertPoint(entryBlock_);
-    size_t next = 2;
+    size_t next = leading.size();
     std::fill(bufferPtrs_.begin(), bufferPtrs_.end(), nullptr); // the body uses no other
     for (int buffer : buffers)
-      bufferPtrs_[buffer] = impl->getArg(next++);
-    dims_ = impl->getArg(next++);
-    scalars_ = impl->getArg(next++);
-    status_ = impl->getArg(next++);
+      bufferPtrs_[buffer] = out.fn->getArg(unsigned(next++));
+    dims_ = out.fn->getArg(unsigned(next++));
+    scalars_ = out.fn->getArg(unsigned(next++));
+    status_ = out.fn->getArg(unsigned(next++));
     scopes_.clear();
     scopes_.emplace_back();
-    for (auto &[name, v] : captured)
-      scopes_.back()[name] = impl->getArg(next++);
-    emitLoop(s, impl->getArg(0), impl->getArg(1));
-    b_.CreateRetVoid();
-
-    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", chunk));
-    std::vector<llvm::Value *> implArgs{chunk->getArg(0), chunk->getArg(1)};
-    for (size_t i = 0; i < fields.size(); ++i)
-      implArgs.push_back(
-          b_.CreateLoad(fieldTypes[i], b_.CreateStructGEP(contextType, chunk->getArg(2), i)));
-    b_.CreateCall(impl, implArgs);
+    for (auto &[used, _] : captured)
+      scopes_.back()[used] = out.fn->getArg(unsigned(next++));
+    emitInside(out.fn);
     b_.CreateRetVoid();
 
     fn_ = savedFn;
@@ -712,6 +812,44 @@ private:
     status_ = savedStatus;
     scopes_ = std::move(savedScopes);
     b_.restoreIP(saved);
+    return out;
+  }
+
+  // A parallel loop becomes a function over a [begin, end) chunk that frank_parallel_for calls
+  // from several threads. What the body reads from outside (buffers, params, lets, enclosing
+  // loop variables) travels in a context struct; an outer mutable local would be a data race.
+  // Only the buffers the body uses travel: a kernel with many temporaries would otherwise fill a
+  // context field per buffer before every parallel loop (S10: 15 loops x 58 buffers).
+  void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
+    // The chunk function, void(i64 begin, i64 end, ptr context), unpacks the context into an
+    // always-inline body whose buffer parameters are noalias, as the kernel's own body's are:
+    // pointers loaded from memory would lose that, and with it hoisting and vectorization.
+    std::optional<Outlined> body =
+        outline(s.body, fmt::format("{}.{}.body", p_.name, s.name),
+                {b_.getInt64Ty(), b_.getInt64Ty()}, [&](llvm::Function *impl) {
+                  emitLoop(s, impl->getArg(0), impl->getArg(1));
+                });
+    if (!body)
+      internalError("a parallel loop updates an outer variable");
+    llvm::Function *impl = body->fn;
+    impl->addFnAttr(llvm::Attribute::AlwaysInline);
+    const std::vector<llvm::Value *> &fields = body->args;
+    std::vector<llvm::Type *> fieldTypes;
+    for (llvm::Value *v : fields)
+      fieldTypes.push_back(v->getType());
+    auto *contextType = llvm::StructType::get(ctx_, fieldTypes);
+    auto *chunkType = llvm::FunctionType::get(
+        b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, false);
+    auto *chunk = llvm::Function::Create(chunkType, llvm::Function::InternalLinkage,
+                                         fmt::format("{}.{}.chunk", p_.name, s.name), *module_);
+    chunk->addFnAttr(llvm::Attribute::NoUnwind);
+    llvm::IRBuilder<> unpack(llvm::BasicBlock::Create(ctx_, "entry", chunk));
+    std::vector<llvm::Value *> implArgs{chunk->getArg(0), chunk->getArg(1)};
+    for (size_t i = 0; i < fields.size(); ++i)
+      implArgs.push_back(unpack.CreateLoad(fieldTypes[i],
+                                           unpack.CreateStructGEP(contextType, chunk->getArg(2), i)));
+    unpack.CreateCall(impl, implArgs);
+    unpack.CreateRetVoid();
 
     // Fill the context and hand the loop to the runtime.
     llvm::IRBuilder<> entry(entryBlock_, entryBlock_->begin());

@@ -27,6 +27,10 @@ struct CodegenOptions {
   /// instruction: 256 with AVX2 (vpermps), 512 with AVX-512; 0 permutes lane by lane. -1: the
   /// host's, which the engine fills in (codegen alone then permutes lane by lane).
   int permuteBits = -1;
+  /// Large independent runs of statements in the kernel's body and in parallel loop bodies as
+  /// functions of their own, which the engine may optimize and compile on separate threads
+  /// (codegen/SplitKernel.h). Where they stay in one module, O3 inlines them back.
+  bool outlineNests = true;
 };
 
 /// Builds and verifies the module; an invalid module is an internal error.
