@@ -194,7 +194,8 @@ INSTANTIATE_TEST_SUITE_P(Forced, MulMatIdPipelines,
 
 // contraction.ranks with k blocks, forced by hand: every m block runs once per k block and adds
 // to its slots what the earlier blocks left there. Rows that leave a short tile (17 and 9 rows
-// with 4-row tiles), several ranks per expert and one expert taking every pair.
+// with 4-row tiles), several ranks per expert and one expert taking every pair; rows in 8 parts
+// each running its k blocks (64 and 32 rows), in place and in slot temporaries (30 tokens).
 struct KBlockCase {
   MoeShape shape;
   int64_t blockK;
@@ -223,6 +224,7 @@ const KBlockCase kKBlockCases[] = {
     {{{9, 40, 8, 2, 32}, Routing::Repeated}, 8},
     {{{13, 96, 8, 1, 100}, Routing::Same}, 32},
     {{{64, 512, 8, 2, 64}, Routing::Distinct}, 128},
+    {{{32, 64, 8, 2, 30}, Routing::Repeated}, 16},
 };
 
 INSTANTIATE_TEST_SUITE_P(Forced, MulMatIdRanksKBlocks, testing::ValuesIn(kKBlockCases),

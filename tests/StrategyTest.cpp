@@ -483,9 +483,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr(
                          "by_slot[(((m_block * 4) * 128) + ((rank_block * " + nr + ") * 8)) : 8] = acc"));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
-  // k blocks by hand: the m blocks run once per block, each tile adding to its slots' sums
-  // (in place, the output's; in temporaries, 0 in the first block), reading its block of the
-  // input and prefetching the next tile's rows of the same block, row after row.
+  // k blocks by hand: in parallel over 8 parts of the rows, each part's m blocks run once per
+  // block, each tile adding to its slots' sums (in place, the output's; in temporaries, 0 in the
+  // first block), reading its block of the input and prefetching the next tile's rows of the
+  // same block, row after row.
   // The loop IR of mul_mat_id under a --config override, at t64 unless told.
   auto configuredLoops = [&](const char *config, std::vector<std::string> shapes = {}) {
     ContextOptions options;
@@ -496,18 +497,20 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
         .emit(Stage::Loops, shapes.empty() ? t64 : shapes);
   };
   loops = configuredLoops("k-block=16");
-  EXPECT_THAT(loops,
-              testing::HasSubstr("// each m block adds the k block's products to its slots\n"
-                                 "  for k_block in 0..2 {\n"));
-  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = out0[(((m_block * "));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         "  for m_part in 0..8 parallel(chunks of at least 1) {\n"
+                         "    // each m block of the part adds the k block's products to its slots\n"
+                         "    for k_block in 0..2 {\n"
+                         "      for m_block in 0..2 {\n"));
+  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = out0[(((((m_part * 2) + m_block) * "));
   EXPECT_THAT(loops, testing::HasSubstr("let x: f32x8 = input[((((k_block * 16) + d3) * 128) + "));
   EXPECT_THAT(loops, testing::HasSubstr("for d3 in 0..16 {"));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         "prefetch weights[((((minsi(((m_block * 4) + 4), 60) + divui((d3 * 2), 8)) "
-                         "* 256) + (k_block * 128)) + (remui((d3 * 2), 8) * 16))]"));
+  EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
+                                        "4) + 4), 60) + divui((d3 * 2), 8)) * 256) + (k_block * "
+                                        "128)) + (remui((d3 * 2), 8) * 16))]"));
   loops = configuredLoops("k-block=16", {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
   EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
-                                        "broadcast<8>(0f), by_slot[(((m_block * "));
+                                        "broadcast<8>(0f), by_slot[(((((m_part * 2) + m_block) * "));
   EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * 128) + "));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
   loops = configuredLoops("pipeline=contraction.gather");

@@ -365,6 +365,9 @@ private:
   // thread costs microseconds. Generic mode stays single-threaded, as a baseline should.
   static constexpr int64_t kMinParallelElements = 1 << 16;
   static constexpr int64_t kMinChunkElements = 1 << 14;
+  // k-blocked slot tiles run in parallel over this many parts of their rows, each part's k
+  // blocks inside (emitSlotTiles): a few per thread, rows contiguous within each.
+  static constexpr int64_t kRowParts = 8;
   static constexpr int64_t kMinRuntimeRowElements = 1 << 8;
 
   // The cost of one point of a body in units of a load, an add and a store: exp or a libm call
@@ -392,14 +395,14 @@ private:
     return cost;
   }
 
-  // The fewest iterations of a parallel loop of `extent` trips, in a nest of `total` points,
-  // worth giving one thread.
   // result[index] += value: how the gather and dot pipelines add a finished sum to the output.
   static Stmt addToOutput(const TensorStorage &result, Expr index, Expr value, ElemKind elem) {
     return store(result.buffer, index,
                  binary(OpKind::AddF, load(result.buffer, index, elem), std::move(value)));
   }
 
+  // The fewest iterations of a parallel loop of `extent` trips, in a nest of `total` points,
+  // worth giving one thread.
   static Expr minChunk(int64_t total, int64_t extent) {
     return intConst(std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, total / extent)));
   }
@@ -1572,16 +1575,33 @@ private:
                      const Expr &pairSum, const Expr &kBlock, int64_t kBlocks,
                      std::vector<Stmt> &stmts) {
     const int64_t mTrips = rows / s.tileM;
-    Stmt nest = forLoop(mBlock->name, intConst(mTrips), ForKind::Parallel,
-                        {buildTile(s.tileM, mul(mBlock, intConst(s.tileM)))});
-    nest->bound = minChunk(work / kBlocks, mTrips);
-    nest->comment = strategyComment(g.op, s);
-    std::vector<Stmt> tiles = {nest};
-    if (rows % s.tileM)
-      tiles.push_back(buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)));
-    if (kBlocks > 1) {
-      tiles = {forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial, std::move(tiles))};
-      tiles[0]->comment = "each m block adds the k block's products to its slots";
+    std::vector<Stmt> tiles;
+    if (kBlocks > 1 && rows % s.tileM == 0 && mTrips % kRowParts == 0) {
+      // The k blocks inside the parallel loop, over parts of the rows: one parallel loop rather
+      // than one per k block, each a wait at its end for the slower thread.
+      Expr part = var(freshName("m_part"), ElemKind::Index);
+      const int64_t perPart = mTrips / kRowParts;
+      Expr firstRow = mul(add(mul(part, intConst(perPart)), mBlock), intConst(s.tileM));
+      Stmt blocks = forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial,
+                            {forLoop(mBlock->name, intConst(perPart), ForKind::Serial,
+                                     {buildTile(s.tileM, firstRow)})});
+      blocks->comment = "each m block of the part adds the k block's products to its slots";
+      Stmt nest = forLoop(part->name, intConst(kRowParts), ForKind::Parallel, {blocks});
+      nest->bound = minChunk(work, kRowParts);
+      nest->comment = strategyComment(g.op, s);
+      tiles = {nest};
+    } else {
+      Stmt nest = forLoop(mBlock->name, intConst(mTrips), ForKind::Parallel,
+                          {buildTile(s.tileM, mul(mBlock, intConst(s.tileM)))});
+      nest->bound = minChunk(work / kBlocks, mTrips);
+      nest->comment = strategyComment(g.op, s);
+      tiles = {nest};
+      if (rows % s.tileM)
+        tiles.push_back(buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)));
+      if (kBlocks > 1) {
+        tiles = {forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial, std::move(tiles))};
+        tiles[0]->comment = "each m block adds the k block's products to its slots";
+      }
     }
     stmts.insert(stmts.end(), tiles.begin(), tiles.end());
     if (!pairSum)
