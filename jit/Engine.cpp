@@ -116,7 +116,7 @@ std::vector<std::string_view> unpackObjects(std::string_view payload) {
 
 // Parts of a kernel below this many instructions (before O3) compile faster with the rest than
 // in a thread of their own.
-constexpr size_t kMinPartInstructions = 400;
+constexpr size_t kMinPartInstructions = 200;
 
 // With FRANK_PERF_MAP=1, names every function the JIT links in /tmp/perf-<pid>.map, the file
 // `perf report` reads to symbolize code that no ELF file on disk describes.

@@ -206,5 +206,58 @@ TEST(Codegen, OutlinedNestsStopWhereTheirCheckFails) {
   }
 }
 
+// Parallel loops whose bodies differ only in names and buffers share one chunk function, each
+// passing its own buffers: out1 = x * 2 and out2 = y * 2 (the MoE block's gate and up
+// projections, in small), not out3 = x * 3 nor out4 = ints * 2.
+TEST(Codegen, ParallelLoopsOfOneShapeShareTheirChunk) {
+  using namespace loops;
+  Program program;
+  program.name = "one_shape";
+  const int64_t n = 1 << 16; // parallel: each chunk at least kMinChunkElements
+  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(n), nullptr},
+                     {"y", ElemKind::F32, BufferRole::Input, 1, intConst(n), nullptr},
+                     {"ints", ElemKind::I32, BufferRole::Input, 2, intConst(n), nullptr},
+                     {"out1", ElemKind::F32, BufferRole::Output, 0, intConst(n), nullptr},
+                     {"out2", ElemKind::F32, BufferRole::Output, 1, intConst(n), nullptr},
+                     {"out3", ElemKind::F32, BufferRole::Output, 2, intConst(n), nullptr},
+                     {"out4", ElemKind::I32, BufferRole::Output, 3, intConst(n), nullptr}};
+  program.workspaceBytes = intConst(0);
+  auto times = [&](const char *i, int from, int to, double factor) {
+    ElemKind elem = program.buffers[size_t(from)].elem;
+    Expr k = elem == ElemKind::F32 ? floatConst(factor, elem) : intConst(int64_t(factor), elem);
+    Stmt loop = forLoop(i, intConst(n), ForKind::Parallel,
+                        {store(to, var(i, ElemKind::Index),
+                               binary(elem == ElemKind::F32 ? OpKind::MulF : OpKind::MulI,
+                                      load(from, var(i, ElemKind::Index), elem), k))});
+    loop->bound = intConst(n / 4);
+    return loop;
+  };
+  program.body = {times("i", 0, 3, 2), times("j", 1, 4, 2), times("k", 0, 5, 3),
+                  times("l", 2, 6, 2)};
+  std::string ir = jit::Engine::instance().emit(program, CodegenOptions{}, jit::Output::LLVM);
+  EXPECT_EQ(count(ir, "call void @frank_parallel_for("), 4) << ir;
+  EXPECT_EQ(count(ir, "define internal void @one_shape.i.chunk("), 1) << ir;
+  EXPECT_EQ(count(ir, ".chunk("), 3) << ir; // i (twice), k, l
+  EXPECT_EQ(count(ir, "call void @frank_parallel_for(ptr @one_shape.i.chunk"), 2) << ir;
+  jit::EntryFn kernel = jit::Engine::instance().compile(program, CodegenOptions{});
+  std::vector<float> x(n), y(n), out1(n), out2(n), out3(n);
+  std::vector<int32_t> ints(n), out4(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = float(i % 101);
+    y[i] = -float(i % 37);
+    ints[i] = int32_t(i % 1000);
+  }
+  void *buffers[] = {x.data(),    y.data(),    ints.data(), out1.data(),
+                     out2.data(), out3.data(), out4.data()};
+  int64_t status[3] = {0, 0, 0};
+  kernel(buffers, nullptr, nullptr, nullptr, status);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(out1[i], x[i] * 2) << i;
+    ASSERT_EQ(out2[i], y[i] * 2) << i;
+    ASSERT_EQ(out3[i], x[i] * 3) << i;
+    ASSERT_EQ(out4[i], ints[i] * 2) << i;
+  }
+}
+
 } // namespace
 } // namespace frank::test

@@ -30,6 +30,8 @@ constexpr size_t kMinOutlinedWeight = 300;
 // A node in a loop the vectorizer widens weighs this many: it becomes a vector body interleaved
 // up to 4 times beside the scalar loop for the remainder (kWidenedCost in SplitKernel.cpp).
 constexpr size_t kWidenedWeight = 5;
+// Loops of at most this many trips may have runs of their body outlined: a call per trip.
+constexpr int64_t kMaxOutlinedTrips = 16;
 
 class Codegen {
 public:
@@ -551,7 +553,10 @@ private:
     b_.SetInsertPoint(bodyBB);
     scopes_.emplace_back();
     scopes_.back()[s.name] = iv;
-    emitStatements(s.body, s.forKind == ForKind::Parallel);
+    const std::optional<int64_t> trips = asConstant(s.value);
+    emitStatements(s.body, s.forKind == ForKind::Parallel ||
+                               (outlining_ && s.forKind == ForKind::Serial && trips &&
+                                *trips <= kMaxOutlinedTrips));
     scopes_.pop_back();
     llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
     llvm::BranchInst *latch = b_.CreateBr(header);
@@ -562,7 +567,7 @@ private:
     // gather) is kept scalar instead: widened, each such access becomes one scalar access per
     // lane, several times the IR to optimize and compile for loops that run a few thousand
     // times.
-    if (s.forKind == ForKind::Serial && addressesThroughLoads(s.body)) {
+    if (s.forKind != ForKind::Vectorize && addressesThroughLoads(s.body)) {
       llvm::LLVMContext &c = ctx_;
       llvm::Metadata *disable[] = {
           llvm::MDString::get(c, "llvm.loop.vectorize.enable"),
@@ -597,43 +602,81 @@ private:
     return false;
   }
 
-  // Names a statement tree reads or assigns, and the buffers it reads or writes.
-  static void collectUses(const std::vector<Stmt> &stmts, std::set<std::string> &names,
-                          std::set<int> &buffers) {
+  // What a statement tree refers to, in the order it first does: the names it declares, reads
+  // or assigns, and the buffers it reads or writes. `shape` writes the tree with each name and
+  // buffer replaced by its number in that order (a buffer with its element type and whether it
+  // is an input): two trees that differ only in names have the same shape.
+  struct Uses {
+    std::vector<std::string> names;
+    std::vector<int> buffers;
+    std::string shape;
+  };
+  Uses usesOf(const std::vector<Stmt> &stmts) const {
+    Uses uses;
+    std::unordered_map<std::string, size_t> nameIds;
+    std::unordered_map<int, size_t> bufferIds;
+    auto name = [&](const std::string &n) {
+      auto [it, fresh] = nameIds.emplace(n, uses.names.size());
+      if (fresh)
+        uses.names.push_back(n);
+      uses.shape += fmt::format("n{} ", it->second);
+    };
+    auto buffer = [&](int b) {
+      auto [it, fresh] = bufferIds.emplace(b, uses.buffers.size());
+      if (fresh)
+        uses.buffers.push_back(b);
+      uses.shape += fmt::format("b{}:{}:{} ", it->second, int(p_.buffers[size_t(b)].elem),
+                                p_.buffers[size_t(b)].role == BufferRole::Input);
+    };
     std::function<void(const Expr &)> expr = [&](const Expr &e) {
-      if (!e)
+      if (!e) {
+        uses.shape += "- ";
         return;
+      }
+      uses.shape += fmt::format("({} {} {} {} {} ", int(e->kind), int(e->type), e->lanes,
+                                int(e->op), e->reassoc);
       if (e->kind == ExprKind::Var)
-        names.insert(e->name);
-      if (e->kind == ExprKind::Load)
-        buffers.insert(static_cast<int>(e->intValue));
+        name(e->name);
+      else if (e->kind == ExprKind::Load)
+        buffer(static_cast<int>(e->intValue));
+      else
+        uses.shape += fmt::format("{} {} {} ", e->intValue, e->floatValue, e->name);
       for (const Expr &a : e->args)
         expr(a);
+      uses.shape += ") ";
     };
-    for (const Stmt &st : stmts) {
-      if (st->kind == StmtKind::Assign)
-        names.insert(st->name);
-      if (st->kind == StmtKind::Store || st->kind == StmtKind::Prefetch)
-        buffers.insert(st->buffer);
-      expr(st->value);
-      expr(st->index);
-      expr(st->bound);
-      collectUses(st->body, names, buffers);
-      collectUses(st->elseBody, names, buffers);
-    }
+    std::function<void(const std::vector<Stmt> &)> stmtsOf = [&](const std::vector<Stmt> &list) {
+      uses.shape += "{ ";
+      for (const Stmt &st : list) {
+        uses.shape += fmt::format("[{} {} {} {} ", int(st->kind), int(st->forKind),
+                                  int(st->type), st->lanes);
+        if (!st->name.empty())
+          name(st->name);
+        if (st->kind == StmtKind::Store || st->kind == StmtKind::Prefetch)
+          buffer(st->buffer);
+        else
+          uses.shape += fmt::format("{} ", st->buffer); // a check's id
+        expr(st->value);
+        expr(st->index);
+        expr(st->bound);
+        stmtsOf(st->body);
+        stmtsOf(st->elseBody);
+        uses.shape += "] ";
+      }
+      uses.shape += "} ";
+    };
+    stmtsOf(stmts);
+    return uses;
   }
 
   // The statements of a block as runs that share no let or local with the rest: each run
   // declares what it refers to of the block's own names, so it may become a function of its own.
-  static std::vector<std::pair<size_t, size_t>> independentRuns(const std::vector<Stmt> &stmts) {
+  std::vector<std::pair<size_t, size_t>> independentRuns(const std::vector<Stmt> &stmts) const {
     std::unordered_map<std::string, size_t> declaredAt;
     std::vector<size_t> lastUser(stmts.size());
     for (size_t j = 0; j < stmts.size(); ++j) {
       lastUser[j] = j;
-      std::set<std::string> names;
-      std::set<int> buffers;
-      collectUses({stmts[j]}, names, buffers);
-      for (const std::string &name : names)
+      for (const std::string &name : usesOf({stmts[j]}).names)
         if (auto it = declaredAt.find(name); it != declaredAt.end())
           lastUser[it->second] = j;
       if (stmts[j]->kind == StmtKind::Let || stmts[j]->kind == StmtKind::Local)
@@ -677,12 +720,20 @@ private:
     return false;
   }
 
-  // The statements of the kernel's body or of a parallel loop's body. With `mayOutline`, each run
-  // of them that shares nothing with the others (independentRuns) and weighs kMinOutlinedWeight
-  // or more becomes a function of its own, which the engine may compile on another thread
-  // (codegen/SplitKernel.h): attention's two products, or the serial nests of the MoE block
-  // before its projections, are each a large share of one function otherwise.
+  // The statements of the kernel's body, of a parallel loop's body, or of a loop of a few trips
+  // among those. With `mayOutline`, each run of them that shares nothing with the others
+  // (independentRuns) and weighs kMinOutlinedWeight or more becomes a function of its own,
+  // which the engine may compile on another thread (codegen/SplitKernel.h): attention's two
+  // products and its softmax, the serial nests of the MoE block before its projections, or a
+  // matmul's tiles apart from the packing of its panels (in its k blocks, 16 trips), are each a
+  // large share of one function otherwise.
   void emitStatements(const std::vector<Stmt> &stmts, bool mayOutline) {
+    const bool outer = outlining_;
+    outlining_ = mayOutline;
+    emitRuns(stmts, mayOutline);
+    outlining_ = outer;
+  }
+  void emitRuns(const std::vector<Stmt> &stmts, bool mayOutline) {
     std::vector<std::pair<size_t, size_t>> runs;
     if (mayOutline && options_.outlineNests)
       runs = independentRuns(stmts);
@@ -735,6 +786,29 @@ private:
     return true;
   }
 
+  // The values a function for statements of `uses` takes from its caller: their buffers, the
+  // kernel's params and the immutable values they read from outside (`captured`, by name).
+  // False when they use an outer local, which a copy would not update.
+  bool argumentsFor(const Uses &uses, std::vector<std::pair<std::string, llvm::Value *>> &captured,
+                    std::vector<llvm::Value *> &args) {
+    for (const std::string &used : uses.names)
+      for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+        if (auto found = it->find(used); found != it->end()) {
+          if (llvm::isa<llvm::AllocaInst>(found->second))
+            return false;
+          captured.push_back({used, found->second});
+          break;
+        }
+    for (int buffer : uses.buffers)
+      args.push_back(bufferPtrs_[buffer]);
+    args.push_back(dims_);
+    args.push_back(scalars_);
+    args.push_back(status_);
+    for (auto &[_, v] : captured)
+      args.push_back(v);
+    return true;
+  }
+
   // A function of its own for `stmts`: what they read from outside (buffers, params, lets, loop
   // variables) becomes its parameters after `leading`, noalias as the kernel body's are, and
   // `args` holds the caller's values for them. `emitInside` fills the body at its entry. None
@@ -746,26 +820,12 @@ private:
   std::optional<Outlined> outline(const std::vector<Stmt> &stmts, const std::string &name,
                                   const std::vector<llvm::Type *> &leading,
                                   const std::function<void(llvm::Function *)> &emitInside) {
-    std::set<std::string> names;
-    std::set<int> buffers;
-    collectUses(stmts, names, buffers);
+    const Uses uses = usesOf(stmts);
     std::vector<std::pair<std::string, llvm::Value *>> captured;
-    for (const std::string &used : names)
-      for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
-        if (auto found = it->find(used); found != it->end()) {
-          if (llvm::isa<llvm::AllocaInst>(found->second))
-            return std::nullopt;
-          captured.push_back({used, found->second});
-          break;
-        }
     Outlined out;
-    for (int buffer : buffers)
-      out.args.push_back(bufferPtrs_[buffer]);
-    out.args.push_back(dims_);
-    out.args.push_back(scalars_);
-    out.args.push_back(status_);
-    for (auto &[_, v] : captured)
-      out.args.push_back(v);
+    if (!argumentsFor(uses, captured, out.args))
+      return std::nullopt;
+    const std::vector<int> &buffers = uses.buffers;
     std::vector<llvm::Type *> params = leading;
     for (llvm::Value *v : out.args)
       params.push_back(v->getType());
@@ -824,35 +884,52 @@ private:
   // Only the buffers the body uses travel: a kernel with many temporaries would otherwise fill a
   // context field per buffer before every parallel loop (S10: 15 loops x 58 buffers).
   void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
-    // The chunk function, void(i64 begin, i64 end, ptr context), unpacks the context into an
-    // always-inline body whose buffer parameters are noalias, as the kernel's own body's are:
-    // pointers loaded from memory would lose that, and with it hoisting and vectorization.
-    std::optional<Outlined> body =
-        outline(s.body, fmt::format("{}.{}.body", p_.name, s.name),
-                {b_.getInt64Ty(), b_.getInt64Ty()}, [&](llvm::Function *impl) {
-                  emitLoop(s, impl->getArg(0), impl->getArg(1));
-                });
-    if (!body)
-      internalError("a parallel loop updates an outer variable");
-    llvm::Function *impl = body->fn;
-    impl->addFnAttr(llvm::Attribute::AlwaysInline);
-    const std::vector<llvm::Value *> &fields = body->args;
-    std::vector<llvm::Type *> fieldTypes;
-    for (llvm::Value *v : fields)
-      fieldTypes.push_back(v->getType());
-    auto *contextType = llvm::StructType::get(ctx_, fieldTypes);
-    auto *chunkType = llvm::FunctionType::get(
-        b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, false);
-    auto *chunk = llvm::Function::Create(chunkType, llvm::Function::InternalLinkage,
-                                         fmt::format("{}.{}.chunk", p_.name, s.name), *module_);
-    chunk->addFnAttr(llvm::Attribute::NoUnwind);
-    llvm::IRBuilder<> unpack(llvm::BasicBlock::Create(ctx_, "entry", chunk));
-    std::vector<llvm::Value *> implArgs{chunk->getArg(0), chunk->getArg(1)};
-    for (size_t i = 0; i < fields.size(); ++i)
-      implArgs.push_back(unpack.CreateLoad(fieldTypes[i],
-                                           unpack.CreateStructGEP(contextType, chunk->getArg(2), i)));
-    unpack.CreateCall(impl, implArgs);
-    unpack.CreateRetVoid();
+    // A loop whose body has the shape of an earlier one's (the MoE block's gate and up
+    // projections) takes the earlier chunk with its own context: one function to compile.
+    const std::string shape = usesOf(s.body).shape;
+    std::vector<llvm::Value *> fields;
+    if (chunks_.count(shape)) {
+      std::vector<std::pair<std::string, llvm::Value *>> captured;
+      if (!argumentsFor(usesOf(s.body), captured, fields))
+        internalError("a parallel loop updates an outer variable");
+    } else {
+      // The chunk function, void(i64 begin, i64 end, ptr context), unpacks the context into an
+      // always-inline body whose buffer parameters are noalias, as the kernel's own body's are:
+      // pointers loaded from memory would lose that, and with it hoisting and vectorization.
+      std::optional<Outlined> body =
+          outline(s.body, fmt::format("{}.{}.body", p_.name, s.name),
+                  {b_.getInt64Ty(), b_.getInt64Ty()}, [&](llvm::Function *impl) {
+                    emitLoop(s, impl->getArg(0), impl->getArg(1));
+                  });
+      if (!body)
+        internalError("a parallel loop updates an outer variable");
+      llvm::Function *impl = body->fn;
+      impl->addFnAttr(llvm::Attribute::AlwaysInline);
+      fields = body->args;
+      std::vector<llvm::Type *> fieldTypes;
+      for (llvm::Value *v : fields)
+        fieldTypes.push_back(v->getType());
+      auto *contextType = llvm::StructType::get(ctx_, fieldTypes);
+      auto *chunkType = llvm::FunctionType::get(
+          b_.getVoidTy(), {b_.getInt64Ty(), b_.getInt64Ty(), b_.getPtrTy()}, false);
+      auto *chunk = llvm::Function::Create(chunkType, llvm::Function::InternalLinkage,
+                                           fmt::format("{}.{}.chunk", p_.name, s.name), *module_);
+      chunk->addFnAttr(llvm::Attribute::NoUnwind);
+      llvm::IRBuilder<> unpack(llvm::BasicBlock::Create(ctx_, "entry", chunk));
+      std::vector<llvm::Value *> implArgs{chunk->getArg(0), chunk->getArg(1)};
+      for (size_t i = 0; i < fields.size(); ++i)
+        implArgs.push_back(unpack.CreateLoad(
+            fieldTypes[i], unpack.CreateStructGEP(contextType, chunk->getArg(2), unsigned(i))));
+      unpack.CreateCall(impl, implArgs);
+      unpack.CreateRetVoid();
+      chunks_[shape] = {chunk, contextType};
+    }
+    auto [chunk, contextType] = chunks_.at(shape);
+    bool sameContext = contextType->getNumElements() == fields.size();
+    for (size_t i = 0; sameContext && i < fields.size(); ++i)
+      sameContext = contextType->getElementType(unsigned(i)) == fields[i]->getType();
+    if (!sameContext)
+      internalError("parallel loops of one shape pass different contexts");
 
     // Fill the context and hand the loop to the runtime.
     llvm::IRBuilder<> entry(entryBlock_, entryBlock_->begin());
@@ -875,8 +952,11 @@ private:
   llvm::Function *fn_ = nullptr;
   llvm::BasicBlock *entryBlock_ = nullptr;
   llvm::Value *dims_ = nullptr, *scalars_ = nullptr, *status_ = nullptr;
+  bool outlining_ = false; // the statements being emitted may be outlined (emitStatements)
   std::vector<llvm::Value *> bufferPtrs_;
   std::vector<std::unordered_map<std::string, llvm::Value *>> scopes_;
+  // The chunk function and context type of each shape of parallel loop body (usesOf).
+  std::unordered_map<std::string, std::pair<llvm::Function *, llvm::StructType *>> chunks_;
 };
 
 } // namespace
