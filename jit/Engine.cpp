@@ -114,8 +114,9 @@ std::vector<std::string_view> unpackObjects(std::string_view payload) {
   return objects;
 }
 
-// Parts of a kernel below this many instructions (before O3) compile faster with the rest than
-// in a thread of their own.
+// Parts of a kernel that cost less than this (compileCost: instructions before O3, those of
+// scalar innermost loops several times) compile faster with the rest than in a thread of their
+// own.
 constexpr size_t kMinPartInstructions = 200;
 
 // With FRANK_PERF_MAP=1, names every function the JIT links in /tmp/perf-<pid>.map, the file
