@@ -15,7 +15,6 @@
 
 #include <functional>
 #include <optional>
-#include <set>
 #include <unordered_map>
 
 namespace frank {
