@@ -886,11 +886,12 @@ private:
   void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
     // A loop whose body has the shape of an earlier one's (the MoE block's gate and up
     // projections) takes the earlier chunk with its own context: one function to compile.
-    const std::string shape = usesOf(s.body).shape;
+    const Uses uses = usesOf(s.body);
+    const std::string &shape = uses.shape;
     std::vector<llvm::Value *> fields;
     if (chunks_.count(shape)) {
       std::vector<std::pair<std::string, llvm::Value *>> captured;
-      if (!argumentsFor(usesOf(s.body), captured, fields))
+      if (!argumentsFor(uses, captured, fields))
         internalError("a parallel loop updates an outer variable");
     } else {
       // The chunk function, void(i64 begin, i64 end, ptr context), unpacks the context into an
