@@ -117,7 +117,7 @@ std::vector<std::string_view> unpackObjects(std::string_view payload) {
 // Parts of a kernel that cost less than this (compileCost: instructions before O3, those of
 // scalar innermost loops several times) compile faster with the rest than in a thread of their
 // own.
-constexpr size_t kMinPartInstructions = 200;
+constexpr size_t kMinPartCost = 200;
 
 // With FRANK_PERF_MAP=1, names every function the JIT links in /tmp/perf-<pid>.map, the file
 // `perf report` reads to symbolize code that no ELF file on disk describes.
@@ -354,7 +354,7 @@ struct Engine::Impl {
     // alone takes longer than the others.
     std::vector<std::string> parts = threads < 2
                                          ? std::vector<std::string>{}
-                                         : splitKernel(module, 2 * threads, kMinPartInstructions);
+                                         : splitKernel(module, 2 * threads, kMinPartCost);
     if (parts.empty()) {
       inlineLocalNests(module);
       optimize(module, machineFor(0), useVectorMath);

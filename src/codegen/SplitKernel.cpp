@@ -52,7 +52,7 @@ size_t compileCost(llvm::Module &module) {
 }
 
 std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
-                                     size_t minPartInstructions) {
+                                     size_t minPartCost) {
   // Global variables would need an owner and declarations elsewhere; kernels define none.
   if (maxParts < 2 || !module.global_empty())
     return {};
@@ -85,7 +85,7 @@ std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
   std::sort(sizes.begin(), sizes.end(), [](const auto &a, const auto &b) {
     return a.first != b.first ? a.first > b.first : a.second->getName() < b.second->getName();
   });
-  // The most parts (up to `maxParts`) whose lightest still has `minPartInstructions`.
+  // The most parts (up to `maxParts`) whose lightest still has `minPartCost`.
   std::vector<size_t> load;
   llvm::DenseMap<const llvm::Function *, unsigned> partOf;
   unsigned parts = maxParts;
@@ -99,7 +99,7 @@ std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
            ++member)
         partOf[*member] = lightest;
     }
-    if (*std::min_element(load.begin(), load.end()) >= minPartInstructions)
+    if (*std::min_element(load.begin(), load.end()) >= minPartCost)
       break;
   }
   if (parts < 2)

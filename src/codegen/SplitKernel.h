@@ -24,11 +24,11 @@ class Module;
 namespace frank {
 
 /// The bitcode of at most `maxParts` modules, heaviest first, that together define what `module`
-/// defines: as many as keep `minPartInstructions` in each, by compileCost. Nothing when two parts
+/// defines: as many as keep `minPartCost` in each, by compileCost. Nothing when two parts
 /// would not (a kernel too small, or too much one function, for a split to pay). `module`
 /// keeps its functions; those another part refers to become external.
 std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
-                                     size_t minPartInstructions);
+                                     size_t minPartCost);
 
 /// What optimizing and compiling `module`'s functions costs, in instructions: the measure the
 /// parts balance. Those of a scalar innermost loop count several times (the vectorizer widens,
