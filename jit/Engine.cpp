@@ -461,10 +461,6 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (auto it = impl_->compiled.find(program.name); it != impl_->compiled.end())
     return it->second;
-  auto module = impl_->build(program, context, options);
-  module->setModuleIdentifier(program.name);
-  if (printAfter)
-    printAfter("codegen", printModule(*module));
   auto start = std::chrono::steady_clock::now();
   auto lap = [&](const char *what) {
     auto now = std::chrono::steady_clock::now();
@@ -473,6 +469,11 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
                  std::chrono::duration<double, std::milli>(now - start).count());
     start = now;
   };
+  auto module = impl_->build(program, context, options);
+  module->setModuleIdentifier(program.name);
+  lap("codegen");
+  if (printAfter)
+    printAfter("codegen", printModule(*module));
   std::string optimized;
   std::vector<std::string> objects =
       impl_->compileObjects(*module, options.vectorMath, printAfter ? &optimized : nullptr, lap);

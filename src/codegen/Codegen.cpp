@@ -603,67 +603,70 @@ private:
   }
 
   // What a statement tree refers to, in the order it first does: the names it declares, reads
-  // or assigns, and the buffers it reads or writes. `shape` writes the tree with each name and
-  // buffer replaced by its number in that order (a buffer with its element type and whether it
-  // is an input): two trees that differ only in names have the same shape.
+  // or assigns, and the buffers it reads or writes. With `withShape`, `shape` writes the tree
+  // with each name and buffer replaced by its number in that order (a buffer with its element
+  // type and whether it is an input): two trees that differ only in names have the same shape.
+  // Only parallel loops need the shape; building it is most of the cost.
   struct Uses {
     std::vector<std::string> names;
     std::vector<int> buffers;
     std::string shape;
   };
-  Uses usesOf(const std::vector<Stmt> &stmts) const {
+  Uses usesOf(const std::vector<Stmt> &stmts, bool withShape = false) const {
     Uses uses;
-    std::unordered_map<std::string, size_t> nameIds;
+    std::unordered_map<std::string_view, size_t> nameIds;
     std::unordered_map<int, size_t> bufferIds;
+    auto write = [&]<class... Parts>(fmt::format_string<Parts...> format, Parts &&...parts) {
+      if (withShape)
+        fmt::format_to(std::back_inserter(uses.shape), format, std::forward<Parts>(parts)...);
+    };
     auto name = [&](const std::string &n) {
       auto [it, fresh] = nameIds.emplace(n, uses.names.size());
       if (fresh)
         uses.names.push_back(n);
-      uses.shape += fmt::format("n{} ", it->second);
+      write("n{} ", it->second);
     };
     auto buffer = [&](int b) {
       auto [it, fresh] = bufferIds.emplace(b, uses.buffers.size());
       if (fresh)
         uses.buffers.push_back(b);
-      uses.shape += fmt::format("b{}:{}:{} ", it->second, int(p_.buffers[size_t(b)].elem),
-                                p_.buffers[size_t(b)].role == BufferRole::Input);
+      write("b{}:{}:{} ", it->second, int(p_.buffers[size_t(b)].elem),
+            p_.buffers[size_t(b)].role == BufferRole::Input);
     };
     std::function<void(const Expr &)> expr = [&](const Expr &e) {
       if (!e) {
-        uses.shape += "- ";
+        write("- ");
         return;
       }
-      uses.shape += fmt::format("({} {} {} {} {} ", int(e->kind), int(e->type), e->lanes,
-                                int(e->op), e->reassoc);
+      write("({} {} {} {} {} ", int(e->kind), int(e->type), e->lanes, int(e->op), e->reassoc);
       if (e->kind == ExprKind::Var)
         name(e->name);
       else if (e->kind == ExprKind::Load)
         buffer(static_cast<int>(e->intValue));
       else
-        uses.shape += fmt::format("{} {} {} ", e->intValue, e->floatValue, e->name);
+        write("{} {} {} ", e->intValue, e->floatValue, e->name);
       for (const Expr &a : e->args)
         expr(a);
-      uses.shape += ") ";
+      write(") ");
     };
     std::function<void(const std::vector<Stmt> &)> stmtsOf = [&](const std::vector<Stmt> &list) {
-      uses.shape += "{ ";
+      write("{{ ");
       for (const Stmt &st : list) {
-        uses.shape += fmt::format("[{} {} {} {} ", int(st->kind), int(st->forKind),
-                                  int(st->type), st->lanes);
+        write("[{} {} {} {} ", int(st->kind), int(st->forKind), int(st->type), st->lanes);
         if (!st->name.empty())
           name(st->name);
         if (st->kind == StmtKind::Store || st->kind == StmtKind::Prefetch)
           buffer(st->buffer);
         else
-          uses.shape += fmt::format("{} ", st->buffer); // a check's id
+          write("{} ", st->buffer); // a check's id
         expr(st->value);
         expr(st->index);
         expr(st->bound);
         stmtsOf(st->body);
         stmtsOf(st->elseBody);
-        uses.shape += "] ";
+        write("] ");
       }
-      uses.shape += "} ";
+      write("}} ");
     };
     stmtsOf(stmts);
     return uses;
@@ -886,7 +889,7 @@ private:
   void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
     // A loop whose body has the shape of an earlier one's (the MoE block's gate and up
     // projections) takes the earlier chunk with its own context: one function to compile.
-    const Uses uses = usesOf(s.body);
+    const Uses uses = usesOf(s.body, /*withShape=*/true);
     const std::string &shape = uses.shape;
     std::vector<llvm::Value *> fields;
     if (chunks_.count(shape)) {
