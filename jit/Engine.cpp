@@ -180,14 +180,17 @@ struct Engine::Impl {
 
   Impl() : machineBuilder(detectHost()) {
     llvm::InitializeNativeTargetAsmPrinter();
-    // Loop strength reduction took 40% of machine code generation (20 ms of S5's 48) and made
-    // S5 slower (1.77-1.81 against 1.54-1.55 ms): the kernels' loops already step by constants
-    // over addresses the optimizer has simplified, and LSR's rewrites only add live registers.
-    setLlvmFlag("disable-lsr", true);
     machineBuilder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
     cpu = machineBuilder.getCPU();
     features = machineBuilder.getFeatures().getString();
     avx512 = features.find("+avx512f") != std::string::npos;
+    // Loop strength reduction, with AVX-512's 32 vector registers, took 40% of machine code
+    // generation (20 ms of S5's 48) and made S5 slower (1.77-1.81 against 1.54-1.55 ms): the
+    // kernels' loops step by constants over simplified addresses, and LSR's rewrites only add
+    // live registers. With AVX2's 16, the same loops without it recompute their addresses and
+    // shuffle vector registers every iteration (swiglu's exp: 62 instructions for 8 lanes
+    // against 39), and S7 runs 49 ms against 42, S9 at 32 tokens 14.3 against 13.4 (Zen 3).
+    setLlvmFlag("disable-lsr", avx512);
     avx512Math = avx512 && features.find("+avx512dq") != std::string::npos;
     // Hardware gathers are microcoded on every x86 we target, and slow where a mitigation
     // (Intel's for Gather Data Sampling) or a VM makes them so: 7.7 cycles per element on the
