@@ -57,9 +57,13 @@ TEST(Strategy, GoldenContractions) {
   // panels.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=512 pack=#1");
-  // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it.
+  // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it: to 6x4
+  // by FMAs per load, then to 4x4, which divides the 128 rows and leaves no tile over to compile.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 k-block=256 pack=#1");
+  // 130 rows: 5 divides them, 6 does not.
+  EXPECT_EQ(choose(matmulNest(130, 4096, 4096), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=5x4 lanes=16 k-block=256 pack=#1");
   // One row (GEMV): B streams by rows, four rows a step, each of two parts summing half of
   // them into a partial output of its own.
   EXPECT_EQ(choose(matmulNest(1, 4096, 4096)),
@@ -76,7 +80,8 @@ TEST(Strategy, GoldenContractions) {
       loops::describe(loops::selectStrategy(matmulNest(1, 4096, 4096), Target::avx2(),
                                             loops::parseConfig("pipeline=contraction.outer"))),
       "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
-  // Rows the tile does not divide go to a leftover tile, not to a smaller tile. The whole
+  // Rows that neither the tile nor one down to two thirds of its rows divides go to a leftover
+  // tile. The whole
   // panel (512 x 32 floats) fits 64 KiB: no k blocks.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1");
@@ -85,7 +90,7 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(transposedNest(512, 128, 128)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1^T");
   EXPECT_EQ(choose(transposedNest(512, 128, 128), Target::avx512()),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 pack=#1^T");
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 pack=#1^T");
   // Attention's P V per head, V read in place as [S, Hkv, D]: rows 4 KiB apart, packed once per
   // head into a region of its own. dims (head, query, d, key).
   NestShape pv;
@@ -95,7 +100,7 @@ TEST(Strategy, GoldenContractions) {
   pv.vectorBody = true;
   pv.addAccumulates = true;
   EXPECT_EQ(choose(pv, Target::avx512()),
-            "contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 pack=#1");
+            "contraction.outer m=d1 n=d2 k=d3 tile=4x4 lanes=16 pack=#1");
   // A long k, or few m blocks to share the panels (decode): contraction.dot.
   EXPECT_EQ(choose(transposedNest(512, 4096, 128)),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
@@ -396,7 +401,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("// iree_linalg_ext.attention at "));
   // Q K^T packs K transposed, P V packs V: both read in place, one head per packing region.
   EXPECT_THAT(loops, testing::HasSubstr(
-                         wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=6x4 lanes=16 pack=#1^T\n"
+                         wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=4x4 lanes=16 pack=#1^T\n"
                               : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8 pack=#1^T\n"));
   EXPECT_THAT(loops, testing::HasSubstr("panel of '%key_collapsed', transposed\n"));
   EXPECT_THAT(loops, testing::HasSubstr(": contraction.outer m=d1 n=d2 k=d3 tile="));
@@ -414,18 +419,18 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
                                              : "// pack this block's 512x32 panel of '%w'"));
   // Two panel slots per n block: the m blocks pack the next k block's panel into the other,
-  // a chunk of rows after each tile, prefetched before it (wide: 21 tiles for 256 rows, 13
-  // rows a chunk would not divide them; narrow: 64 tiles of 2 rows, 8 rows a chunk).
+  // a chunk of rows after each tile, prefetched before it (wide: 32 tiles of 4 rows, 8 rows a
+  // chunk; narrow: 64 tiles of 2 rows, 8 rows a chunk).
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[2097152]"
                                              : "temp packed_w: f32[4194304]"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 16 rows of the next k block's panel\n"
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 8 rows of the next k block's panel\n"
                                              : "// prefetch 8 rows of the next k block's panel\n"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "if andi(cmp.slt((k_block + 1), 16), "
-                                               "cmp.slt(m_block, 16)) {\n"
+                                               "cmp.slt(m_block, 32)) {\n"
                                              : "if andi(cmp.slt((k_block + 1), 8), "
                                                "cmp.slt(m_block, 64)) {\n"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch w[((n_block * 64) + ((((k_block + 1) * "
-                                               "256) + ((m_block * 16) + row_1)) * 4096))]\n"
+                                               "256) + ((m_block * 8) + row_1)) * 4096))]\n"
                                              : "prefetch w[((n_block * 32) + ((((k_block + 1) * "
                                                "512) + ((m_block * 8) + row_1)) * 4096))]\n"));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));

@@ -77,6 +77,18 @@ namespace {
 
 bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
 
+// Of `mr` rows and the sizes down to two thirds of it, the largest that divides `rows`, or `mr`.
+// A leftover tile costs as much to compile as the main one and saves almost nothing at run
+// time: attention at S5 compiles 6x4 tiles with their 2x4 leftover in 39 ms and 4x4 tiles in 33,
+// and both run in 1.5 ms; S7 runs 21.2-21.5 ms with either; mul_mat_id at S9, 32 tokens,
+// compiles 4x4 in 71 ms and 6x4 with its leftover in 85, and runs both in 3.8-4.2 ms.
+int rowsDividingTile(int mr, int64_t rows) {
+  for (int smaller = mr; smaller * 3 >= mr * 2; --smaller)
+    if (rows % smaller == 0)
+      return smaller;
+  return mr;
+}
+
 // Register tiles in order of preference: the most FMAs per load, averaged over the rows (a
 // leftover tile takes the rows MR does not divide), that fit the registers. `extra(mr, nr)`
 // counts the registers a tile needs beyond its accumulators; a load of the m side costs
@@ -101,6 +113,7 @@ void chooseTile(Strategy &s, int64_t rows, int64_t cols, int registers, int maxN
         s.tileN = nr;
       }
     }
+  s.tileM = rowsDividingTile(s.tileM, rows);
 }
 
 int64_t extentOr1(const NestShape &nest, int dim) { return dim < 0 ? 1 : nest.extents[dim]; }
@@ -396,15 +409,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
       s.tileN = nr;
     }
   }
-  // Of MR and the sizes down to two thirds of it, the largest that divides the rows: no
-  // leftover tile to compile (S9 at 32 tokens: 4x4 compiles in 71 ms, 6x4 and its 2x4 leftover
-  // in 85, and both run in 3.8-4.2 ms).
-  s.tileM = most;
-  for (int mr = most; mr * 3 >= most * 2; --mr)
-    if (rows % mr == 0) {
-      s.tileM = mr;
-      break;
-    }
+  s.tileM = rowsDividingTile(most, rows);
   // Every m block reads the whole packed input (k x ranks x C), which must stay in L2 beside
   // the weights streaming through it. k blocks that divide k keep a block of it within a
   // quarter of L2 for twice its ranks, and the m blocks then run once per k block. At 32
