@@ -116,9 +116,14 @@ TEST(Strategy, GoldenContractions) {
   // S9 at T = 32, 8 experts: the experts are the lanes and the 64 pairs eight vectors of slots
   // (two blocks of four). Each row loads one vector of weights per k and permutes it for NR
   // FMAs. With 32 registers, 5 rows fit beside 4 inputs and 4 vectors of choices, and 4 divide
-  // the 3584 rows and leave no short tile; with 16, 5x2, and 4 again. The packed input, for
-  // twice the 8 ranks, takes 512 bytes a k: k blocks of 512 keep a block within 256 KiB of L2.
+  // the 3584 rows and leave no short tile. The packed input, for twice the 8 ranks, takes 512
+  // bytes a k: k blocks of 512 keep a block within 256 KiB of L2. With 16 registers (5x2, then
+  // 4x2) a permute per FMA costs more than contraction.gather's padding of the 64 pairs to 15
+  // vectors; 16 pairs, padded to 9 vectors against 2, stay with ranks.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
+            "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(),
+                   "pipeline=contraction.ranks"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512");
@@ -224,21 +229,22 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 2), "pipeline=contraction.ranks"),
               testing::HasSubstr("4 pairs fill no vector of 8"));
   EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
-                                                  loops::parseConfig("tile=1x8"))),
+                                                  loops::parseConfig(
+                                                      "pipeline=contraction.ranks,tile=1x8"))),
             "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8");
   EXPECT_EQ(
       loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
                                             loops::parseConfig("pipeline=contraction.ranks"))),
       "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
-  EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "tile=9x1"),
+  EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "pipeline=contraction.ranks,tile=9x1"),
               testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
   // k blocks by hand: they must divide k.
   EXPECT_THAT(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
-                                                    loops::parseConfig("k-block=16"))),
+                                                    loops::parseConfig("pipeline=contraction.ranks,k-block=16"))),
               testing::Eq("contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=16"));
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "k-block=24"),
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.ranks,k-block=24"),
               testing::HasSubstr("k-block 24 does not divide the nest's one reduction dim (64)"));
-  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pack=1"),
+  EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.ranks,pack=1"),
               testing::HasSubstr("and no packing"));
 }
 
@@ -447,7 +453,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // permuted by each vector of slots' experts; the rows after the tile's prefetched as it runs.
   // At 64 tokens the 128 pairs fill whole tiles of slots, and the ids, the input [32, 2, 64]
   // and the output [64, 2, 64] hold them in order: the tiles read and add to them in place.
-  Module moe = context().load(componentPath("moe/mul_mat_id.mlir"));
+  // contraction.ranks by hand: with 16 vector registers the strategy takes contraction.gather
+  // at 64 and 60 tokens.
+  Context ranks(withConfig("pipeline=contraction.ranks"));
+  Module moe = ranks.load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
   const std::string ranksTile = wide ? "4x4" : "4x2", nr = wide ? "4" : "2";
@@ -501,7 +510,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
         .function("mul_mat_id")
         .emit(Stage::Loops, shapes.empty() ? t64 : shapes);
   };
-  loops = configuredLoops("k-block=16");
+  loops = configuredLoops("pipeline=contraction.ranks,k-block=16");
   EXPECT_THAT(loops, testing::HasSubstr(
                          "  for m_part in 0..8 parallel(chunks of at least 1) {\n"
                          "    // each m block of the part adds the k block's products to its slots\n"
@@ -513,7 +522,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
                                         "4) + 4), 60) + divui((d3 * 2), 8)) * 256) + (k_block * "
                                         "128)) + (remui((d3 * 2), 8) * 16))]"));
-  loops = configuredLoops("k-block=16", {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
+  loops = configuredLoops("pipeline=contraction.ranks,k-block=16", {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
   EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
                                         "broadcast<8>(0f), by_slot[(((((m_part * 2) + m_block) * "));
   EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * 128) + "));
@@ -528,7 +537,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_input: f32["));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = (broadcast<{0}>(t_", lanes)));
   // At T = 1 every expert of a row is computed, the experts being the lanes.
-  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x1xf32", "2x1xi32"});
+  loops = context()
+              .load(componentPath("moe/mul_mat_id.mlir"))
+              .function("mul_mat_id")
+              .emit(Stage::Loops, {"64x32x8xf32", "32x2x1xf32", "2x1xi32"});
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
   EXPECT_THAT(loops, testing::HasSubstr(": contraction.choices m=d0 n=- k=d3 tile=4x1 lanes=8\n"));
   EXPECT_THAT(

@@ -17,6 +17,13 @@ inline Context &context() {
   return ctx;
 }
 
+/// Options whose `--config=` text is `config`.
+inline ContextOptions withConfig(std::string config) {
+  ContextOptions options;
+  options.loweringConfig = std::move(config);
+  return options;
+}
+
 inline std::string modeName(Mode m) { return m == Mode::Specialized ? "specialized" : "generic"; }
 
 inline std::string componentPath(const std::string &relative) {

@@ -1542,11 +1542,6 @@ private:
     return stmts;
   }
 
-  // contraction.gather's vectors of `lanes` pairs, at most: every choice's group padded.
-  static int64_t groupedVectors(int64_t pairs, int64_t choices, int64_t lanes) {
-    return (pairs + (lanes - 1) * std::min(choices, pairs)) / lanes;
-  }
-
   // A fresh index variable per loop dim: d0, d1, ...
   std::vector<Expr> freshLoopVars(int numLoops) {
     std::vector<Expr> vars(numLoops);

@@ -77,6 +77,14 @@ namespace {
 
 bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
 
+} // namespace
+
+int64_t groupedVectors(int64_t pairs, int64_t choices, int64_t lanes) {
+  return (pairs + (lanes - 1) * std::min(choices, pairs)) / lanes;
+}
+
+namespace {
+
 // Of `mr` rows and the sizes down to two thirds of it, the largest that divides `rows`, or `mr`.
 // A leftover tile costs as much to compile as the main one and saves almost nothing at run
 // time: attention at S5 compiles 6x4 tiles with their 2x4 leftover in 39 ms and 4x4 tiles in 33,
@@ -372,7 +380,7 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
 // vector by each rank's choices, for MR x NR FMAs, where contraction.gather's broadcasts cost a
 // load per FMA: on S9 at 32 tokens the loads bound it at 1.44 FMAs a cycle.
 std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target &target,
-                                 std::string &why) {
+                                 bool forced, std::string &why) {
   const int64_t choices = nest.gather->choices;
   Strategy s;
   s.pipeline = Pipeline::ContractionRanks;
@@ -393,12 +401,25 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
     return std::nullopt;
   }
   s.lanes = int(choices);
+  // With 16 vector registers the tile is 4x2 and its permutes, one per FMA, share the FP pipes
+  // with the FMAs: unless grouping the pairs by choice pads them to twice the ranks' vectors or
+  // more, contraction.gather's broadcasts do the same work sooner (S9 on Zen 3, ids spread
+  // evenly: 32 tokens 9.0 ms against 13.2, the down projection 9.9 against 15.0, 128 tokens 23
+  // against 41; at 8 tokens, padded 4x, this pipeline's 6.3 against 7.6).
+  const int64_t ranks = (pairs + choices - 1) / choices;
+  const int64_t gatherLanes = std::max(1, target.vectorBits / nest.elemBits);
+  if (target.vectorRegisters < 32 && !forced &&
+      groupedVectors(pairs, choices, gatherLanes) < 2 * ranks) {
+    why = fmt::format("{} pairs group by choice into {} vectors, fewer than twice their {} "
+                      "ranks: contraction.gather takes them",
+                      pairs, groupedVectors(pairs, choices, gatherLanes), ranks);
+    return std::nullopt;
+  }
   // NR and MR: the tile of most FMAs the registers hold beside NR input vectors, NR vectors of
   // choices to permute by, a row's vector and its permuted copy, with NR at most the ranks and
   // 4 (on S9 at 32 tokens, 4x4 took 3.7-3.9 ms, 4x2 4.8-4.9, 8x2 4.4) and MR at most
   // kL1Ways - 2: the rows stream side by side, and when they are a multiple of 4 KiB apart their
   // lines share a set of the L1 (7x4: 4.4-4.5 ms).
-  const int64_t ranks = (pairs + choices - 1) / choices;
   const int64_t rows = nest.extents[s.dimM];
   int most = 0;
   for (int nr = 1; nr <= std::min<int64_t>(ranks, 4); ++nr) {
@@ -679,7 +700,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
       chosen = tryChoices(nest, lanes, target, config.pipeline.has_value(), whyChoices);
     std::string whyRanks;
     if (!chosen && whyNot.empty() && allows(Pipeline::ContractionRanks))
-      chosen = tryRanks(nest, lanes, target, whyRanks);
+      chosen = tryRanks(nest, lanes, target, config.pipeline.has_value() || runtimePairs,
+                        whyRanks);
     if (!chosen && whyNot.empty() && !runtimePairs && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())

@@ -167,6 +167,9 @@ struct ConfigOverride {
 /// (0 for none), `pack=0|1`. Throws frank::Error naming what is wrong.
 ConfigOverride parseConfig(const std::string &text);
 
+/// contraction.gather's vectors of `lanes` pairs, at most: every choice's group padded.
+int64_t groupedVectors(int64_t pairs, int64_t choices, int64_t lanes);
+
 /// Picks the pipeline for one generic. An override that does not fit the nest (a tile that
 /// does not divide its dims, a contraction pipeline for a nest that is not one) is an error.
 Strategy selectStrategy(const NestShape &nest, const Target &target,
