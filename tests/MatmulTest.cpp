@@ -98,9 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
 class MatmulConfigTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(MatmulConfigTest, OverridesKeepResults) {
-  ContextOptions options;
-  options.loweringConfig = GetParam();
-  Context ctx(options);
+  Context ctx(withConfig(GetParam()));
   for (Shape s : {Shape{37, 512, 128}, Shape{64, 1024, 256}, Shape{4, 0, 16}, Shape{4, 16, 0}}) {
     checkMatmul(ctx, "matmul", s, Mode::Specialized);
     if (GetParam().find("pack") == std::string::npos &&
@@ -140,9 +138,7 @@ TEST(MatmulDot, RowSumsOfEveryWidth) {
   const int lanes = jit::Engine::instance().target().vectorBits / 32;
   for (const char *tile : {"1x2", "3x4", "2x8", "1x16"}) {
     SCOPED_TRACE(tile);
-    ContextOptions options;
-    options.loweringConfig = fmt::format("pipeline=contraction.dot,tile={}", tile);
-    Context ctx(options);
+    Context ctx(withConfig(fmt::format("pipeline=contraction.dot,tile={}", tile)));
     for (Shape s : {Shape{37, 512, 128}, Shape{5, 48, 32}, Shape{4, 16, 16}})
       checkMatmul(ctx, "matmul_transpose_b", s, Mode::Specialized);
     int columns = std::atoi(std::strchr(tile, 'x') + 1);

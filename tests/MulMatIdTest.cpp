@@ -161,9 +161,7 @@ class MulMatIdPipelines : public testing::TestWithParam<std::tuple<MoeShape, con
 
 TEST_P(MulMatIdPipelines, MatchesOracle) {
   auto [shape, pipeline] = GetParam();
-  ContextOptions options;
-  options.loweringConfig = fmt::format("pipeline={}", pipeline);
-  Context forced(options);
+  Context forced(withConfig(fmt::format("pipeline={}", pipeline)));
   Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
   const std::vector<std::string> types = {
       fmt::format("{}x{}x{}xf32", shape.dims.nOut, shape.dims.nIn, shape.dims.experts),
@@ -206,9 +204,7 @@ class MulMatIdRanksKBlocks : public testing::TestWithParam<KBlockCase> {};
 TEST_P(MulMatIdRanksKBlocks, MatchesOracle) {
   const KBlockCase &c = GetParam();
   const MoeDims &d = c.shape.dims;
-  ContextOptions options;
-  options.loweringConfig = fmt::format("pipeline=contraction.ranks,k-block={}", c.blockK);
-  Context forced(options);
+  Context forced(withConfig(fmt::format("pipeline=contraction.ranks,k-block={}", c.blockK)));
   Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
   const std::vector<std::string> types = {
       fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),

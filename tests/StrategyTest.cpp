@@ -362,9 +362,7 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("pack=1", matmulNest(1, 256, 256)),
               testing::HasSubstr("and no k-block or packing"));
   // A bad config is refused when the context is made.
-  ContextOptions options;
-  options.loweringConfig = "tile=x";
-  EXPECT_THROW(Context{options}, Error);
+  EXPECT_THROW(Context{withConfig("tile=x")}, Error);
 }
 
 // A zero extent anywhere leaves no whole tile to compute: the contraction pipelines used to emit
@@ -503,9 +501,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // same block, row after row.
   // The loop IR of mul_mat_id under a --config override, at t64 unless told.
   auto configuredLoops = [&](const char *config, std::vector<std::string> shapes = {}) {
-    ContextOptions options;
-    options.loweringConfig = config;
-    Context configured(options);
+    Context configured(withConfig(config));
     return configured.load(componentPath("moe/mul_mat_id.mlir"))
         .function("mul_mat_id")
         .emit(Stage::Loops, shapes.empty() ? t64 : shapes);

@@ -407,12 +407,12 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // evenly: 32 tokens 9.0 ms against 13.2, the down projection 9.9 against 15.0, 128 tokens 23
   // against 41; at 8 tokens, padded 4x, this pipeline's 6.3 against 7.6).
   const int64_t ranks = (pairs + choices - 1) / choices;
-  const int64_t gatherLanes = std::max(1, target.vectorBits / nest.elemBits);
-  if (target.vectorRegisters < 32 && !forced &&
-      groupedVectors(pairs, choices, gatherLanes) < 2 * ranks) {
+  const int64_t grouped =
+      groupedVectors(pairs, choices, std::max(1, target.vectorBits / nest.elemBits));
+  if (target.vectorRegisters < 32 && !forced && grouped < 2 * ranks) {
     why = fmt::format("{} pairs group by choice into {} vectors, fewer than twice their {} "
                       "ranks: contraction.gather takes them",
-                      pairs, groupedVectors(pairs, choices, gatherLanes), ranks);
+                      pairs, grouped, ranks);
     return std::nullopt;
   }
   // NR and MR: the tile of most FMAs the registers hold beside NR input vectors, NR vectors of
