@@ -53,10 +53,10 @@ std::string choose(const NestShape &nest, Target target = Target::avx2(),
 }
 
 TEST(Strategy, GoldenContractions) {
-  // S7 on AVX2: 16 registers; B's rows are 16 KiB apart, so it is packed; k blocks of 64 KiB
-  // panels.
+  // S7 on AVX2: 16 registers; B's rows are 16 KiB apart, so it is packed; a 2-row tile reads
+  // its panel faster than L2 delivers it, so k blocks keep the panel in 16 KiB of L1.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=512 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
   // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it: to 6x4
   // by FMAs per load, then to 4x4, which divides the 128 rows and leaves no tile over to compile.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
@@ -81,10 +81,13 @@ TEST(Strategy, GoldenContractions) {
                                             loops::parseConfig("pipeline=contraction.outer"))),
       "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
   // Rows that neither the tile nor one down to two thirds of its rows divides go to a leftover
-  // tile. The whole
-  // panel (512 x 32 floats) fits 64 KiB: no k blocks.
+  // tile. The whole panel (512 x 32 floats, 64 KiB) would fit L2, but a 2-row tile keeps its
+  // panel in 16 KiB of L1.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+  // With 4 rows or more per tile, panels of up to 64 KiB stay in L2: 256 rows of 64 floats.
+  EXPECT_EQ(choose(matmulNest(37, 512, 128), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
   // Q K^T at prefill: both operands contiguous along a short reduction, many m blocks: K is
   // packed transposed for the outer tile.
   EXPECT_EQ(choose(transposedNest(512, 128, 128)),
@@ -292,7 +295,7 @@ TEST(Strategy, RuntimeExtents) {
   const int64_t r = loops::kNominalExtent;
   // Token count as M: the S7 tile, k blocks and packing.
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=512 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
   // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
   EXPECT_EQ(choose(withRuntime(matmulNest(4, r, 128), {false, false, true}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16");
@@ -421,22 +424,22 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   Module linear = context().load(componentPath("linear/matmul.mlir"));
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
-                                             : "// pack this block's 512x32 panel of '%w'"));
+                                             : "// pack this block's 128x32 panel of '%w'"));
   // Two panel slots per n block: the m blocks pack the next k block's panel into the other,
   // a chunk of rows after each tile, prefetched before it (wide: 32 tiles of 4 rows, 8 rows a
-  // chunk; narrow: 64 tiles of 2 rows, 8 rows a chunk).
+  // chunk; narrow: 64 tiles of 2 rows, 2 rows a chunk).
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[2097152]"
-                                             : "temp packed_w: f32[4194304]"));
+                                             : "temp packed_w: f32[1048576]"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 8 rows of the next k block's panel\n"
-                                             : "// prefetch 8 rows of the next k block's panel\n"));
+                                             : "// prefetch 2 rows of the next k block's panel\n"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "if andi(cmp.slt((k_block + 1), 16), "
                                                "cmp.slt(m_block, 32)) {\n"
-                                             : "if andi(cmp.slt((k_block + 1), 8), "
+                                             : "if andi(cmp.slt((k_block + 1), 32), "
                                                "cmp.slt(m_block, 64)) {\n"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch w[((n_block * 64) + ((((k_block + 1) * "
                                                "256) + ((m_block * 8) + row_1)) * 4096))]\n"
                                              : "prefetch w[((n_block * 32) + ((((k_block + 1) * "
-                                               "512) + ((m_block * 8) + row_1)) * 4096))]\n"));
+                                               "128) + ((m_block * 2) + row_1)) * 4096))]\n"));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
 
   // GEMV: each part of the output adds four rows of the weights at a time.

@@ -521,14 +521,18 @@ bool reusesPanels(const NestShape &nest, const Strategy &s) {
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) within
 // 64 KiB, when there are several m blocks to reuse it. Every k block loads and stores the C
 // tile once more, so a panel in L2 beats one in L1: S7 (k 4096) runs 25.2 ms with k blocks of
-// 256 against 26.5 ms with 64 (16 KiB, medians of six alternating runs); attention's k of 128
-// fits whole either way (2.2-2.3 ms both).
+// 256 against 26.5 ms with 64 (16 KiB, medians of six alternating runs on a Zen 4, 4x4 tiles);
+// attention's k of 128 fits whole either way (2.2-2.3 ms both).
+// A tile of fewer than 4 rows feeds each B vector to fewer than 4 FMAs, so it reads its panel
+// faster than L2 refills L1 (a 2x4 AVX2 tile at peak: 32 bytes a cycle, a Zen 3's whole L2
+// bandwidth). Its panel stays within half of L1: S7 with 2x4 tiles on a Zen 3, one thread,
+// runs 62.3 ms with 64 KiB panels, 57.5 with 32 KiB and 56.7 with 16 KiB (7 alternating rounds).
 int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
   if (!reusesPanels(nest, s))
     return 0;
   int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
   int64_t k = nest.extents[s.dimK];
-  const int64_t budget = 64 << 10;
+  const int64_t budget = s.tileM >= 4 ? 64 << 10 : 16 << 10;
   if (k * panelRow <= budget)
     return 0;
   for (int64_t block = budget / panelRow; block >= 16; --block)
