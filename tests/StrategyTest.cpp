@@ -85,6 +85,10 @@ TEST(Strategy, GoldenContractions) {
   // panel in 16 KiB of L1.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+  // Packing pays from 4 m blocks on: 8 rows pack B, 6 read it in place.
+  EXPECT_EQ(choose(matmulNest(8, 4096, 1024)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+  EXPECT_EQ(choose(matmulNest(6, 4096, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
   // With 4 rows or more per tile, panels of up to 64 KiB stay in L2: 256 rows of 64 floats.
   EXPECT_EQ(choose(matmulNest(37, 512, 128), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
