@@ -888,7 +888,7 @@ const CliCase kCliCases[] = {
     {"config_unknown_key",
      {"compile", "{dir}/add.mlir", "--function=add", "--config=size=4"},
      "frank-jit",
-     "--config='size=4': unknown key 'size' (pipeline, tile, k-block, pack)"},
+     "--config='size=4': unknown key 'size' (pipeline, tile, k-block, pack, prefetch)"},
     {"config_not_key_value",
      {"compile", "{dir}/add.mlir", "--function=add", "--config=tile"},
      "frank-jit",

@@ -113,6 +113,19 @@ TEST(Strategy, GoldenContractions) {
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
   EXPECT_EQ(choose(transposedNest(4, 128, 512), Target::avx512()),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x4 lanes=16");
+  // Q K^T at decode, one KV head: 512-byte key rows 4 KiB apart in [S, Hkv, D] give the
+  // hardware prefetcher no stream, so the tile prefetches the rows 4 blocks ahead. Contiguous
+  // rows (above) and long rows stream by themselves.
+  NestShape qk = transposedNest(4, 128, 512);
+  qk.strides = {{128, 0, 1}, {0, 1024, 1}, {512, 1, 0}};
+  EXPECT_EQ(choose(qk), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=4");
+  EXPECT_EQ(choose(qk, Target::avx2(), "prefetch=0"),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(qk, Target::avx2(), "prefetch=2"),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=2");
+  NestShape longRows = transposedNest(4, 4096, 512);
+  longRows.strides = {{4096, 0, 1}, {0, 8192, 1}, {512, 1, 0}};
+  EXPECT_EQ(choose(longRows), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
   EXPECT_THAT(
       [] {
         loops::selectStrategy(transposedNest(512, 128, 128), Target::avx2(),
@@ -356,6 +369,8 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("pipeline=fast", mm), testing::HasSubstr("unknown pipeline 'fast'"));
   EXPECT_THAT(error("k-block=-3", mm), testing::HasSubstr("not a non-negative integer"));
   EXPECT_THAT(error("pack=yes", mm), testing::HasSubstr("is not 0 or 1"));
+  EXPECT_THAT(error("prefetch=-1", mm), testing::HasSubstr("is not an integer from 0 to 64"));
+  EXPECT_THAT(error("prefetch=far", mm), testing::HasSubstr("is not an integer from 0 to 64"));
   EXPECT_THAT(error("tile", mm), testing::HasSubstr("is not key=value"));
   EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("tile=5x1", matmulNest(4, 256, 256)), testing::HasSubstr("does not fit"));
@@ -422,6 +437,12 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
       attention.function("attention_gqa_decode")
           .emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
   EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d1 n=d2 k=d3 tile=4x"));
+  EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4\n"));
+  EXPECT_THAT(decode, testing::HasSubstr("// prefetch the rows of '%key_collapsed' 4 tiles ahead\n"));
+  // The last line of the second key row 4 tiles ahead.
+  EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
+                          "prefetch key[((112 + (d0 * 128)) + ((((n_block + 4) * {}) + {}) * 1024))]\n",
+                          wide ? 4 : 2, wide ? 3 : 1)));
   EXPECT_THAT(decode, testing::HasSubstr(fmt::format(": f32x{0} = broadcast<{0}>(0f)\n", lanes)));
   EXPECT_THAT(decode, testing::HasSubstr(" + reduce_add(acc_"));
 

@@ -1291,6 +1291,8 @@ private:
     // strategy never picks (nor accepts) a tile taller than a constant M. A runtime M leaves
     // its rows to a loop of one-row tiles.
     std::vector<Stmt> stmts = prefetchChunk;
+    if (s.prefetchAhead > 0)
+      stmts.push_back(prefetchRowsAhead(g, s, vars, nBlock, extent(s.dimK)));
     for (Stmt &tileStmt : buildTile(s.tileM, mul(mBlock, intConst(s.tileM))))
       stmts.push_back(tileStmt);
     stmts.insert(stmts.end(), packChunk.begin(), packChunk.end());
@@ -1375,6 +1377,37 @@ private:
       stmts = {block(std::move(stmts))};
     stmts[0]->comment = strategyComment(op, s);
     append(stmts);
+  }
+
+  // dot: every line of the rows of B (the input read along n and k, not m) that the tile
+  // `s.prefetchAhead` n blocks ahead reads. Past the last block, prefetches touch addresses
+  // past the rows, which is harmless.
+  Stmt prefetchRowsAhead(GenericView &g, const Strategy &s, const std::vector<Expr> &vars,
+                         const Expr &nBlock, int64_t k) {
+    const int lineElems = 64 / std::max(1, elemBits(g.op.result()->type.elem) / 8);
+    std::vector<Stmt> prefetches;
+    std::string name;
+    for (int i = 0; i < g.numInputs(); ++i) {
+      const AffineMap &map = g.map(i);
+      if (!g.input(i)->type.isTensor() || mapUses(map, s.dimM) || !mapUses(map, s.dimN) ||
+          !mapUses(map, s.dimK))
+        continue;
+      const TensorStorage &t = storageOf(g.input(i));
+      name = g.input(i)->name;
+      for (int c = 0; c < s.tileN; ++c)
+        for (int64_t line = 0; line < k; line += lineElems) {
+          std::vector<Expr> iv = vars;
+          iv[s.dimN] =
+              add(mul(add(nBlock, intConst(s.prefetchAhead)), intConst(s.tileN)), intConst(c));
+          iv[s.dimK] = intConst(line);
+          prefetches.push_back(prefetch(t.buffer, accessIndex(map, iv, t.dims)));
+        }
+    }
+    if (prefetches.empty())
+      internalError("contraction.dot prefetches with no input read along n and k");
+    Stmt rows = block(std::move(prefetches));
+    rows->comment = fmt::format("prefetch the rows of '%{}' {} tiles ahead", name, s.prefetchAhead);
+    return rows;
   }
 
   // contraction.gather by groups: the pairs (points of the parallel dims the choices depend

@@ -116,6 +116,7 @@ struct Strategy {
   int packInput = -1;                  // the input packed into panels (outer), or -1
   bool packTransposed = false;         // it is read along k, not n: packing transposes it
   bool splitK = false;                 // stream: the parts split k, not n
+  int prefetchAhead = 0;               // dot: B's rows are prefetched this many n blocks ahead
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
@@ -160,11 +161,13 @@ struct ConfigOverride {
   std::optional<int> tileM, tileN;
   std::optional<int64_t> blockK;
   std::optional<bool> pack;
-  bool empty() const { return !pipeline && !tileM && !tileN && !blockK && !pack; }
+  std::optional<int> prefetchAhead;
+  bool empty() const { return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead; }
 };
 
 /// Parses `--config=` text: comma-separated `pipeline=NAME`, `tile=MxN`, `k-block=K`
-/// (0 for none), `pack=0|1`. Throws frank::Error naming what is wrong.
+/// (0 for none), `pack=0|1`, `prefetch=N` (n blocks ahead, 0 for none). Throws frank::Error
+/// naming what is wrong.
 ConfigOverride parseConfig(const std::string &text);
 
 /// contraction.gather's vectors of `lanes` pairs, at most: every choice's group padded.
