@@ -567,17 +567,41 @@ private:
     // gather) is kept scalar instead: widened, each such access becomes one scalar access per
     // lane, several times the IR to optimize and compile for loops that run a few thousand
     // times.
-    if (s.forKind != ForKind::Vectorize && addressesThroughLoads(s.body)) {
-      llvm::LLVMContext &c = ctx_;
-      llvm::Metadata *disable[] = {
-          llvm::MDString::get(c, "llvm.loop.vectorize.enable"),
-          llvm::ConstantAsMetadata::get(llvm::ConstantInt::getFalse(c))};
-      llvm::Metadata *self[] = {nullptr, llvm::MDNode::get(c, disable)};
-      llvm::MDNode *loop = llvm::MDNode::getDistinct(c, self);
-      loop->replaceOperandWith(0, loop);
-      latch->setMetadata(llvm::LLVMContext::MD_loop, loop);
-    }
+    if (s.forKind != ForKind::Vectorize && addressesThroughLoads(s.body))
+      setLoopHint(latch, "llvm.loop.vectorize.enable",
+                  llvm::ConstantInt::getFalse(ctx_));
+    else if (s.forKind == ForKind::Vectorize && options_.expInterleave > 0 && computesExp(s.body))
+      setLoopHint(latch, "llvm.loop.interleave.count",
+                  b_.getInt32(uint32_t(options_.expInterleave)));
     b_.SetInsertPoint(exit);
+  }
+
+  // One hint of loop metadata on the loop whose latch is `latch`.
+  void setLoopHint(llvm::BranchInst *latch, const char *name, llvm::Constant *value) {
+    llvm::Metadata *hint[] = {llvm::MDString::get(ctx_, name),
+                              llvm::ConstantAsMetadata::get(value)};
+    llvm::Metadata *self[] = {nullptr, llvm::MDNode::get(ctx_, hint)};
+    llvm::MDNode *loop = llvm::MDNode::getDistinct(ctx_, self);
+    loop->replaceOperandWith(0, loop);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loop);
+  }
+
+  // Whether a statement among `stmts` (not in nested loops) computes exp.
+  static bool computesExp(const std::vector<Stmt> &stmts) {
+    std::function<bool(const Expr &)> exp = [&](const Expr &e) -> bool {
+      if (!e)
+        return false;
+      if (e->kind == ExprKind::Unary && e->op == OpKind::Exp)
+        return true;
+      for (const Expr &arg : e->args)
+        if (exp(arg))
+          return true;
+      return false;
+    };
+    for (const Stmt &st : stmts)
+      if (st->kind != StmtKind::For && (exp(st->value) || computesExp(st->body)))
+        return true;
+    return false;
   }
 
   // Whether a load or store among `stmts` (not in nested loops) has an index that loads.

@@ -31,6 +31,9 @@ struct CodegenOptions {
   /// functions of their own, which the engine may optimize and compile on separate threads
   /// (codegen/SplitKernel.h). Where they stay in one module, O3 inlines them back.
   bool outlineNests = true;
+  /// Vectorized loops that compute exp interleave this many vectors (0: the vectorizer's
+  /// choice, which is one on a 16-register target: see Engine.cpp). -1: the host's.
+  int expInterleave = -1;
 };
 
 /// Builds and verifies the module; an invalid module is an internal error.
