@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 namespace frank::test {
 namespace {
@@ -134,6 +136,57 @@ INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
 // outputs are consecutive and NR fits a vector (a shuffle tree, Codegen.cpp), and each
 // accumulator alone when NR is wider; every power-of-two NR, with leftover rows, gives the
 // oracle's answer.
+// A fill that only the contraction reads is the tiles' starting value, not a pass over the
+// output before them (see takeFillFor in LowerToLoops.cpp), in contraction.outer without k
+// blocks and in contraction.dot; with k blocks the output is filled first. Filled with 0.5
+// instead of the components' 0, every output must be the oracle's plus 0.5.
+TEST(MatmulFill, TilesStartFromTheFillValue) {
+  std::ifstream file(componentPath("linear/matmul.mlir"));
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string zero = "%zero = arith.constant 0.0 : f32";
+  for (size_t at = text.find(zero); at != std::string::npos; at = text.find(zero, at + 1))
+    text.replace(at, zero.size(), "%zero = arith.constant 0.5 : f32");
+  Module module = context().loadString(text, "matmul_half.mlir");
+  for (const char *function : {"matmul", "matmul_transpose_b"})
+    for (Shape s : {Shape{13, 64, 40}, Shape{37, 512, 128}, Shape{3, 5, 7}, Shape{128, 256, 256}}) {
+      SCOPED_TRACE(fmt::format("{} {}", function, shapeName(s)));
+      bool transposeB = std::string(function) == "matmul_transpose_b";
+      std::vector<float> x = oracle::randomFloats(s.m * s.k, 5 + s.m);
+      std::vector<float> w = oracle::randomFloats(s.k * s.n, 7 + s.n, -0.1f, 0.1f);
+      Tensor xt = Tensor::borrow(x.data(), DType::F32, {s.m, s.k});
+      Tensor wt = Tensor::borrow(
+          w.data(), DType::F32,
+          transposeB ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n});
+      GuardedOutput out({s.m, s.n});
+      std::vector<Tensor> outputs{out.tensor()};
+      module.function(function).specialize({xt, wt}).run({xt, wt}, outputs);
+      std::vector<double> expected = matmulOracle(x, w, s, transposeB);
+      for (double &y : expected)
+        y += 0.5;
+      auto result = oracle::compare(out.data(), expected, kRtol, kAtol);
+      EXPECT_TRUE(result.ok) << result.describe();
+      EXPECT_EQ(out.guardsIntact(), "");
+    }
+  // No k blocks at 13x64x40: the tiles start at 0.5 and nothing fills the output.
+  std::string loops =
+      module.function("matmul").emit(Stage::Loops, {"13x64xf32", "64x40xf32"});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.outer"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("k-block")));
+  EXPECT_THAT(loops, testing::ContainsRegex("var acc: f32x[0-9]+ = broadcast<[0-9]+>\\(0.5f\\)"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("] = 0.5f\n"))) << loops;
+  // The dot form adds its sums to 0.5.
+  loops = module.function("matmul_transpose_b").emit(Stage::Loops, {"13x64xf32", "40x64xf32"});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.dot"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("] = 0.5f\n"))) << loops;
+  EXPECT_THAT(loops, testing::HasSubstr("0.5f")) << loops;
+  // With k blocks (S7's shape on AVX2, 2x4 tiles) every block loads the output: it is filled.
+  if (jit::Engine::instance().target().vectorRegisters == 16) {
+    loops = module.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
+    EXPECT_THAT(loops, testing::HasSubstr("k-block="));
+    EXPECT_THAT(loops, testing::HasSubstr("] = 0.5f\n"));
+  }
+}
+
 TEST(MatmulDot, RowSumsOfEveryWidth) {
   const int lanes = jit::Engine::instance().target().vectorBits / 32;
   for (const char *tile : {"1x2", "3x4", "2x8", "1x16"}) {

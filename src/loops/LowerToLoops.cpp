@@ -9,7 +9,9 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <utility>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -267,6 +269,8 @@ private:
   }
 
   void lowerOp(const Op &op) {
+    if (pendingFill_ && pendingFill_->consumer != &op)
+      flushPendingFill();
     auto &body = *current_;
     if (op.kind == OpKind::ArithConstant && op.result()->type.isTensor()) {
       lowerDenseConstant(op);
@@ -346,6 +350,7 @@ private:
     TensorStorage result{init.buffer, init.dims};
     const Value *root = storageRoot(op.result());
     if (root != storageRoot(outs)) {
+      flushPendingFill(); // the copy reads the filled init
       result.buffer = bufferForRoot(root, init.dims);
       bool readsInit = op.kind == OpKind::LinalgGeneric &&
                        (!GenericView{const_cast<Op &>(op)}.allParallel() ||
@@ -354,10 +359,54 @@ private:
         emitCopy(init, result);
     }
     tensors_[op.result()] = result;
-    if (op.kind == OpKind::LinalgFill)
-      emitFill(scalarOf(op.operands[0]), result);
-    else
+    if (op.kind != OpKind::LinalgFill)
       emitGeneric(op, result);
+    else if (const Op *consumer = soleNextConsumer(op); consumer && specialized())
+      pendingFill_ = PendingFill{consumer, scalarOf(op.operands[0]), result};
+    else
+      emitFill(scalarOf(op.operands[0]), result);
+  }
+
+  // A fill whose result only the next op reads, as its `outs`: the tensor a contraction
+  // accumulates into. The fill waits for that op (pendingFill_): a contraction whose tiles
+  // run the whole reduction at once starts its accumulators at the fill's value instead of
+  // loading them, and the fill is never written (attention at S5 fills 4 MiB a call so).
+  // Anything else writes the fill first.
+  struct PendingFill {
+    const Op *consumer;
+    Expr value;
+    TensorStorage storage;
+  };
+  std::optional<PendingFill> pendingFill_;
+
+  static const Op *soleNextConsumer(const Op &fill) {
+    const Block *block = fill.parentBlock;
+    if (!block || countUses(*block, fill.result()) != 1)
+      return nullptr;
+    for (size_t i = 0; i + 1 < block->ops.size(); ++i)
+      if (block->ops[i].get() == &fill) {
+        const Op *next = block->ops[i + 1].get();
+        bool accumulates = next->kind == OpKind::LinalgGeneric &&
+                           next->operands.back() == fill.result() &&
+                           !GenericView{const_cast<Op &>(*next)}.allParallel();
+        return accumulates ? next : nullptr;
+      }
+    return nullptr;
+  }
+
+  void flushPendingFill() {
+    if (auto fill = std::exchange(pendingFill_, std::nullopt))
+      emitFill(fill->value, fill->storage);
+  }
+
+  // The fill the contraction lowering `op` may start from instead of its output, or null (and
+  // any fill waiting is written).
+  Expr takeFillFor(const Op &op, bool wholeReduction) {
+    if (!pendingFill_ || pendingFill_->consumer != &op || !wholeReduction) {
+      flushPendingFill();
+      return nullptr;
+    }
+    return std::exchange(pendingFill_, std::nullopt)->value;
   }
 
   // The outermost loop of a specialized nest runs on several threads when it is a parallel dim
@@ -561,6 +610,10 @@ private:
       }
     }
     Strategy strategy = chooseStrategy(g, extents, result);
+    const bool wholeReduction = (strategy.pipeline == Pipeline::ContractionOuter ||
+                                 strategy.pipeline == Pipeline::ContractionDot) &&
+                                !strategy.blockK;
+    Expr fill = takeFillFor(op, wholeReduction);
     if (strategy.pipeline == Pipeline::ContractionGather ||
         strategy.pipeline == Pipeline::ContractionRanks) {
       // The choices are checked whatever the bounds checks: a wrong one would count outside
@@ -582,7 +635,7 @@ private:
       return;
     }
     if (strategy.isContraction()) {
-      emitContraction(g, result, strategy, extents);
+      emitContraction(g, result, strategy, extents, fill);
       return;
     }
     const std::vector<int> order = loopOrder(g, extents, result);
@@ -1037,8 +1090,10 @@ private:
   //   dot:   [other parallel dims] m blocks n blocks { tile }
   // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
   // innermost) over the body instantiated once per accumulator, and stores them.
+  // `fill`, when not null, is what the output holds before the nest (takeFillFor): the tiles
+  // start from it instead of loading the output.
   void emitContraction(GenericView &g, const TensorStorage &result, const Strategy &s,
-                       const std::vector<Expr> &extents) {
+                       const std::vector<Expr> &extents, const Expr &fill) {
     const Op &op = g.op;
     const bool outer = s.pipeline == Pipeline::ContractionOuter;
     const int lanes = s.lanes;
@@ -1244,7 +1299,8 @@ private:
           values[outArg] = var(acc, elem, lanes);
           Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
           if (outer) {
-            init.push_back(local(acc, load(result.buffer, outIndex, elem, lanes)));
+            init.push_back(local(acc, fill ? broadcast(fill, lanes)
+                                           : load(result.buffer, outIndex, elem, lanes)));
             fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
           } else if (rowsContiguous) {
             init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
@@ -1253,14 +1309,15 @@ private:
               Expr first = accessIndex(g.outputMap(), coordinates(firstRow, r, 0), result.dims);
               Expr sums = reduceAdd(std::move(rowSums));
               rowSums.clear();
-              fini.push_back(store(result.buffer, first,
-                                   binary(OpKind::AddF, load(result.buffer, first, elem, s.tileN),
-                                          std::move(sums))));
+              Expr before = fill ? broadcast(fill, s.tileN) : load(result.buffer, first, elem, s.tileN);
+              fini.push_back(
+                  store(result.buffer, first, binary(OpKind::AddF, before, std::move(sums))));
             }
           } else {
             init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
             Expr sum = reduceAdd(var(acc, elem, lanes));
-            fini.push_back(addToOutput(result, outIndex, sum, elem));
+            fini.push_back(fill ? store(result.buffer, outIndex, binary(OpKind::AddF, fill, sum))
+                                : addToOutput(result, outIndex, sum, elem));
           }
           BodyContext body{iv, extents, outArg, true};
           step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
