@@ -81,12 +81,12 @@ TEST(Codegen, ExpLoopsInterleaveAsAsked) {
                        {"twice", ElemKind::F32, BufferRole::Output, 1, intConst(n), nullptr}};
     program.workspaceBytes = intConst(0);
     Expr i = var("i", ElemKind::Index), j = var("j", ElemKind::Index);
-    program.body = {
-        forLoop("i", intConst(n), ForKind::Vectorize,
-                {store(1, i, unary(OpKind::Exp, load(0, i, ElemKind::F32)))}),
-        forLoop("j", intConst(n), ForKind::Vectorize,
-                {store(2, j, binary(OpKind::MulF, load(0, j, ElemKind::F32),
-                                    floatConst(2, ElemKind::F32)))})};
+    program.body = {forLoop("i", intConst(n), ForKind::Vectorize,
+                            {store(1, i, unary(OpKind::Exp, load(0, i, ElemKind::F32)))}),
+                    forLoop("j", intConst(n), ForKind::Vectorize,
+                            {store(2, j,
+                                   binary(OpKind::MulF, load(0, j, ElemKind::F32),
+                                          floatConst(2, ElemKind::F32)))})};
     CodegenOptions options;
     options.expInterleave = interleave;
     std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);

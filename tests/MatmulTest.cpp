@@ -154,9 +154,9 @@ TEST(MatmulFill, TilesStartFromTheFillValue) {
       std::vector<float> x = oracle::randomFloats(s.m * s.k, 5 + s.m);
       std::vector<float> w = oracle::randomFloats(s.k * s.n, 7 + s.n, -0.1f, 0.1f);
       Tensor xt = Tensor::borrow(x.data(), DType::F32, {s.m, s.k});
-      Tensor wt = Tensor::borrow(
-          w.data(), DType::F32,
-          transposeB ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n});
+      Tensor wt = Tensor::borrow(w.data(), DType::F32,
+                                 transposeB ? std::vector<int64_t>{s.n, s.k}
+                                            : std::vector<int64_t>{s.k, s.n});
       GuardedOutput out({s.m, s.n});
       std::vector<Tensor> outputs{out.tensor()};
       module.function(function).specialize({xt, wt}).run({xt, wt}, outputs);
@@ -168,8 +168,7 @@ TEST(MatmulFill, TilesStartFromTheFillValue) {
       EXPECT_EQ(out.guardsIntact(), "");
     }
   // No k blocks at 13x64x40: the tiles start at 0.5 and nothing fills the output.
-  std::string loops =
-      module.function("matmul").emit(Stage::Loops, {"13x64xf32", "64x40xf32"});
+  std::string loops = module.function("matmul").emit(Stage::Loops, {"13x64xf32", "64x40xf32"});
   EXPECT_THAT(loops, testing::HasSubstr("contraction.outer"));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("k-block")));
   EXPECT_THAT(loops, testing::ContainsRegex("var acc: f32x[0-9]+ = broadcast<[0-9]+>\\(0.5f\\)"));

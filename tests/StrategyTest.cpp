@@ -438,11 +438,13 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
           .emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
   EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d1 n=d2 k=d3 tile=4x"));
   EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4\n"));
-  EXPECT_THAT(decode, testing::HasSubstr("// prefetch the rows of '%key_collapsed' 4 tiles ahead\n"));
+  EXPECT_THAT(decode,
+              testing::HasSubstr("// prefetch the rows of '%key_collapsed' 4 tiles ahead\n"));
   // The last line of the second key row 4 tiles ahead.
-  EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
-                          "prefetch key[((112 + (d0 * 128)) + ((((n_block + 4) * {}) + {}) * 1024))]\n",
-                          wide ? 4 : 2, wide ? 3 : 1)));
+  EXPECT_THAT(decode,
+              testing::HasSubstr(fmt::format(
+                  "prefetch key[((112 + (d0 * 128)) + ((((n_block + 4) * {}) + {}) * 1024))]\n",
+                  wide ? 4 : 2, wide ? 3 : 1)));
   EXPECT_THAT(decode, testing::HasSubstr(fmt::format(": f32x{0} = broadcast<{0}>(0f)\n", lanes)));
   EXPECT_THAT(decode, testing::HasSubstr(" + reduce_add(acc_"));
 

@@ -85,7 +85,8 @@ cl::opt<std::string> loweringConfig(
     "config",
     cl::desc("Override the strategy of every contraction: comma-separated pipeline=loops|"
              "contraction.outer|contraction.dot|contraction.gather|contraction.choices|"
-             "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1, prefetch=N (contraction.dot: n blocks ahead)"),
+             "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1, prefetch=N "
+             "(contraction.dot: n blocks ahead)"),
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
 

@@ -568,8 +568,7 @@ private:
     // lane, several times the IR to optimize and compile for loops that run a few thousand
     // times.
     if (s.forKind != ForKind::Vectorize && addressesThroughLoads(s.body))
-      setLoopHint(latch, "llvm.loop.vectorize.enable",
-                  llvm::ConstantInt::getFalse(ctx_));
+      setLoopHint(latch, "llvm.loop.vectorize.enable", llvm::ConstantInt::getFalse(ctx_));
     else if (s.forKind == ForKind::Vectorize && options_.expInterleave > 0 && computesExp(s.body))
       setLoopHint(latch, "llvm.loop.interleave.count",
                   b_.getInt32(uint32_t(options_.expInterleave)));

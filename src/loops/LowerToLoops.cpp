@@ -11,9 +11,9 @@
 #include <numeric>
 #include <optional>
 #include <set>
-#include <utility>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace frank {
 namespace {
@@ -377,7 +377,6 @@ private:
     Expr value;
     TensorStorage storage;
   };
-  std::optional<PendingFill> pendingFill_;
 
   static const Op *soleNextConsumer(const Op &fill) {
     const Block *block = fill.parentBlock;
@@ -1309,7 +1308,8 @@ private:
               Expr first = accessIndex(g.outputMap(), coordinates(firstRow, r, 0), result.dims);
               Expr sums = reduceAdd(std::move(rowSums));
               rowSums.clear();
-              Expr before = fill ? broadcast(fill, s.tileN) : load(result.buffer, first, elem, s.tileN);
+              Expr before =
+                  fill ? broadcast(fill, s.tileN) : load(result.buffer, first, elem, s.tileN);
               fini.push_back(
                   store(result.buffer, first, binary(OpKind::AddF, before, std::move(sums))));
             }
@@ -2588,6 +2588,7 @@ private:
   int choiceLanes_ = 1;         // a contraction.choices tile: the extract loads this many lanes
   const LoweringOptions &options_;
   std::vector<Stmt> *current_ = nullptr; // where lowered statements go (a loop body inside scf.for)
+  std::optional<PendingFill> pendingFill_; // a fill waiting for its contraction
   LoweredKernel out_;
   std::unordered_map<const Value *, TensorStorage> tensors_;
   std::unordered_map<const Value *, Expr> scalars_;

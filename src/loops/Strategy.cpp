@@ -241,7 +241,6 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   return s;
 }
 
-
 // dot: B's rows (read along k, one per column n) that are short and far apart, as keys are at
 // decode (512 bytes of a head every 4 KiB), give the hardware prefetcher no stream to follow:
 // each tile then waits on its rows from L3. Prefetching every line of the rows a few n blocks
@@ -255,8 +254,7 @@ int choosePrefetchAhead(const NestShape &nest, const Strategy &s) {
   const int64_t blocks = nest.extents[s.dimN] / s.tileN;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
     const auto &strides = nest.strides[i];
-    bool isB = strides[s.dimK] == 1 && strides[s.dimN] > 0 &&
-               (s.dimM < 0 || strides[s.dimM] == 0);
+    bool isB = strides[s.dimK] == 1 && strides[s.dimN] > 0 && (s.dimM < 0 || strides[s.dimM] == 0);
     if (isB && rowBytes <= 1024 && strides[s.dimN] > nest.extents[s.dimK] && blocks >= 16)
       return 4;
   }
