@@ -123,6 +123,11 @@ TEST(Strategy, GoldenContractions) {
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
   EXPECT_EQ(choose(qk, Target::avx2(), "prefetch=2"),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=2");
+  // Forced, any dot nest with a B prefetches, contiguous rows too; other pipelines ignore it.
+  EXPECT_EQ(choose(transposedNest(4, 128, 512), Target::avx2(), "prefetch=3"),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=3");
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "prefetch=3"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
   NestShape longRows = transposedNest(4, 4096, 512);
   longRows.strides = {{4096, 0, 1}, {0, 8192, 1}, {512, 1, 0}};
   EXPECT_EQ(choose(longRows), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");

@@ -1441,7 +1441,6 @@ private:
   // past the rows, which is harmless.
   Stmt prefetchRowsAhead(GenericView &g, const Strategy &s, const std::vector<Expr> &vars,
                          const Expr &nBlock, int64_t k) {
-    const int lineElems = 64 / std::max(1, elemBits(g.op.result()->type.elem) / 8);
     std::vector<Stmt> prefetches;
     std::string name;
     for (int i = 0; i < g.numInputs(); ++i) {
@@ -1451,6 +1450,7 @@ private:
         continue;
       const TensorStorage &t = storageOf(g.input(i));
       name = g.input(i)->name;
+      const int lineElems = 64 / std::max(1, elemBits(g.input(i)->type.elem) / 8);
       for (int c = 0; c < s.tileN; ++c)
         for (int64_t line = 0; line < k; line += lineElems) {
           std::vector<Expr> iv = vars;

@@ -246,20 +246,26 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
 // each tile then waits on its rows from L3. Prefetching every line of the rows a few n blocks
 // ahead hides that: attention at decode (S6) on a Zen 3 runs 0.134 ms prefetching 2, 4 or 8
 // blocks ahead, 0.138 ms at 16 and 0.147 ms without (medians of 15 alternating rounds). Long
-// rows stream by themselves, and would need a prefetch per line.
-int choosePrefetchAhead(const NestShape &nest, const Strategy &s) {
-  if (s.dimN < 0 || isRuntime(nest, s.dimK) || isRuntime(nest, s.dimN))
+// rows stream by themselves, and would need a prefetch per line. `forced` (`prefetch=N`) sets
+// the distance for any nest with such a B, however long or close its rows.
+int choosePrefetchAhead(const NestShape &nest, const Strategy &s,
+                        std::optional<int> forced = std::nullopt) {
+  if (s.pipeline != Pipeline::ContractionDot || s.dimN < 0 || isRuntime(nest, s.dimK) ||
+      isRuntime(nest, s.dimN))
     return 0;
   const int64_t rowBytes = nest.extents[s.dimK] * (nest.elemBits / 8);
   const int64_t blocks = nest.extents[s.dimN] / s.tileN;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
     const auto &strides = nest.strides[i];
     bool isB = strides[s.dimK] == 1 && strides[s.dimN] > 0 && (s.dimM < 0 || strides[s.dimM] == 0);
+    if (isB && forced)
+      return *forced;
     if (isB && rowBytes <= 1024 && strides[s.dimN] > nest.extents[s.dimK] && blocks >= 16)
       return 4;
   }
   return 0;
 }
+
 std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &target,
                                std::string &why) {
   if (!nest.addAccumulates) {
@@ -603,9 +609,6 @@ int choosePackInput(const NestShape &nest, const Strategy &s) {
 }
 
 void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
-  // Only contraction.dot prefetches; the config holds for a function's every nest.
-  if (config.prefetchAhead && s.pipeline == Pipeline::ContractionDot)
-    s.prefetchAhead = *config.prefetchAhead;
   if (s.pipeline == Pipeline::ContractionStream) {
     // M counts rows of B per step, N the parts of the output.
     int64_t vectors = nest.extents[s.dimN] / s.lanes;
@@ -668,6 +671,9 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     throw Error(fmt::format("error: --config: k-block {} does not divide the nest's one "
                             "reduction dim",
                             s.blockK));
+  // Chosen again for the tile the override may have changed. Only contraction.dot prefetches:
+  // `prefetch=` holds for every nest of a function, and the others ignore it.
+  s.prefetchAhead = choosePrefetchAhead(nest, s, config.prefetchAhead);
   if (s.packTransposed) {
     if (!config.pack.value_or(true))
       throw Error(fmt::format("error: --config: pack=0 does not apply: input #{} is read along "
