@@ -19,6 +19,7 @@
 #include "oracles/Oracles.h"
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,8 +45,7 @@ Module &attentionModule() {
   return module;
 }
 
-void checkAttention(const char *function, const AttnShape &shape, Mode mode, bool causal) {
-  Function fn = attentionModule().function(function);
+void checkAttention(Function fn, const AttnShape &shape, Mode mode, bool causal) {
   const int64_t nq = shape.b * shape.s * shape.h * shape.d;
   const int64_t nkv = shape.b * shape.skv * shape.hkv * shape.d;
   const uint64_t seed = 1 + shape.b * 7 + shape.s * 131 + shape.skv * 17 + shape.h * 3 + shape.d;
@@ -74,7 +74,7 @@ class AttentionGqaTest : public testing::TestWithParam<std::tuple<AttnShape, Mod
 
 TEST_P(AttentionGqaTest, MatchesOracle) {
   auto [shape, mode] = GetParam();
-  checkAttention("attention_gqa", shape, mode, /*causal=*/false);
+  checkAttention(attentionModule().function("attention_gqa"), shape, mode, /*causal=*/false);
 }
 
 // GQA ratios H/Hkv of 1, 2, 3, 4 and 8; Skv equal to, above and below S; head dims 64 and 128
@@ -100,7 +100,7 @@ class AttentionCausalTest : public testing::TestWithParam<std::tuple<AttnShape, 
 
 TEST_P(AttentionCausalTest, MatchesOracle) {
   auto [shape, mode] = GetParam();
-  checkAttention("attention_gqa_causal", shape, mode, /*causal=*/true);
+  checkAttention(attentionModule().function("attention_gqa_causal"), shape, mode, /*causal=*/true);
 }
 
 // Skv >= S throughout (a query with no visible key is undefined); Skv > S is the chunked-prefill
@@ -125,7 +125,7 @@ class AttentionDecodeTest : public testing::TestWithParam<std::tuple<AttnShape, 
 
 TEST_P(AttentionDecodeTest, MatchesOracle) {
   auto [shape, mode] = GetParam();
-  checkAttention("attention_gqa_decode", shape, mode, /*causal=*/false);
+  checkAttention(attentionModule().function("attention_gqa_decode"), shape, mode, /*causal=*/false);
 }
 
 // One query position against 1 to 513 keys; the S6 benchmark shape last.
@@ -168,6 +168,22 @@ TEST(AttentionDecode, OneLoopOverTheHeadsAndOneExpPerScore) {
   EXPECT_EQ(count("\n  for "), 1u) << loops;
   EXPECT_EQ(count("parallel"), 1u) << loops;
   EXPECT_EQ(count("exp("), 1u) << loops;
+}
+
+// `frank.config` on the attention op holds for the contractions it becomes: prefetch=8 sets
+// the decode Q·Kᵀ nest's distance (the selection picks 4), P·V (contraction.outer) has no
+// prefetch to set, and the results are the oracle's.
+TEST(AttentionDecode, ConfigAttributeSetsItsContractions) {
+  std::string text = componentTextWith("attention/attention_gqa.mlir", "#att_out]}",
+                                       "#att_out], frank.config = \"prefetch=8\"}");
+  Function fn =
+      context().loadString(text, "attention_prefetch.mlir").function("attention_gqa_decode");
+  std::string loops =
+      fn.emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.dot"));
+  EXPECT_THAT(loops, testing::HasSubstr(" prefetch=8"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr(" prefetch=4"))) << loops;
+  checkAttention(fn, {1, 1, 512, 32, 8, 128}, Mode::Specialized, /*causal=*/false);
 }
 
 // ---- attention_block -----------------------------------------------------------------------

@@ -211,6 +211,14 @@ const char *kMatmul =
 }
 )";
 
+// kMatmul with the lowering choices `config` set on its matmul.
+std::string matmulWithConfig(const std::string &config) {
+  std::string text = kMatmul;
+  const std::string op = "linalg.matmul ";
+  return text.replace(text.find(op), op.size(),
+                      fmt::format("linalg.matmul {{frank.config = \"{}\"}} ", config));
+}
+
 // ---- The API table: specialization, unsupported constructs, run-time checks ----------------
 
 struct ApiCase {
@@ -754,6 +762,8 @@ std::vector<std::pair<std::string, std::string>> cliFiles() {
           {"lookup.mlir", kLookup},
           {"sized.mlir", kSized},
           {"mm.mlir", kMatmul},
+          {"mm_tile.mlir", matmulWithConfig("tile=11x1")},
+          {"mm_k_block.mlir", matmulWithConfig("k-block=48")},
           {"x.npy", serializeNpy(x)},
           {"ids.npy", serializeNpy(ids)},
           {"bad.npy", "not a .npy file"},
@@ -919,6 +929,17 @@ const CliCase kCliCases[] = {
      {"compile", "{dir}/mm.mlir", "--input=16x64xf32", "--input=64x32xf32", "--config=k-block=48"},
      "mm.mlir:9:3",
      "--config: k-block 48 does not divide the nest's one reduction dim"},
+    // So do the choices set on the op, named as such; with --config too, both are named.
+    {"config_attribute_tile_does_not_fit",
+     {"compile", "{dir}/mm_tile.mlir", "--input=10x64xf32", "--input=64x32xf32"},
+     "mm_tile.mlir:9:3",
+     "frank.config: tile 11x1 does not fit the contraction.outer nest (10 rows; N must divide "
+     "{vectors of 32} vectors)"},
+    {"config_attribute_and_flag",
+     {"compile", "{dir}/mm_k_block.mlir", "--input=16x64xf32", "--input=64x32xf32",
+      "--config=tile=1x1"},
+     "mm_k_block.mlir:9:3",
+     "--config and frank.config: k-block 48 does not divide the nest's one reduction dim"},
     {"cache_unknown_action",
      {"cache", "prune"},
      "frank-jit",

@@ -19,8 +19,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 namespace frank::test {
 namespace {
@@ -132,6 +130,62 @@ INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
                            return name;
                          });
 
+// `frank.config` on one matmul of two chained ones: it holds for that op alone, wins over
+// --config where both set a field, and the pair still computes x w1 w2 (the oracle chains the
+// two products in double).
+TEST(MatmulConfigAttribute, HoldsForItsOpAndWinsOverTheFlag) {
+  const char *text =
+      R"(util.func @chain(%x: tensor<?x?xf32>, %w1: tensor<?x?xf32>, %w2: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %z = arith.constant 0.0 : f32
+  %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+  %n = tensor.dim %w1, %c1 : tensor<?x?xf32>
+  %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %h = linalg.matmul {frank.config = "tile=1x1,pack=0"} ins(%x, %w1 : tensor<?x?xf32>, tensor<?x?xf32>) outs(%f : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %p = tensor.dim %w2, %c1 : tensor<?x?xf32>
+  %e2 = tensor.empty(%m, %p) : tensor<?x?xf32>
+  %f2 = linalg.fill ins(%z : f32) outs(%e2 : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %y = linalg.matmul ins(%h, %w2 : tensor<?x?xf32>, tensor<?x?xf32>) outs(%f2 : tensor<?x?xf32>) -> tensor<?x?xf32>
+  util.return %y : tensor<?x?xf32>
+}
+)";
+  const Shape first{64, 256, 128}, second{64, 128, 64};
+  std::vector<float> x = oracle::randomFloats(first.m * first.k, 3);
+  std::vector<float> w1 = oracle::randomFloats(first.k * first.n, 4, -1 / 16.0f, 1 / 16.0f);
+  std::vector<float> w2 = oracle::randomFloats(second.k * second.n, 5, -0.09f, 0.09f);
+  std::vector<double> hidden = matmulOracle(x, w1, first, false);
+  std::vector<double> expected(second.m * second.n, 0.0);
+  for (int64_t i = 0; i < second.m; ++i)
+    for (int64_t j = 0; j < second.n; ++j)
+      for (int64_t p = 0; p < second.k; ++p)
+        expected[i * second.n + j] += hidden[i * second.k + p] * w2[p * second.n + j];
+  Tensor xt = Tensor::borrow(x.data(), DType::F32, {first.m, first.k});
+  Tensor w1t = Tensor::borrow(w1.data(), DType::F32, {first.k, first.n});
+  Tensor w2t = Tensor::borrow(w2.data(), DType::F32, {second.k, second.n});
+  for (const char *flag : {"", "tile=2x2"}) {
+    SCOPED_TRACE(flag);
+    Context ctx(withConfig(flag));
+    Function chain = ctx.loadString(text, "chain.mlir").function("chain");
+    GuardedOutput out({second.m, second.n});
+    std::vector<Tensor> outputs{out.tensor()};
+    chain.specialize({xt, w1t, w2t}).run({xt, w1t, w2t}, outputs);
+    auto result = oracle::compare(out.data(), expected, kRtol, kAtol);
+    EXPECT_TRUE(result.ok) << result.describe();
+    EXPECT_EQ(out.guardsIntact(), "");
+    std::string loops = chain.emit(Stage::Loops, {"64x256xf32", "256x128xf32", "128x64xf32"});
+    EXPECT_THAT(loops, testing::ContainsRegex("chain.mlir:9:3: contraction.outer [^\n]*tile=1x1 "))
+        << loops;
+    EXPECT_THAT(loops, testing::Not(testing::ContainsRegex("chain.mlir:9:3: [^\n]*pack=")));
+    // The second matmul takes the selection's tile, or the flag's.
+    EXPECT_THAT(loops, testing::ContainsRegex(*flag ? "chain.mlir:13:3: [^\n]*tile=2x2 "
+                                                    : "chain.mlir:13:3: [^\n]*pack=#1"))
+        << loops;
+    EXPECT_THAT(loops, testing::Not(testing::ContainsRegex("chain.mlir:13:3: [^\n]*tile=1x1")));
+  }
+}
+
 // contraction.dot sums each tile row's accumulators into one vector of NR lanes when the row's
 // outputs are consecutive and NR fits a vector (a shuffle tree, Codegen.cpp), and each
 // accumulator alone when NR is wider; every power-of-two NR, with leftover rows, gives the
@@ -141,11 +195,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
 // blocks and in contraction.dot; with k blocks the output is filled first. Filled with 0.5
 // instead of the components' 0, every output must be the oracle's plus 0.5.
 TEST(MatmulFill, TilesStartFromTheFillValue) {
-  std::ifstream file(componentPath("linear/matmul.mlir"));
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  const std::string zero = "%zero = arith.constant 0.0 : f32";
-  for (size_t at = text.find(zero); at != std::string::npos; at = text.find(zero, at + 1))
-    text.replace(at, zero.size(), "%zero = arith.constant 0.5 : f32");
+  std::string text = componentTextWith("linear/matmul.mlir", "%zero = arith.constant 0.0 : f32",
+                                       "%zero = arith.constant 0.5 : f32");
   Module module = context().loadString(text, "matmul_half.mlir");
   for (const char *function : {"matmul", "matmul_transpose_b"})
     for (Shape s : {Shape{13, 64, 40}, Shape{37, 512, 128}, Shape{3, 5, 7}, Shape{128, 256, 256}}) {

@@ -106,6 +106,13 @@ void expectDiagnostic(const DiagCase &c) {
   "  util.return %r : tensor<?x?xf32>\n"                                                           \
   "}\n"
 
+#define MATMUL_HEAD                                                                                \
+  "util.func @f(%a: tensor<?x?xf32>) -> tensor<?x?xf32> {\n  %c0 = arith.constant 0 : index\n"
+#define MATMUL_TAIL                                                                                \
+  "ins(%a, %a : tensor<?x?xf32>, tensor<?x?xf32>) outs(%a : tensor<?x?xf32>) -> tensor<?x?xf32>\n" \
+  "  util.return %r : tensor<?x?xf32>\n"                                                           \
+  "}\n"
+
 const DiagCase kDiagCases[] = {
     // ---- Lexer: errors at the offending character, before any parsing of it.
     {"lex_unterminated_string",
@@ -344,6 +351,26 @@ const DiagCase kDiagCases[] = {
      "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"], doc = "
      "\"x\"}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:83", "unsupported attribute 'doc' on 'linalg.generic'"},
+    // The lowering choices an op may carry are checked where they are written.
+    {"generic_config_bad_value",
+     GENERIC_HEAD
+     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"], "
+     "frank.config = \"tile=3y2\"}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
+     "3:98", "frank.config='tile=3y2': tile '3y2' is not MxN with 1 <= M, N <= 16"},
+    {"generic_config_twice",
+     GENERIC_HEAD
+     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"], "
+     "frank.config = \"pack=0\", frank.config = \"pack=1\"}\n" GENERIC_OPERANDS GENERIC_BLOCK
+         GENERIC_YIELD GENERIC_TAIL,
+     "3:123", "'frank.config' is set twice"},
+    {"matmul_config_unknown_key",
+     MATMUL_HEAD "  %r = linalg.matmul {frank.config = \"tiles=4x2\"} " MATMUL_TAIL, "3:38",
+     "frank.config='tiles=4x2': unknown key 'tiles' (pipeline, tile, k-block, pack, prefetch)"},
+    {"matmul_unknown_attribute", MATMUL_HEAD "  %r = linalg.matmul {doc = \"x\"} " MATMUL_TAIL,
+     "3:23", "unsupported attribute 'doc' on 'linalg.matmul'"},
+    {"matmul_config_not_a_string",
+     MATMUL_HEAD "  %r = linalg.matmul {frank.config = 4} " MATMUL_TAIL, "3:38",
+     "expected string as the value of 'frank.config', found '4'"},
     {"generic_missing_outs",
      GENERIC_HEAD GENERIC_ATTRS
      "      ins(%a : tensor<?xf32>) {\n" GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
@@ -719,6 +746,33 @@ util.func public @f( // after '('
 }
 
 // Hex float literals are bit patterns; non-finite values print back as bit patterns.
+// `frank.config` prints where it was written: in a generic's and attention's attribute
+// dictionary, and in the one that a matmul may have.
+TEST(RoundTrip, LoweringChoicesOnOps) {
+  std::string attention = readFile(FRANK_TESTS_DIR "/../components/attention/attention_gqa.mlir");
+  const std::string maps = "#att_out]}";
+  attention.replace(attention.find(maps), maps.size(), "#att_out], frank.config = \"prefetch=8\"}");
+  RoundTrip rt = roundTrip(attention);
+  EXPECT_EQ(rt.first, rt.second);
+  EXPECT_THAT(rt.first, HasSubstr("affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>], "
+                                  "frank.config = \"prefetch=8\"} ins("));
+  rt = roundTrip(R"(#id = affine_map<(d0) -> (d0)>
+util.func @f(%a: tensor<?x?xf32>, %v: tensor<?xf32>) -> tensor<?x?xf32> {
+  %r = linalg.matmul {frank.config = "tile=4x2,k-block=0"} ins(%a, %a : tensor<?x?xf32>, tensor<?x?xf32>) outs(%a : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %g = linalg.generic {frank.config = "pipeline=loops", indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%v : tensor<?xf32>) outs(%v : tensor<?xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    linalg.yield %x : f32
+  } -> tensor<?xf32>
+  util.return %r : tensor<?x?xf32>
+}
+)");
+  EXPECT_EQ(rt.first, rt.second);
+  EXPECT_THAT(rt.first, HasSubstr("%r = linalg.matmul {frank.config = \"tile=4x2,k-block=0\"} "
+                                  "ins(%a, %a : "));
+  EXPECT_THAT(rt.first, HasSubstr("iterator_types = [\"parallel\"], frank.config = "
+                                  "\"pipeline=loops\"} ins(%v"));
+}
+
 TEST(RoundTrip, HexFloatConstants) {
   RoundTrip rt = roundTrip(R"(util.func @f() -> f32 {
   %ninf = arith.constant 0xFF800000 : f32

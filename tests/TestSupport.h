@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,17 @@ inline std::string modeName(Mode m) { return m == Mode::Specialized ? "specializ
 
 inline std::string componentPath(const std::string &relative) {
   return std::string(FRANK_TESTS_DIR) + "/../components/" + relative;
+}
+
+/// A component's text with every `from` replaced by `to`: a variant of it for one test.
+inline std::string componentTextWith(const std::string &relative, const std::string &from,
+                                     const std::string &to) {
+  std::ifstream file(componentPath(relative), std::ios::binary);
+  std::string text(std::istreambuf_iterator<char>(file), {});
+  EXPECT_NE(text.find(from), std::string::npos) << relative << " has no '" << from << "'";
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
 }
 
 /// An f32 output tensor with guard regions before and after it. Tiling and tail bugs that

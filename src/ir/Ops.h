@@ -23,6 +23,11 @@ struct GenericView {
   Block &body() const { return *op.regions[0]; }
 };
 
+/// The lowering choices an author set on one op (linalg.matmul, linalg.batch_matmul,
+/// linalg.generic, iree_linalg_ext.attention), as `--config=` text; the generics the op becomes
+/// carry it. It wins over `--config` for the contractions of that op.
+inline constexpr const char *kConfigAttr = "frank.config";
+
 /// arith.cmpf / arith.cmpi predicate, e.g. "olt", "eq".
 inline const std::string &predicate(const Op &op) { return op.attr("predicate").string(); }
 

@@ -117,6 +117,11 @@ private:
     return out + "]";
   }
 
+  // `frank.config = "..."`, the lowering choices set on the op.
+  static std::string configEntry(const Op &op) {
+    return fmt::format("{} = \"{}\"", kConfigAttr, op.attr(kConfigAttr).string());
+  }
+
   // Mixed static/dynamic list: SSA operands, taken in order from `next`, fill the kDynamic slots.
   std::string mixedList(const Op &op, const char *attr, size_t &next) {
     std::string out = "[";
@@ -273,7 +278,10 @@ private:
       const AttrList &iters = op.attr("iterator_types").list();
       for (size_t i = 0; i < iters.size(); ++i)
         out += fmt::format("{}\"{}\"", i ? ", " : "", iters[i].string());
-      out += "]}";
+      out += "]";
+      if (op.hasAttr(kConfigAttr))
+        out += ", " + configEntry(op);
+      out += "}";
       size_t numInputs = g.numInputs();
       if (numInputs > 0)
         out += fmt::format(" ins({})", operandsAndTypes(op.operands, 0, numInputs));
@@ -346,7 +354,11 @@ private:
                          resultType.str());
       return;
     case OpKind::LinalgMatmul:
-    case OpKind::LinalgBatchMatmul: out += insOuts(op) + " -> " + resultType.str(); return;
+    case OpKind::LinalgBatchMatmul:
+      if (op.hasAttr(kConfigAttr))
+        out += fmt::format(" {{{}}}", configEntry(op));
+      out += insOuts(op) + " -> " + resultType.str();
+      return;
     case OpKind::LinalgTranspose:
       out += insOuts(op) + " permutation = " + intList(op.attr("permutation").list());
       return;
@@ -381,7 +393,10 @@ private:
       const AttrList &maps = op.attr("indexing_maps").list();
       for (size_t i = 0; i < maps.size(); ++i)
         out += (i ? ", " : "") + maps[i].map().str();
-      out += "]}" + insOuts(op) + " ";
+      out += "]";
+      if (op.hasAttr(kConfigAttr))
+        out += ", " + configEntry(op);
+      out += "}" + insOuts(op) + " ";
       printRegion(*op.regions[0], indent, true);
       out += " -> " + resultType.str();
       return;

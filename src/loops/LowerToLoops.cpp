@@ -1064,12 +1064,16 @@ private:
     nest.vectorBody = sameTypes && isVectorBody(g.body(), nest.gather.has_value());
     nest.addAccumulates = addAccumulates(g.body());
     try {
-      return selectStrategy(nest, options_.target,
-                            specialized() ? options_.config : ConfigOverride{});
+      if (!specialized())
+        return selectStrategy(nest, options_.target);
+      ConfigOverride config = options_.config;
+      if (g.op.hasAttr(kConfigAttr))
+        config = config.overriddenBy(parseConfig(g.op.attr(kConfigAttr).string(), kConfigAttr));
+      return selectStrategy(nest, options_.target, config);
     } catch (const InternalError &) {
       throw;
     } catch (const Error &e) {
-      // A --config override that does not fit this nest: name the op it does not fit.
+      // An override that does not fit this nest: name the op it does not fit.
       std::string_view message = e.what();
       if (message.starts_with("error: "))
         message.remove_prefix(7);

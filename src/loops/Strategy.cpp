@@ -24,10 +24,11 @@ const char *pipelineName(Pipeline p) {
   return "?";
 }
 
-ConfigOverride parseConfig(const std::string &text) {
+ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
   ConfigOverride config;
+  config.origin = origin;
   auto bad = [&](const std::string &what) -> Error {
-    return Error(fmt::format("error: --config='{}': {}", text, what));
+    return Error(fmt::format("error: {}='{}': {}", origin, text, what));
   };
   llvm::SmallVector<llvm::StringRef> items;
   llvm::StringRef(text).split(items, ',', -1, false);
@@ -77,6 +78,26 @@ ConfigOverride parseConfig(const std::string &text) {
     }
   }
   return config;
+}
+
+ConfigOverride ConfigOverride::overriddenBy(const ConfigOverride &op) const {
+  if (op.empty())
+    return *this;
+  if (empty())
+    return op;
+  ConfigOverride merged = *this;
+  merged.origin = origin + " and " + op.origin;
+  auto take = [](auto &field, const auto &from) {
+    if (from)
+      field = from;
+  };
+  take(merged.pipeline, op.pipeline);
+  take(merged.tileM, op.tileM);
+  take(merged.tileN, op.tileN);
+  take(merged.blockK, op.blockK);
+  take(merged.pack, op.pack);
+  take(merged.prefetchAhead, op.prefetchAhead);
+  return merged;
 }
 
 namespace {
@@ -608,15 +629,20 @@ int choosePackInput(const NestShape &nest, const Strategy &s) {
   return found;
 }
 
+// An override that does not fit the nest, named by where it was set.
+[[noreturn]] void unfit(const ConfigOverride &config, const std::string &what) {
+  throw Error(fmt::format("error: {}: {}", config.origin, what));
+}
+
 void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
   if (s.pipeline == Pipeline::ContractionStream) {
     // M counts rows of B per step, N the parts of the output.
     int64_t vectors = nest.extents[s.dimN] / s.lanes;
     if ((config.tileN && !divides(*config.tileN, vectors)) || config.blockK.value_or(0) ||
         config.pack.value_or(false))
-      throw Error(fmt::format("error: --config: contraction.stream takes tile=RxP with P "
-                              "dividing {} vectors, and no k-block or packing",
-                              vectors));
+      unfit(config, fmt::format("contraction.stream takes tile=RxP with P "
+                                "dividing {} vectors, and no k-block or packing",
+                                vectors));
     s.tileM = config.tileM.value_or(s.tileM);
     s.tileN = config.tileN.value_or(s.tileN);
     s.splitK = s.splitK && nest.extents[s.dimK] % s.tileN == 0;
@@ -627,32 +653,32 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     if ((config.tileN && *config.tileN != s.tileN) ||
         (config.tileM && *config.tileM > extentOr1(nest, s.dimM)) || config.blockK.value_or(0) ||
         config.pack.value_or(false))
-      throw Error(fmt::format("error: --config: contraction.choices takes tile=Mx{} with M at "
-                              "most {}, and no k-block or packing",
-                              s.tileN, extentOr1(nest, s.dimM)));
+      unfit(config, fmt::format("contraction.choices takes tile=Mx{} with M at "
+                                "most {}, and no k-block or packing",
+                                s.tileN, extentOr1(nest, s.dimM)));
     s.tileM = config.tileM.value_or(s.tileM);
     return;
   }
   if (s.pipeline == Pipeline::ContractionRanks) {
     // N counts ranks, any number the registers hold; k blocks divide k (checked below).
     if ((config.tileM && *config.tileM > extentOr1(nest, s.dimM)) || config.pack.value_or(false))
-      throw Error(fmt::format("error: --config: contraction.ranks takes tile=MxN with M at most "
-                              "{}, and no packing",
-                              extentOr1(nest, s.dimM)));
+      unfit(config, fmt::format("contraction.ranks takes tile=MxN with M at most "
+                                "{}, and no packing",
+                                extentOr1(nest, s.dimM)));
     s.tileM = config.tileM.value_or(s.tileM);
     s.tileN = config.tileN.value_or(s.tileN);
     if (config.blockK) {
       const int64_t k = nest.extents[s.dimK];
       if (*config.blockK != 0 && (*config.blockK > k || k % *config.blockK != 0))
-        throw Error(fmt::format("error: --config: k-block {} does not divide the nest's one "
-                                "reduction dim ({})",
-                                *config.blockK, k));
+        unfit(config, fmt::format("k-block {} does not divide the nest's one "
+                                  "reduction dim ({})",
+                                  *config.blockK, k));
       s.blockK = *config.blockK == k ? 0 : *config.blockK; // 0: none
     }
     return;
   }
   if (!constantBesidesM(nest, s.dimM) && (config.blockK.value_or(0) || config.pack.value_or(false)))
-    throw Error("error: --config: k blocks and packing need constant extents (but for m)");
+    unfit(config, "k blocks and packing need constant extents (but for m)");
   if (config.tileM)
     s.tileM = *config.tileM;
   if (config.tileN)
@@ -662,30 +688,30 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   bool alongN = s.pipeline == Pipeline::ContractionOuter; // the tile's N counts vectors along n
   int64_t cols = alongN ? nest.extents[s.dimN] / s.lanes : extentOr1(nest, s.dimN);
   if (s.tileM > extentOr1(nest, s.dimM) || !divides(s.tileN, cols))
-    throw Error(fmt::format("error: --config: tile {}x{} does not fit the {} nest "
-                            "({} rows; N must divide {} {})",
-                            s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),
-                            cols, alongN ? "vectors" : "columns"));
+    unfit(config, fmt::format("tile {}x{} does not fit the {} nest "
+                              "({} rows; N must divide {} {})",
+                              s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),
+                              cols, alongN ? "vectors" : "columns"));
   if (s.blockK && (s.dimK < 0 || s.pipeline == Pipeline::ContractionDot ||
                    nest.extents[s.dimK] % s.blockK != 0))
-    throw Error(fmt::format("error: --config: k-block {} does not divide the nest's one "
-                            "reduction dim",
-                            s.blockK));
+    unfit(config, fmt::format("k-block {} does not divide the nest's one "
+                              "reduction dim",
+                              s.blockK));
   // Chosen again for the tile the override may have changed. Only contraction.dot prefetches:
   // `prefetch=` holds for every nest of a function, and the others ignore it.
   s.prefetchAhead = choosePrefetchAhead(nest, s, config.prefetchAhead);
   if (s.packTransposed) {
     if (!config.pack.value_or(true))
-      throw Error(fmt::format("error: --config: pack=0 does not apply: input #{} is read along "
-                              "k, so contraction.outer must pack it",
-                              s.packInput));
+      unfit(config, fmt::format("pack=0 does not apply: input #{} is read along "
+                                "k, so contraction.outer must pack it",
+                                s.packInput));
     return;
   }
   s.packInput = config.pack.value_or(true) ? choosePackInput(nest, s) : -1;
   if (config.pack) {
     if (*config.pack && s.packInput < 0)
-      throw Error("error: --config: pack=1 needs a contraction.outer nest whose one input read "
-                  "along n and k depends on nothing else, with several m blocks");
+      unfit(config, "pack=1 needs a contraction.outer nest whose one input read "
+                    "along n and k depends on nothing else, with several m blocks");
   }
 }
 
@@ -768,8 +794,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   }
   if (!chosen) {
     if (wantsContraction)
-      throw Error(fmt::format("error: --config: pipeline {} does not apply: {}",
-                              pipelineName(*config.pipeline), whyNot));
+      unfit(config,
+            fmt::format("pipeline {} does not apply: {}", pipelineName(*config.pipeline), whyNot));
     if (base.pipeline == Pipeline::Loops)
       base.why = whyNot;
     return base;

@@ -1,6 +1,7 @@
 // The recursive-descent parser: MLIR custom assembly forms of the subset's ops.
 #include "parse/Parser.h"
 #include "ir/Ops.h"
+#include "loops/Strategy.h"
 #include "parse/Lexer.h"
 
 #include <algorithm>
@@ -115,6 +116,7 @@ private:
   void parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes);
   void parseGenericAttrs(Op &op);
   void parseIndexingMaps(Op &op);
+  void parseConfigValue(Op &op);
   Token parseDimensionAttr(Op &op);
   AttrList parseIntList(const char *what);
   AttrList parseReassociation();
@@ -859,6 +861,8 @@ void Parser::parseGenericAttrs(Op &op) {
       expect(Tok::RSquare, "to close 'iterator_types'");
       op.attrs["iterator_types"] = Attribute{iters};
       haveIters = true;
+    } else if (key.text == kConfigAttr) {
+      parseConfigValue(op);
     } else {
       failAt(key, fmt::format("unsupported attribute '{}' on 'linalg.generic'", key.text));
     }
@@ -868,6 +872,24 @@ void Parser::parseGenericAttrs(Op &op) {
     failAt(open, "'linalg.generic' needs 'indexing_maps'");
   if (!haveIters)
     failAt(open, "'linalg.generic' needs 'iterator_types'");
+}
+
+// The value of `frank.config = "tile=4x2,..."`, checked here so that a bad one is an error at
+// its place in the source.
+void Parser::parseConfigValue(Op &op) {
+  Token value = expect(Tok::String, fmt::format("as the value of '{}'", kConfigAttr));
+  std::string text(value.text);
+  if (op.hasAttr(kConfigAttr))
+    failAt(value, fmt::format("'{}' is set twice", kConfigAttr));
+  try {
+    loops::parseConfig(text, kConfigAttr);
+  } catch (const Error &e) {
+    std::string_view message = e.what();
+    if (message.starts_with("error: "))
+      message.remove_prefix(7);
+    failAt(value, std::string(message));
+  }
+  op.attrs[kConfigAttr] = Attribute{text};
 }
 
 // `dimension(<n>)`, stored as the op's "dimension" attribute; returns the number's token.
@@ -956,11 +978,16 @@ void Parser::parseIndexingMaps(Op &op) {
     maps.push_back(Attribute{parseMapAttr()});
   while (consumeIf(Tok::Comma));
   expect(Tok::RSquare, "to close 'indexing_maps'");
-  if (at(Tok::Comma))
-    failAt(cur_, fmt::format("unsupported attribute on '{}'", op.name()));
+  op.attrs["indexing_maps"] = Attribute{maps};
+  while (consumeIf(Tok::Comma)) {
+    Token other = expect(Tok::BareId, "as an attribute name");
+    if (other.text != kConfigAttr)
+      failAt(other, fmt::format("unsupported attribute '{}' on '{}'", other.text, op.name()));
+    expect(Tok::Equal, "after the attribute name");
+    parseConfigValue(op);
+  }
   expect(Tok::RBrace, fmt::format("to close the attributes of '{}'", op.name()));
   (void)open;
-  op.attrs["indexing_maps"] = Attribute{maps};
 }
 
 // Each group of `groups` lists consecutive dims of the grouped (higher-rank) type; the groups
@@ -1463,8 +1490,17 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
   }
   case OpKind::LinalgMatmul:
   case OpKind::LinalgBatchMatmul: {
-    if (at(Tok::LBrace))
-      failAt(cur_, fmt::format("unsupported: '{}' with explicit indexing maps", op.name()));
+    // The only attribute these take here is the lowering choices.
+    if (consumeIf(Tok::LBrace)) {
+      Token key = expect(Tok::BareId, "as an attribute name");
+      if (key.text == "indexing_maps")
+        failAt(key, fmt::format("unsupported: '{}' with explicit indexing maps", op.name()));
+      if (key.text != kConfigAttr)
+        failAt(key, fmt::format("unsupported attribute '{}' on '{}'", key.text, op.name()));
+      expect(Tok::Equal, "after the attribute name");
+      parseConfigValue(op);
+      expect(Tok::RBrace, fmt::format("to close the attributes of '{}'", op.name()));
+    }
     parseInsOuts(op, true);
     int64_t rank = kind == OpKind::LinalgMatmul ? 2 : 3;
     if (op.operands.size() != 3)

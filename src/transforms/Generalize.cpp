@@ -385,10 +385,15 @@ void generalizeBlock(FuncOp &fn, Block &block) {
     default: continue;
     }
     size_t at = b.position(); // the named op now sits here
-    // Errors about the generics it became name the op the author wrote.
-    for (size_t k = i; k < at; ++k)
-      if (block.ops[k]->kind == OpKind::LinalgGeneric)
-        block.ops[k]->attrs["origin"] = Attribute{std::string(block.ops[at]->name())};
+    // Errors about the generics it became name the op the author wrote, and the lowering
+    // choices set on it hold for each of them.
+    for (size_t k = i; k < at; ++k) {
+      if (block.ops[k]->kind != OpKind::LinalgGeneric)
+        continue;
+      block.ops[k]->attrs["origin"] = Attribute{std::string(block.ops[at]->name())};
+      if (block.ops[at]->hasAttr(kConfigAttr))
+        block.ops[k]->attrs[kConfigAttr] = block.ops[at]->attr(kConfigAttr);
+    }
     replaceAllUses(*fn.body, block.ops[at]->result(), replacement);
     block.ops.erase(block.ops.begin() + at);
     i = at - 1;
