@@ -190,11 +190,28 @@ def first_line(text):
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "unknown error")
 
 
+def for_iree(component, tmp):
+    """The component's path, or that of a copy in the syntax the installed IREE reads: IREE 3
+    takes attention's indexing maps as a property (`<{indexing_maps = [...]}>`) and rejects the
+    attribute dictionary of earlier releases, which the components use."""
+    path = os.path.join("components", component)
+    with open(os.path.join(ROOT, path)) as f:
+        text = f.read()
+    adapted = re.sub(r"(iree_linalg_ext\.attention\s*)\{(\s*indexing_maps\s*=\s*\[[^\]]*\])\s*\}",
+                     r"\1<{\2}>", text)
+    if adapted == text:
+        return path
+    copy = os.path.join(tmp, component.replace("/", "_"))
+    with open(copy, "w") as f:
+        f.write(adapted)
+    return copy
+
+
 def build(component, vmfb, tmp):
     """iree-link (for components that call others) and iree-compile; returns the seconds taken.
     Raises RuntimeError with the first line of the tool's error."""
     from iree.compiler.tools.binaries import find_tool
-    steps, source = [], os.path.join("components", component)
+    steps, source = [], for_iree(component, tmp)
     if component in LINKS:
         linked = os.path.join(tmp, "linked.mlir")
         steps.append([find_tool("iree-link"), source, "-o", linked] +
