@@ -177,7 +177,8 @@ TEST(MatmulConfigAttribute, HoldsForItsOpAndWinsOverTheFlag) {
     std::string loops = chain.emit(Stage::Loops, {"64x256xf32", "256x128xf32", "128x64xf32"});
     EXPECT_THAT(loops, testing::ContainsRegex("chain.mlir:9:3: contraction.outer [^\n]*tile=1x1 "))
         << loops;
-    EXPECT_THAT(loops, testing::Not(testing::ContainsRegex("chain.mlir:9:3: [^\n]*pack=")));
+    EXPECT_THAT(loops, testing::Not(testing::ContainsRegex("chain.mlir:9:3: [^\n]*pack=#")));
+    EXPECT_THAT(loops, testing::HasSubstr(" (frank.config \"tile=1x1,pack=0\")\n"));
     // The second matmul takes the selection's tile, or the flag's.
     EXPECT_THAT(loops, testing::ContainsRegex(*flag ? "chain.mlir:13:3: [^\n]*tile=2x2 "
                                                     : "chain.mlir:13:3: [^\n]*pack=#1"))

@@ -911,9 +911,14 @@ private:
     return hoisted;
   }
 
-  static std::string strategyComment(const Op &op, const Strategy &s) {
-    return fmt::format("{}{}: {}", displayName(op), op.loc.known() ? " at " + op.loc.str() : "",
-                       describe(s));
+  // The op, where it is, and its strategy; choices its author set on it are named, since they
+  // hold in specialized kernels only.
+  std::string strategyComment(const Op &op, const Strategy &s) const {
+    std::string set = specialized() && op.hasAttr(kConfigAttr)
+                          ? fmt::format(" ({} \"{}\")", kConfigAttr, op.attr(kConfigAttr).string())
+                          : "";
+    return fmt::format("{}{}: {}{}", displayName(op), op.loc.known() ? " at " + op.loc.str() : "",
+                       describe(s), set);
   }
 
   // Row-major element strides along each loop dim, runtime dims counted as kNominalExtent.
