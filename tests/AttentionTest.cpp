@@ -183,6 +183,12 @@ TEST(AttentionDecode, ConfigAttributeSetsItsContractions) {
   EXPECT_THAT(loops, testing::HasSubstr("contraction.dot"));
   EXPECT_THAT(loops, testing::HasSubstr(" prefetch=8"));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr(" prefetch=4"))) << loops;
+  // The loop IR names the attribute on the two contractions only, not on the softmax nests.
+  size_t named = 0;
+  for (size_t at = loops.find("(frank.config"); at != std::string::npos;
+       at = loops.find("(frank.config", at + 1))
+    ++named;
+  EXPECT_EQ(named, 2u) << loops;
   checkAttention(fn, {1, 1, 512, 32, 8, 128}, Mode::Specialized, /*causal=*/false);
 }
 

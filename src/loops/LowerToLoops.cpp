@@ -911,10 +911,10 @@ private:
     return hoisted;
   }
 
-  // The op, where it is, and its strategy; choices its author set on it are named, since they
-  // hold in specialized kernels only.
+  // The op, where it is, and its strategy; on a contraction, the choices its author set on the
+  // op are named (they hold in specialized kernels only, and only for contractions).
   std::string strategyComment(const Op &op, const Strategy &s) const {
-    std::string set = specialized() && op.hasAttr(kConfigAttr)
+    std::string set = specialized() && s.isContraction() && op.hasAttr(kConfigAttr)
                           ? fmt::format(" ({} \"{}\")", kConfigAttr, op.attr(kConfigAttr).string())
                           : "";
     return fmt::format("{}{}: {}{}", displayName(op), op.loc.known() ? " at " + op.loc.str() : "",
