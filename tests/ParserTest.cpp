@@ -2,6 +2,7 @@
 // diagnostics, and print / re-parse round trips of the components and of inline snippets.
 #include "parse/Parser.h"
 #include "Isolation.h"
+#include "TestSupport.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 
@@ -749,10 +750,8 @@ util.func public @f( // after '('
 // `frank.config` prints where it was written: in a generic's and attention's attribute
 // dictionary, and in the one that a matmul may have.
 TEST(RoundTrip, LoweringChoicesOnOps) {
-  std::string attention = readFile(FRANK_TESTS_DIR "/../components/attention/attention_gqa.mlir");
-  const std::string maps = "#att_out]}";
-  attention.replace(attention.find(maps), maps.size(), "#att_out], frank.config = \"prefetch=8\"}");
-  RoundTrip rt = roundTrip(attention);
+  RoundTrip rt = roundTrip(frank::test::componentTextWith(
+      "attention/attention_gqa.mlir", "#att_out]}", "#att_out], frank.config = \"prefetch=8\"}"));
   EXPECT_EQ(rt.first, rt.second);
   EXPECT_THAT(rt.first, HasSubstr("affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>], "
                                   "frank.config = \"prefetch=8\"} ins("));

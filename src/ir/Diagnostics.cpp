@@ -38,6 +38,13 @@ void fail(const Location &loc, const std::string &message) {
   throw Error(formatDiagnostic(loc, "error", message));
 }
 
+std::string unlocatedMessage(const Error &e) {
+  std::string_view message = e.what();
+  if (message.starts_with("error: "))
+    message.remove_prefix(7);
+  return std::string(message);
+}
+
 void internalError(const std::string &message) {
   throw InternalError("internal compiler error (a bug in frank-jit, please report it): " + message);
 }

@@ -40,6 +40,10 @@ template <class... Args>
   fail(loc, fmt::format(format, std::forward<Args>(args)...));
 }
 
+/// The message of an error thrown without a location ("error: ..."), without that prefix: for
+/// reporting it at the source location it concerns.
+std::string unlocatedMessage(const Error &e);
+
 /// A bug in frank-jit itself, never the user's input: throws frank::InternalError, worded so that
 /// it is visibly different from a user error.
 [[noreturn]] void internalError(const std::string &message);

@@ -1079,10 +1079,7 @@ private:
       throw;
     } catch (const Error &e) {
       // An override that does not fit this nest: name the op it does not fit.
-      std::string_view message = e.what();
-      if (message.starts_with("error: "))
-        message.remove_prefix(7);
-      fail(g.op.loc, std::string(message));
+      fail(g.op.loc, unlocatedMessage(e));
     }
   }
 

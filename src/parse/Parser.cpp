@@ -884,10 +884,7 @@ void Parser::parseConfigValue(Op &op) {
   try {
     loops::parseConfig(text, kConfigAttr);
   } catch (const Error &e) {
-    std::string_view message = e.what();
-    if (message.starts_with("error: "))
-      message.remove_prefix(7);
-    failAt(value, std::string(message));
+    failAt(value, unlocatedMessage(e));
   }
   op.attrs[kConfigAttr] = Attribute{text};
 }
