@@ -4,6 +4,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "loops/FuseLoops.h"
+#include "loops/ShareBodies.h"
 #include "transforms/CollapseBeforeCopy.h"
 #include "transforms/FoldCopies.h"
 #include "transforms/Fusion.h"
@@ -98,19 +99,21 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
 
   t = clock::now();
   LoweredKernel kernel = lowerToLoops(*fn, options.mode, kernelName, options.lowering);
-  if (timing)
-    fmt::print(stderr, "frank: {:<20} {:8.3f} ms\n", "lower-to-loops",
-               std::chrono::duration<double, std::milli>(clock::now() - t).count());
-  if (options.printAfter)
-    options.printAfter("lower-to-loops", loops::print(kernel.program));
+  auto afterLoops = [&](const char *pass, auto start) {
+    if (timing)
+      fmt::print(stderr, "frank: {:<20} {:8.3f} ms\n", pass,
+                 std::chrono::duration<double, std::milli>(clock::now() - start).count());
+    if (options.printAfter)
+      options.printAfter(pass, loops::print(kernel.program));
+  };
+  afterLoops("lower-to-loops", t);
   if (options.mode == Mode::Specialized && options.fuse) {
     t = clock::now();
     loops::fuseLoops(kernel.program);
-    if (timing)
-      fmt::print(stderr, "frank: {:<20} {:8.3f} ms\n", "fuse-loops",
-                 std::chrono::duration<double, std::milli>(clock::now() - t).count());
-    if (options.printAfter)
-      options.printAfter("fuse-loops", loops::print(kernel.program));
+    afterLoops("fuse-loops", t);
+    t = clock::now();
+    loops::shareBodies(kernel.program);
+    afterLoops("share-bodies", t);
   }
   return {std::move(fn), std::move(kernel)};
 }

@@ -744,7 +744,7 @@ TEST(CliParts, SplitKernelsMatchTheOracleWholeAndFromDisk) {
 }
 
 // FRANK_PERF_MAP=1 names the JIT's functions for `perf report` in /tmp/perf-<pid>.map: the
-// kernel, the chunks of its parallel loops (one for the gate and up projections, one for down)
+// kernel, the chunk of its parallel loops (the three expert projections share one: share-bodies)
 // and the nests outlined from it, at distinct addresses with non-zero sizes.
 TEST(CliParts, PerfMapNamesTheKernelsFunctions) {
   MoeBlockFiles files;
@@ -774,7 +774,7 @@ TEST(CliParts, PerfMapNamesTheKernelsFunctions) {
     for (const std::string &name : names)
       ++(name.ends_with(".chunk") ? chunks : name.ends_with(".nest") ? nests : kernels);
     EXPECT_EQ(kernels, 1) << text;
-    EXPECT_GE(chunks, 2) << text;
+    EXPECT_GE(chunks, 1) << text;
     EXPECT_GE(nests, 1) << text;
   }
 }
