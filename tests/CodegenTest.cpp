@@ -35,13 +35,6 @@ std::string paramsOf(const std::string &ir, const std::string &name) {
   return ir.substr(open, ir.find(')', open) - open);
 }
 
-int count(const std::string &text, const std::string &what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
-
 // A parallel loop's context carries the buffers its body uses, not all 7: the ranks tiles read
 // the weights, the slots' choices and the packed input and write the slots (four pointers,
 // then dims, scalars and status), so a kernel with many temporaries does not fill a field per

@@ -41,13 +41,6 @@ Program twoWidths() {
   return p;
 }
 
-int count(const std::string &text, const std::string &what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
-
 // The loops differ in their column count, the same value in three places (the extent and both
 // strides): one let per loop, read in all three.
 TEST(ShareBodies, DifferingConstantsBecomeLetsBeforeEachLoop) {

@@ -43,6 +43,14 @@ inline std::string componentTextWith(const std::string &relative, const std::str
   return text;
 }
 
+/// How many times `what` occurs in `text` (functions in LLVM IR, statements in loop IR).
+inline int count(const std::string &text, const std::string &what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
 /// An f32 output tensor with guard regions before and after it. Tiling and tail bugs that
 /// write out of bounds change a guard, which `guardsIntact` reports.
 class GuardedOutput {
