@@ -273,6 +273,21 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("and no packing"));
 }
 
+// A dim that is not a whole number of the target's vectors takes half as wide ones, down to
+// 128 bits, before it gives up register tiles: N = 40 is 5 AVX2 vectors but not whole AVX-512
+// ones, N = 36 only vectors of 4; the dot form takes K likewise.
+TEST(Strategy, NarrowerVectorsForDimsOfPartVectors) {
+  EXPECT_THAT(choose(matmulNest(128, 512, 40), Target::avx512()),
+              testing::StartsWith("contraction.outer m=d0 n=d1 k=d2 tile=8x1 lanes=8 "));
+  EXPECT_THAT(choose(matmulNest(128, 512, 40)),
+              testing::StartsWith("contraction.outer m=d0 n=d1 k=d2 tile=8x1 lanes=8 "));
+  EXPECT_THAT(choose(matmulNest(128, 512, 36), Target::avx512()),
+              testing::StartsWith("contraction.outer m=d0 n=d1 k=d2 tile=8x3 lanes=4 "));
+  EXPECT_THAT(choose(matmulNest(128, 512, 48), Target::avx512()), testing::HasSubstr(" lanes=16"));
+  EXPECT_EQ(choose(transposedNest(4, 40, 512), Target::avx512()),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x4 lanes=8");
+}
+
 TEST(Strategy, WhyPlainLoops) {
   NestShape rowSum;
   rowSum.extents = {32, 4096};
@@ -292,8 +307,8 @@ TEST(Strategy, WhyPlainLoops) {
   runtime.extents.clear();
   EXPECT_EQ(choose(runtime), "loops (its extents are runtime values)");
 
-  // N = 12 is not whole vectors and K = 12 neither: nothing to block.
-  EXPECT_THAT(choose(matmulNest(4, 12, 12)), testing::HasSubstr("row-reduction"));
+  // N = 6 is not whole vectors, not even of 128 bits, and K = 6 neither: nothing to block.
+  EXPECT_THAT(choose(matmulNest(4, 6, 6)), testing::HasSubstr("row-reduction"));
 
   NestShape transcendental = matmulNest(64, 64, 64);
   transcendental.vectorBody = false;
