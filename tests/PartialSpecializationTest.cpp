@@ -109,7 +109,8 @@ std::vector<PartialCase> partialCases() {
                    "rope"});
 
   // Token count as matmul's M, with K and N baked in: contraction.outer with a runtime number
-  // of m blocks and one-row tiles for the rows left over (fewer rows than a tile, too).
+  // of m blocks and one-row tiles for the rows left over (fewer rows than a tile, too), and
+  // contraction.stream when the call has one row.
   auto matmulCase = [](int64_t k, int64_t cols, std::vector<int64_t> sizes, uint64_t seed,
                        std::string name) {
     return PartialCase{
@@ -296,6 +297,14 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(loops.find("for m_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << loops;
   // K and N are constants: the panels of W are packed once for every m block and leftover row.
   EXPECT_NE(loops.find("pack this block's"), std::string::npos) << loops;
+  // One row (a decode step) streams W row after row instead: the kernel branches on M, the
+  // stream first (the matmul cases above run both branches of one kernel against the oracle).
+  const size_t branch = loops.find("if cmp.eq(dims[0], 1) {");
+  ASSERT_NE(branch, std::string::npos) << loops;
+  EXPECT_LT(branch, loops.find("contraction.stream m=- n=d1 k=d2")) << loops;
+  EXPECT_LT(loops.find("contraction.stream"), loops.find("} else {", branch)) << loops;
+  EXPECT_LT(loops.find("} else {", branch), loops.find("contraction.outer m=d0 n=d1 k=d2"))
+      << loops;
   // Decode attention over a runtime KV length: Q K^T takes the keys as m, P V reduces over them.
   std::string attn =
       attention()

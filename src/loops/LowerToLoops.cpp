@@ -609,6 +609,8 @@ private:
       }
     }
     Strategy strategy = chooseStrategy(g, extents, result);
+    if (emitOneRowBranch(g, result, strategy, extents))
+      return;
     const bool wholeReduction = (strategy.pipeline == Pipeline::ContractionOuter ||
                                  strategy.pipeline == Pipeline::ContractionDot) &&
                                 !strategy.blockK;
@@ -1027,6 +1029,37 @@ private:
       stride *= *extent;
     }
     return gather;
+  }
+
+  // Partial specialization keeps the token count of a matmul a runtime value, so that one kernel
+  // serves prefill and decode; its tiles then stream a decode step's single row of output
+  // through B in column stripes (S8: 3.5 ms against 2.0 specialized). When m is the only
+  // runtime extent and one row of it takes contraction.stream, the kernel branches on m:
+  // `if m == 1` the stream, else the tiles. Returns whether it emitted the branch.
+  bool emitOneRowBranch(GenericView &g, const TensorStorage &result, const Strategy &general,
+                        const std::vector<Expr> &extents) {
+    if (!specialized() || general.pipeline != Pipeline::ContractionOuter || general.dimM < 0 ||
+        asConstant(extents[general.dimM]))
+      return false;
+    for (int d = 0; d < g.numLoops(); ++d)
+      if (d != general.dimM && !asConstant(extents[d]))
+        return false;
+    std::vector<Expr> oneRow = extents;
+    oneRow[general.dimM] = intConst(1);
+    const Strategy stream = chooseStrategy(g, oneRow, result);
+    if (stream.pipeline != Pipeline::ContractionStream)
+      return false;
+    flushPendingFill(); // both branches add to the output as it is
+    std::vector<Stmt> whenOne, otherwise;
+    std::vector<Stmt> *enclosing = current_;
+    current_ = &whenOne;
+    emitStream(g, result, stream, oneRow);
+    current_ = &otherwise;
+    emitContraction(g, result, general, extents, nullptr);
+    current_ = enclosing;
+    current_->push_back(ifThen(cmp("eq", extents[general.dimM], intConst(1)), std::move(whenOne),
+                               std::move(otherwise)));
+    return true;
   }
 
   Strategy chooseStrategy(GenericView &g, const std::vector<Expr> &extents,
