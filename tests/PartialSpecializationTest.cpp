@@ -322,6 +322,38 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(moe.find("for k_block in 0..2 {"), std::string::npos) << moe;
 }
 
+// A lowering override that the tiles take but the one-row stream does not (a k block) leaves
+// the kernel without the branch, and it still serves one row and several.
+TEST(Partial, AnOverrideTheStreamRejectsKeepsTheTilesAlone) {
+  Context ctx(withConfig("k-block=128"));
+  Function fn =
+      ctx.load(componentPath("linear/matmul.mlir")).function("matmul").withRuntimeDims({{"x", 0}});
+  std::string loops = fn.emit(Stage::Loops, {"?x512xf32", "512x512xf32"});
+  EXPECT_EQ(loops.find("contraction.stream"), std::string::npos) << loops;
+  EXPECT_NE(loops.find("contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes="), std::string::npos)
+      << loops;
+  EXPECT_NE(loops.find(" k-block=128"), std::string::npos) << loops;
+  const int64_t k = 512, n = 512;
+  std::vector<float> w = oracle::randomFloats(k * n, 61, -0.1f, 0.1f);
+  for (int64_t m : {1, 7}) {
+    SCOPED_TRACE(fmt::format("m = {}", m));
+    std::vector<float> x = oracle::randomFloats(m * k, 62 + m);
+    std::vector<double> expected(m * n, 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j)
+          expected[i * n + j] += double(x[i * k + p]) * w[p * n + j];
+    std::vector<Arg> args = {Tensor::borrow(x.data(), DType::F32, {m, k}),
+                             Tensor::borrow(w.data(), DType::F32, {k, n})};
+    GuardedOutput out({m, n});
+    std::vector<Tensor> outputs{out.tensor()};
+    fn.specialize(args).run(args, outputs);
+    EXPECT_EQ(out.guardsIntact(), "");
+    auto cmp = oracle::compare(out.data(), expected, 1e-4, 1e-5);
+    EXPECT_TRUE(cmp.ok) << cmp.describe();
+  }
+}
+
 TEST(Partial, BakedInDimsAreStillChecked) {
   Function fn =
       attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"value", 1}});

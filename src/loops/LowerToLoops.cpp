@@ -1046,7 +1046,14 @@ private:
         return false;
     std::vector<Expr> oneRow = extents;
     oneRow[general.dimM] = intConst(1);
-    const Strategy stream = chooseStrategy(g, oneRow, result);
+    Strategy stream;
+    try {
+      stream = chooseStrategy(g, oneRow, result);
+    } catch (const InternalError &) {
+      throw;
+    } catch (const Error &) {
+      return false; // a lowering override that the tiles take and the stream does not: no branch
+    }
     if (stream.pipeline != Pipeline::ContractionStream)
       return false;
     flushPendingFill(); // both branches add to the output as it is
