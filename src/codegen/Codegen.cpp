@@ -3,6 +3,7 @@
 #include "codegen/FoldReciprocals.h"
 #include "codegen/MathFunctions.h"
 #include "ir/Ops.h"
+#include "loops/TreeShape.h"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -625,74 +626,18 @@ private:
     return false;
   }
 
-  // What a statement tree refers to, in the order it first does: the names it declares, reads
-  // or assigns, and the buffers it reads or writes. With `withShape`, `shape` writes the tree
-  // with each name and buffer replaced by its number in that order (a buffer with its element
-  // type and whether it is an input): two trees that differ only in names have the same shape.
-  // Only parallel loops need the shape; building it is most of the cost.
+  // What a statement tree refers to, in the order it first does (loops/TreeShape.h): the names
+  // it declares, reads or assigns, and the buffers it reads or writes; with `withShape`, its
+  // shape, which only parallel loops need (building it is most of the cost).
   struct Uses {
     std::vector<std::string> names;
     std::vector<int> buffers;
     std::string shape;
   };
   Uses usesOf(const std::vector<Stmt> &stmts, bool withShape = false) const {
-    Uses uses;
-    std::unordered_map<std::string_view, size_t> nameIds;
-    std::unordered_map<int, size_t> bufferIds;
-    auto write = [&]<class... Parts>(fmt::format_string<Parts...> format, Parts &&...parts) {
-      if (withShape)
-        fmt::format_to(std::back_inserter(uses.shape), format, std::forward<Parts>(parts)...);
-    };
-    auto name = [&](const std::string &n) {
-      auto [it, fresh] = nameIds.emplace(n, uses.names.size());
-      if (fresh)
-        uses.names.push_back(n);
-      write("n{} ", it->second);
-    };
-    auto buffer = [&](int b) {
-      auto [it, fresh] = bufferIds.emplace(b, uses.buffers.size());
-      if (fresh)
-        uses.buffers.push_back(b);
-      write("b{}:{}:{} ", it->second, int(p_.buffers[size_t(b)].elem),
-            p_.buffers[size_t(b)].role == BufferRole::Input);
-    };
-    std::function<void(const Expr &)> expr = [&](const Expr &e) {
-      if (!e) {
-        write("- ");
-        return;
-      }
-      write("({} {} {} {} {} ", int(e->kind), int(e->type), e->lanes, int(e->op), e->reassoc);
-      if (e->kind == ExprKind::Var)
-        name(e->name);
-      else if (e->kind == ExprKind::Load)
-        buffer(static_cast<int>(e->intValue));
-      else
-        write("{} {} {} ", e->intValue, e->floatValue, e->name);
-      for (const Expr &a : e->args)
-        expr(a);
-      write(") ");
-    };
-    std::function<void(const std::vector<Stmt> &)> stmtsOf = [&](const std::vector<Stmt> &list) {
-      write("{{ ");
-      for (const Stmt &st : list) {
-        write("[{} {} {} {} ", int(st->kind), int(st->forKind), int(st->type), st->lanes);
-        if (!st->name.empty())
-          name(st->name);
-        if (st->kind == StmtKind::Store || st->kind == StmtKind::Prefetch)
-          buffer(st->buffer);
-        else
-          write("{} ", st->buffer); // a check's id
-        expr(st->value);
-        expr(st->index);
-        expr(st->bound);
-        stmtsOf(st->body);
-        stmtsOf(st->elseBody);
-        write("] ");
-      }
-      write("}} ");
-    };
-    stmtsOf(stmts);
-    return uses;
+    loops::TreeWalk walk(p_, withShape);
+    walk.stmts(stmts);
+    return {std::move(walk.names), std::move(walk.buffers), std::move(walk.shape)};
   }
 
   // The statements of a block as runs that share no let or local with the rest: each run
