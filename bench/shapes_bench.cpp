@@ -1,7 +1,7 @@
 // Every benchmark shape of bench-shapes.md (S1-S10) in one run: frank-jit specialized, frank-jit
 // generic, and each peer library that covers the shape, with FLOP/s, bytes/s and the fraction of
-// this machine's roofline (measured at the start of the run, see Machine.h), and the cold
-// compile time of each specialized kernel.
+// this machine's roofline (measured at the start of the run, see Machine.h), the cold compile
+// time of each specialized kernel, and the time to load it from the disk cache instead.
 //
 // Weights of the memory-bound shapes (GEMV, mul_mat_id, the MoE block) are cold: each call reads
 // the next of several copies whose total is at least twice the L3, so they come from DRAM, as in
@@ -14,6 +14,9 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <llvm/ADT/SmallString.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/Program.h>
 
 #include <cmath>
 #include <cstring>
@@ -261,13 +264,60 @@ std::string name(const Shape &s, const std::string &implementation) {
 }
 
 /// A copy of the component's text with its module symbol changed, so that no cache knows it.
-std::string freshModule(const std::string &component, int64_t serial) {
+std::string freshModule(const std::string &component, const std::string &suffix) {
   std::ifstream in(std::string(FRANK_COMPONENTS_DIR) + "/" + component);
   std::string text(std::istreambuf_iterator<char>(in), {});
   size_t at = text.find("module @");
   if (at != std::string::npos)
-    text.insert(text.find_first_of(" {", at + 8), fmt::format("_cold{}", serial));
+    text.insert(text.find_first_of(" {", at + 8), suffix);
   return text;
+}
+
+// The flag that makes frank-shapes a helper process which compiles one kernel into a disk cache:
+//   frank-shapes --fill-disk-cache DIR COMPONENT FUNCTION SUFFIX TYPE...
+// A kernel this process compiled or loaded once stays in its JIT, so only a kernel compiled by
+// another process can show what loading one from the disk costs.
+constexpr const char *kFillDiskCache = "--fill-disk-cache";
+
+ContextOptions diskCacheIn(const std::string &directory) {
+  ContextOptions options;
+  options.diskCache = true;
+  options.cacheDir = directory;
+  return options;
+}
+
+int fillDiskCache(int argc, char **argv) {
+  if (argc < 6) {
+    fmt::print(stderr, "usage: frank-shapes {} DIR COMPONENT FUNCTION SUFFIX TYPE...\n",
+               kFillDiskCache);
+    return 2;
+  }
+  try {
+    Context ctx(diskCacheIn(argv[2]));
+    Kernel kernel = ctx.loadString(freshModule(argv[3], argv[5]), argv[3])
+                        .function(argv[4])
+                        .specialize(std::vector<std::string>(argv + 6, argv + argc));
+    if (ctx.cacheStats().diskWrites != 1) {
+      fmt::print(stderr, "error: the kernel was not written to the disk cache in {}\n", argv[2]);
+      return 1;
+    }
+  } catch (const std::exception &e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+/// The argument types of a kernel as `Function::specialize` takes them: its signature's items.
+std::vector<std::string> argumentTypes(const Kernel &kernel) {
+  std::vector<std::string> types;
+  const std::string signature = kernel.signature();
+  for (size_t begin = 0; begin <= signature.size();) {
+    size_t end = std::min(signature.find(", ", begin), signature.size());
+    types.push_back(signature.substr(begin, end - begin));
+    begin = end + 2;
+  }
+  return types;
 }
 
 void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
@@ -336,11 +386,56 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
         Context fresh(options);
         for (auto _ : state) {
           state.PauseTiming();
-          Function f = fresh.loadString(freshModule(s->component, serial++), s->component)
+          Function f = fresh
+                           .loadString(freshModule(s->component, fmt::format("_cold{}", serial++)),
+                                       s->component)
                            .function(s->function);
           state.ResumeTiming();
           benchmark::DoNotOptimize(f.specialize(s->argSets[0]));
         }
+      })
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  // Reload: the specialized kernel from a disk cache that another process filled, in a context
+  // (and a process) that has not met it. The front end runs again (it yields the kernel's
+  // metadata); LLVM does not.
+  benchmark::RegisterBenchmark(
+      name(*s, "disk-reload").c_str(),
+      [s, fn](benchmark::State &state) {
+        static int64_t serial = 0;
+        const std::vector<std::string> types = argumentTypes(fn.specialize(s->argSets[0]));
+        llvm::SmallString<128> directory;
+        if (llvm::sys::fs::createUniqueDirectory("frank-disk-reload", directory)) {
+          state.SkipWithError("cannot create a temporary directory for the disk cache");
+          return;
+        }
+        const std::string self = llvm::sys::fs::getMainExecutable(nullptr, nullptr);
+        for (auto _ : state) {
+          state.PauseTiming();
+          const std::string suffix = fmt::format("_reload{}", serial++);
+          std::vector<llvm::StringRef> helper = {self,        kFillDiskCache, directory,
+                                                 s->component, s->function,   suffix};
+          helper.insert(helper.end(), types.begin(), types.end());
+          std::string error;
+          if (llvm::sys::ExecuteAndWait(self, helper, std::nullopt, {}, 0, 0, &error) != 0) {
+            const std::string message = "the helper process did not fill the disk cache " + error;
+            state.SkipWithError(message.c_str());
+            break;
+          }
+          Context fresh(diskCacheIn(std::string(directory)));
+          Function f = fresh.loadString(freshModule(s->component, suffix), s->component)
+                           .function(s->function);
+          state.ResumeTiming();
+          Kernel kernel = f.specialize(s->argSets[0]);
+          state.PauseTiming();
+          if (!kernel.loadedFromDisk()) {
+            state.SkipWithError("the kernel was compiled, not loaded from the disk cache");
+            break;
+          }
+          state.ResumeTiming();
+        }
+        llvm::sys::fs::remove_directories(directory);
       })
       ->Iterations(3)
       ->UseRealTime()
@@ -350,6 +445,8 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
 } // namespace
 
 int main(int argc, char **argv) {
+  if (argc > 1 && std::strcmp(argv[1], kFillDiskCache) == 0)
+    return fillDiskCache(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv))
     return 1;
