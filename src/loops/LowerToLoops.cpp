@@ -50,9 +50,12 @@ private:
     for (char &c : base)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
         c = '_';
+    // Suffixes below a base's counter were taken when it last counted, and names stay taken: a
+    // kernel with thousands of `t`s does not try them all again.
     std::string name = base;
-    for (int i = 1; !usedNames_.insert(name).second; ++i)
-      name = fmt::format("{}_{}", base, i);
+    int &suffix = nextSuffix_[base];
+    while (!usedNames_.insert(name).second)
+      name = fmt::format("{}_{}", base, ++suffix);
     return name;
   }
 
@@ -2640,6 +2643,7 @@ private:
   std::unordered_map<const Value *, Expr> scalars_;
   std::unordered_map<const Value *, int> outputOfRoot_;
   std::set<std::string> usedNames_;
+  std::unordered_map<std::string, int> nextSuffix_; // the last suffix freshName gave each base
   Expr workspaceBytes_ = intConst(0);
 };
 

@@ -9,8 +9,6 @@
 
 #include "loops/LoopIR.h"
 
-#include <fmt/format.h>
-
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -44,7 +42,8 @@ private:
   Expr expr(const Expr &e, bool vectorizedExtent = false);
   void name(const std::string &n);
   void buffer(int b);
-  template <class... Parts> void write(fmt::format_string<Parts...> format, Parts &&...parts);
+  template <class... Fields> void write(char tag, Fields... fields);
+  template <class Field> void raw(Field field);
 
   const Program &program_;
   const bool withShape_;
