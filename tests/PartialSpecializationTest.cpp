@@ -14,6 +14,7 @@
 #include "oracles/Oracles.h"
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -312,7 +313,9 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
           .emit(Stage::Loops, {"1x1x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
   EXPECT_NE(attn.find("contraction.dot m=d2 n=d1 k=d3"), std::string::npos) << attn;
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
-  // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it.
+  // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it;
+  // and for one token (a decode step) the choices of each row as lanes, as the specialized
+  // kernel does: the kernel branches on the token count, each branch checking the ids.
   std::string moe = context()
                         .load(componentPath("moe/mul_mat_id.mlir"))
                         .function("mul_mat_id")
@@ -320,6 +323,39 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(moe.find("contraction.ranks m=d0 n=- k=d3"), std::string::npos) << moe;
   EXPECT_NE(moe.find("temp slot_choice: i32[((((2 * dims["), std::string::npos) << moe;
   EXPECT_NE(moe.find("for k_block in 0..2 {"), std::string::npos) << moe;
+  const size_t oneToken = moe.find("if cmp.eq(dims[0], 1) {");
+  ASSERT_NE(oneToken, std::string::npos) << moe;
+  const size_t otherwise = moe.find("} else {", oneToken);
+  ASSERT_NE(otherwise, std::string::npos) << moe;
+  const size_t choices = moe.find("contraction.choices m=d0 n=- k=d3 tile=4x1 lanes=8");
+  EXPECT_GT(choices, oneToken) << moe;
+  EXPECT_LT(choices, otherwise) << moe;
+  EXPECT_GT(moe.find("contraction.ranks"), otherwise) << moe;
+  EXPECT_LT(moe.find("check cmp.ult("), choices) << moe;
+  EXPECT_NE(moe.find("check cmp.ult(", otherwise), std::string::npos) << moe;
+}
+
+// An expert id out of range fails the call whichever branch of the token count takes it.
+TEST(Partial, BothBranchesOfMulMatIdCheckTheIds) {
+  Function fn = context()
+                    .load(componentPath("moe/mul_mat_id.mlir"))
+                    .function("mul_mat_id")
+                    .withRuntimeDims({{"input", 2}, {"ids", 1}});
+  for (int64_t tokens : {1, 3}) {
+    for (int32_t bad : {8, -1}) {
+      SCOPED_TRACE(fmt::format("{} tokens, expert id {}", tokens, bad));
+      Tensor ids = Tensor::zeros(DType::I32, {2, tokens});
+      ids.as<int32_t>()[2 * tokens - 1] = bad;
+      try {
+        fn({Tensor::zeros(DType::F32, {16, 32, 8}), Tensor::zeros(DType::F32, {32, 2, tokens}),
+            ids});
+        ADD_FAILURE() << "not caught";
+      } catch (const Error &e) {
+        EXPECT_THAT(e.what(), testing::HasSubstr(fmt::format(
+                                  "index {} is out of bounds for dim 2 of '%weights'", bad)));
+      }
+    }
+  }
 }
 
 // A lowering override that the tiles take but the one-row stream does not (a k block) leaves

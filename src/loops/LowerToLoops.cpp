@@ -612,22 +612,23 @@ private:
       }
     }
     Strategy strategy = chooseStrategy(g, extents, result);
-    if (emitOneRowBranch(g, result, strategy, extents))
+    if (emitOneTokenBranch(g, result, strategy, extents))
       return;
     const bool wholeReduction = (strategy.pipeline == Pipeline::ContractionOuter ||
                                  strategy.pipeline == Pipeline::ContractionDot) &&
                                 !strategy.blockK;
     Expr fill = takeFillFor(op, wholeReduction);
-    if (strategy.pipeline == Pipeline::ContractionGather ||
-        strategy.pipeline == Pipeline::ContractionRanks) {
+    if (strategy.pipeline == Pipeline::ContractionGather) {
       // The choices are checked whatever the bounds checks: a wrong one would count outside
-      // the per-choice counts (contraction.gather) or pick another lane (contraction.ranks).
+      // the per-choice counts.
       GatherParts parts = gatherParts(g, extents);
       checkChoices(parts.extract, parts.choices);
-      std::vector<Stmt> stmts = strategy.pipeline == Pipeline::ContractionGather
-                                    ? groupedGather(g, result, strategy, extents)
-                                    : rankedGather(g, result, strategy, extents);
+      std::vector<Stmt> stmts = groupedGather(g, result, strategy, extents);
       append(stmts);
+      return;
+    }
+    if (strategy.pipeline == Pipeline::ContractionRanks) {
+      emitRankedGather(g, result, strategy, extents);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionChoices) {
@@ -1034,40 +1035,62 @@ private:
     return gather;
   }
 
-  // Partial specialization keeps the token count of a matmul a runtime value, so that one kernel
-  // serves prefill and decode; its tiles then stream a decode step's single row of output
-  // through B in column stripes (S8: 3.5 ms against 2.0 specialized). When m is the only
-  // runtime extent and one row of it takes contraction.stream, the kernel branches on m:
-  // `if m == 1` the stream, else the tiles. Returns whether it emitted the branch.
-  bool emitOneRowBranch(GenericView &g, const TensorStorage &result, const Strategy &general,
-                        const std::vector<Expr> &extents) {
-    if (!specialized() || general.pipeline != Pipeline::ContractionOuter || general.dimM < 0 ||
-        asConstant(extents[general.dimM]))
+  // Partial specialization keeps the token count a runtime value, so that one kernel serves
+  // prefill and decode; but the general nests serve a decode step's single token poorly. A
+  // matmul's tiles stream its one row of output through B in column stripes (S8: 3.5 ms against
+  // 2.0 specialized); mul_mat_id's ranks permute each row of weights into a tile of slots of
+  // which a decode step's pairs fill one vector in four (S9 at one token: 4.0 ms against 3.4).
+  // When the token count is the only runtime extent and one token takes the pipeline the
+  // specialized kernel would (contraction.stream for a matmul's rows, contraction.choices for
+  // mul_mat_id's pairs), the kernel branches on it: `if tokens == 1` that pipeline, else the
+  // general one. Returns whether it emitted the branch.
+  bool emitOneTokenBranch(GenericView &g, const TensorStorage &result, const Strategy &general,
+                          const std::vector<Expr> &extents) {
+    if (!specialized())
       return false;
+    int tokens = -1;
     for (int d = 0; d < g.numLoops(); ++d)
-      if (d != general.dimM && !asConstant(extents[d]))
-        return false;
-    std::vector<Expr> oneRow = extents;
-    oneRow[general.dimM] = intConst(1);
-    Strategy stream;
+      if (!asConstant(extents[d])) {
+        if (tokens >= 0)
+          return false;
+        tokens = d;
+      }
+    if (tokens < 0)
+      return false;
+    Pipeline oneTokenPipeline;
+    if (general.pipeline == Pipeline::ContractionOuter && general.dimM == tokens)
+      oneTokenPipeline = Pipeline::ContractionStream;
+    else if (general.pipeline == Pipeline::ContractionRanks) // a runtime extent only of pairs
+      oneTokenPipeline = Pipeline::ContractionChoices;
+    else
+      return false;
+    std::vector<Expr> oneToken = extents;
+    oneToken[tokens] = intConst(1);
+    Strategy one;
     try {
-      stream = chooseStrategy(g, oneRow, result);
+      one = chooseStrategy(g, oneToken, result);
     } catch (const InternalError &) {
       throw;
     } catch (const Error &) {
-      return false; // a lowering override that the tiles take and the stream does not: no branch
+      return false; // a lowering override that the general nest takes and this one does not
     }
-    if (stream.pipeline != Pipeline::ContractionStream)
+    if (one.pipeline != oneTokenPipeline)
       return false;
     flushPendingFill(); // both branches add to the output as it is
     std::vector<Stmt> whenOne, otherwise;
     std::vector<Stmt> *enclosing = current_;
     current_ = &whenOne;
-    emitStream(g, result, stream, oneRow);
+    if (one.pipeline == Pipeline::ContractionStream)
+      emitStream(g, result, one, oneToken);
+    else
+      emitChoiceLanes(g, result, one, oneToken);
     current_ = &otherwise;
-    emitContraction(g, result, general, extents, nullptr);
+    if (general.pipeline == Pipeline::ContractionRanks)
+      emitRankedGather(g, result, general, extents);
+    else
+      emitContraction(g, result, general, extents, nullptr);
     current_ = enclosing;
-    current_->push_back(ifThen(cmp("eq", extents[general.dimM], intConst(1)), std::move(whenOne),
+    current_->push_back(ifThen(cmp("eq", extents[tokens], intConst(1)), std::move(whenOne),
                                std::move(otherwise)));
     return true;
   }
@@ -1812,6 +1835,16 @@ private:
         return false;
     }
     return true;
+  }
+
+  // contraction.ranks with its choices checked whatever the bounds checks: a wrong one would
+  // pick another lane.
+  void emitRankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
+                        const std::vector<Expr> &extents) {
+    GatherParts parts = gatherParts(g, extents);
+    checkChoices(parts.extract, parts.choices);
+    std::vector<Stmt> stmts = rankedGather(g, result, s, extents);
+    append(stmts);
   }
 
   // contraction.ranks (see loops/Strategy.h): the pairs in their own order are the slots, C to
