@@ -125,6 +125,61 @@ TEST(FuseLoops, AParallelLoopInsideTheFusedParallelLoopRunsSerially) {
   EXPECT_THAT(text, testing::HasSubstr("for j in 0..8 {")) << text;
 }
 
+// Rows of a runtime width (partial specialization): A writes t[i, j] for j < dims[0] in
+// tiles of 4 (dims[0] / 4 of them) and the columns those leave over; B reads t[i, `read`].
+// Strides and offsets are polynomials in the runtime sizes.
+Program runtimeRows(const std::function<Expr(Expr row, Expr column)> &read) {
+  Program p;
+  p.name = "k";
+  p.numDimParams = 1;
+  Expr width = dimParam(0), tiles = binary(OpKind::DivSI, dimParam(0), intConst(4));
+  Expr size = mul(intConst(kRows), width);
+  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, size, nullptr},
+               {"t", ElemKind::F32, BufferRole::Temp, 0, size, intConst(0)},
+               {"y", ElemKind::F32, BufferRole::Output, 0, size, nullptr}};
+  p.workspaceBytes = mul(intConst(4), size);
+  Expr i = var("i", ElemKind::Index), tile = var("tile", ElemKind::Index);
+  Expr left = var("left", ElemKind::Index), j2 = var("j2", ElemKind::Index);
+  auto at = [&](Expr row, Expr column) { return add(mul(row, width), column); };
+  std::vector<Stmt> tileBody;
+  for (int64_t c = 0; c < 4; ++c) {
+    Expr column = add(mul(tile, intConst(4)), intConst(c));
+    tileBody.push_back(store(1, at(i, column), load(0, at(i, column), ElemKind::F32)));
+  }
+  Expr leftColumn = add(mul(tiles, intConst(4)), left);
+  Stmt a = forLoop(
+      "i", intConst(kRows), ForKind::Parallel,
+      {forLoop("tile", tiles, ForKind::Serial, std::move(tileBody)),
+       forLoop("left", binary(OpKind::SubI, width, mul(tiles, intConst(4))), ForKind::Serial,
+               {store(1, at(i, leftColumn), load(0, at(i, leftColumn), ElemKind::F32))})});
+  Expr i2 = var("i2", ElemKind::Index);
+  Stmt b = forLoop("i2", intConst(kRows), ForKind::Parallel,
+                   {forLoop("j2", width, ForKind::Vectorize,
+                            {store(2, at(i2, j2), load(1, read(i2, j2), ElemKind::F32))})});
+  a->bound = b->bound = intConst(1);
+  p.body = {a, b};
+  return p;
+}
+
+TEST(FuseLoops, RowsOfARuntimeWidthFuse) {
+  Program p = runtimeRows([](Expr row, Expr column) { return add(mul(row, dimParam(0)), column); });
+  fuseLoops(p);
+  EXPECT_EQ(p.body.size(), 1u) << print(p);
+  // Past the row's end, or a row further on: no proof that each row stays its own.
+  for (auto read : std::vector<std::function<Expr(Expr, Expr)>>{
+           [](Expr row, Expr column) {
+             return add(add(mul(row, dimParam(0)), column), intConst(1));
+           },
+           [](Expr row, Expr column) {
+             return add(mul(add(row, intConst(1)), dimParam(0)), column);
+           },
+           [](Expr, Expr column) { return column; }}) {
+    Program apart = runtimeRows(read);
+    fuseLoops(apart);
+    EXPECT_EQ(apart.body.size(), 2u) << print(apart);
+  }
+}
+
 // Column means subtracted from every row: the reduction's loop over the rows and the
 // subtraction's have the same extent, but each row of the subtraction needs every row summed.
 TEST(FuseLoops, ConsumerOfAColumnReductionStaysApart) {

@@ -4,6 +4,13 @@
 // of them and the offset, over the ranges of the loops inside, within [0, S). Iteration i then
 // touches only row i of that buffer, so running A's iteration i and then B's, for each i in
 // turn, computes what running all of A and then all of B did.
+//
+// With runtime extents (partial specialization) S and the offsets' bounds are polynomials in
+// the runtime sizes (`dims[0]`, and `dims[0] / 4` as a size of its own, as a tile count is).
+// Sizes are never negative, so a polynomial whose coefficients are all at least 0 is at least
+// 0 whatever they are: the offset's bounds are proved within [0, S) when `lo` and `S - 1 - hi`
+// are such polynomials. An inner loop's range counts only when it runs, when its extent is at
+// least 1.
 #include "loops/FuseLoops.h"
 
 #include <algorithm>
@@ -14,17 +21,84 @@
 namespace frank::loops {
 namespace {
 
-// An index as `constant + sum(coefficient * variable)`.
+// A runtime size: a runtime dim, or one divided by a positive constant (a count of tiles),
+// which is never more than the dim divided exactly.
+struct Size {
+  int64_t dim = 0;
+  int64_t divisor = 1;
+  auto operator<=>(const Size &) const = default;
+};
+
+// A polynomial in runtime sizes: each term's sizes (sorted, repeated for powers) and its
+// coefficient. Constants are the term of no sizes.
+using Poly = std::map<std::vector<Size>, int64_t>;
+
+Poly constantPoly(int64_t c) { return c ? Poly{{{}, c}} : Poly{}; }
+
+Poly plus(Poly a, const Poly &b, int64_t sign = 1) {
+  for (const auto &[term, k] : b)
+    if ((a[term] += sign * k) == 0)
+      a.erase(term);
+  return a;
+}
+
+Poly times(const Poly &a, const Poly &b) {
+  Poly product;
+  for (const auto &[ta, ka] : a)
+    for (const auto &[tb, kb] : b) {
+      std::vector<Size> term = ta;
+      term.insert(term.end(), tb.begin(), tb.end());
+      std::sort(term.begin(), term.end());
+      product = plus(std::move(product), {{term, ka * kb}});
+    }
+  return product;
+}
+
+// At least 0 for any sizes: every coefficient is, once each negative term with a quotient
+// d / c among its sizes takes the quotient's upper bound, d / c exactly (so that d - 4 * (d / 4)
+// is seen to be at least 0).
+bool nonNegative(const Poly &p) {
+  Poly bounded;
+  for (const auto &[sizes, coefficient] : p) {
+    std::vector<Size> term = sizes;
+    int64_t k = coefficient;
+    auto quotient = std::find_if(term.begin(), term.end(), [](const Size &s) { return s.divisor > 1; });
+    if (k < 0 && quotient != term.end() && k % quotient->divisor == 0) {
+      k /= quotient->divisor;
+      quotient->divisor = 1;
+      std::sort(term.begin(), term.end());
+    }
+    bounded = plus(std::move(bounded), {{term, k}});
+  }
+  return std::all_of(bounded.begin(), bounded.end(),
+                     [](const auto &term) { return term.second >= 0; });
+}
+
+std::optional<Size> sizeOf(const Expr &e) {
+  if (e->kind == ExprKind::DimParam)
+    return Size{e->intValue, 1};
+  if (e->kind != ExprKind::Binary || (e->op != OpKind::DivSI && e->op != OpKind::DivUI) ||
+      e->args[0]->kind != ExprKind::DimParam)
+    return std::nullopt;
+  std::optional<int64_t> divisor = asConstant(e->args[1]);
+  if (!divisor || *divisor <= 0)
+    return std::nullopt;
+  return Size{e->args[0]->intValue, *divisor};
+}
+
+// An index as `constant + sum(coefficient * variable)`, coefficients and constant polynomials.
 struct Affine {
-  std::map<std::string, int64_t> coefficients;
-  int64_t constant = 0;
+  std::map<std::string, Poly> coefficients;
+  Poly constant;
 };
 
 std::optional<Affine> affineOf(const Expr &e) {
   if (e->kind == ExprKind::IntConst)
-    return Affine{{}, e->intValue};
+    return Affine{{}, constantPoly(e->intValue)};
+  if (std::optional<Size> size = sizeOf(e))
+    return Affine{{}, Poly{{{*size}, 1}}};
   if (e->kind == ExprKind::Var && e->lanes == 1)
-    return Affine{{{e->name, 1}}, 0};
+    return Affine{{{e->name, constantPoly(1)}}, {}};
   if (e->kind != ExprKind::Binary ||
       (e->op != OpKind::AddI && e->op != OpKind::SubI && e->op != OpKind::MulI))
     return std::nullopt;
@@ -35,17 +109,26 @@ std::optional<Affine> affineOf(const Expr &e) {
     if (!a->coefficients.empty() && !b->coefficients.empty())
       return std::nullopt;
     Affine scaled = a->coefficients.empty() ? *b : *a;
-    int64_t factor = a->coefficients.empty() ? a->constant : b->constant;
+    const Poly &factor = a->coefficients.empty() ? a->constant : b->constant;
     for (auto &[name, k] : scaled.coefficients)
-      k *= factor;
-    scaled.constant *= factor;
+      k = times(k, factor);
+    scaled.constant = times(scaled.constant, factor);
     return scaled;
   }
-  int64_t sign = e->op == OpKind::SubI ? -1 : 1;
-  for (auto &[name, k] : b->coefficients)
-    a->coefficients[name] += sign * k;
-  a->constant += sign * b->constant;
+  const int64_t sign = e->op == OpKind::SubI ? -1 : 1;
+  for (const auto &[name, k] : b->coefficients)
+    a->coefficients[name] = plus(a->coefficients[name], k, sign);
+  a->constant = plus(a->constant, b->constant, sign);
   return a;
+}
+
+// An extent free of loop variables, as a polynomial.
+std::optional<Poly> polyOf(const Expr &e) {
+  std::optional<Affine> a = affineOf(e);
+  for (const auto &[name, k] : a ? a->coefficients : std::map<std::string, Poly>{})
+    if (!k.empty())
+      return std::nullopt;
+  return a ? std::optional<Poly>(a->constant) : std::nullopt;
 }
 
 struct Access {
@@ -58,7 +141,7 @@ struct Access {
 // What a loop body reads and writes, the loops inside it and the names it binds.
 struct BodyFacts {
   std::vector<Access> accesses;
-  std::map<std::string, std::optional<int64_t>> innerLoops; // variable -> constant extent
+  std::map<std::string, std::optional<Poly>> innerLoops; // variable -> extent
   std::set<std::string> bound;                              // lets and locals: any value
   bool assignsOutside = false; // assigns a variable declared outside the loop
 };
@@ -75,7 +158,7 @@ void collect(const Expr &e, BodyFacts &facts) {
 void collect(const std::vector<Stmt> &stmts, BodyFacts &facts) {
   for (const Stmt &s : stmts) {
     switch (s->kind) {
-    case StmtKind::For: facts.innerLoops[s->name] = asConstant(s->value); break;
+    case StmtKind::For: facts.innerLoops[s->name] = polyOf(s->value); break;
     case StmtKind::Let:
     case StmtKind::Local: facts.bound.insert(s->name); break;
     case StmtKind::Assign: facts.assignsOutside |= !facts.bound.count(s->name); break;
@@ -95,9 +178,9 @@ void collect(const std::vector<Stmt> &stmts, BodyFacts &facts) {
 // The row of a buffer an access touches in iteration `loopVar` of the loop: the stride of
 // that variable, the terms of variables fixed while the loop runs, and the offset's range.
 struct Row {
-  int64_t stride = 0;
-  std::map<std::string, int64_t> fixed;
-  int64_t lo = 0, hi = 0;
+  Poly stride;
+  std::map<std::string, Poly> fixed;
+  Poly lo, hi;
 };
 
 std::optional<Row> rowOf(const Access &access, const std::string &loopVar, const BodyFacts &facts) {
@@ -106,9 +189,9 @@ std::optional<Row> rowOf(const Access &access, const std::string &loopVar, const
     return std::nullopt;
   Row row;
   row.lo = index->constant;
-  row.hi = index->constant + access.lanes - 1;
+  row.hi = plus(index->constant, constantPoly(access.lanes - 1));
   for (const auto &[name, k] : index->coefficients) {
-    if (k == 0)
+    if (k.empty())
       continue;
     if (name == loopVar) {
       row.stride = k;
@@ -123,9 +206,14 @@ std::optional<Row> rowOf(const Access &access, const std::string &loopVar, const
     }
     if (!inner->second)
       return std::nullopt;
-    int64_t span = k * std::max<int64_t>(0, *inner->second - 1);
-    row.lo += std::min<int64_t>(0, span);
-    row.hi += std::max<int64_t>(0, span);
+    // k times the last iteration, extent - 1: at least 0 whenever the loop runs.
+    const Poly span = times(k, plus(*inner->second, constantPoly(-1)));
+    if (nonNegative(k))
+      row.hi = plus(row.hi, span);
+    else if (nonNegative(times(k, constantPoly(-1))))
+      row.lo = plus(row.lo, span);
+    else
+      return std::nullopt;
   }
   return row;
 }
@@ -158,7 +246,9 @@ bool canFuse(const StmtNode &a, const StmtNode &b) {
         if (x.buffer != buffer)
           continue;
         std::optional<Row> row = rowOf(x, loopVar, facts);
-        if (!row || row->stride <= 0 || row->lo < 0 || row->hi >= row->stride)
+        // 0 <= lo and hi <= stride - 1 (so the stride is at least 1 where anything runs).
+        if (!row || !nonNegative(row->lo) ||
+            !nonNegative(plus(plus(row->stride, constantPoly(-1)), row->hi, -1)))
           return false;
         if (!first)
           first = row;
