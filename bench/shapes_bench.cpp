@@ -414,8 +414,8 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
         for (auto _ : state) {
           state.PauseTiming();
           const std::string suffix = fmt::format("_reload{}", serial++);
-          std::vector<llvm::StringRef> helper = {self,        kFillDiskCache, directory,
-                                                 s->component, s->function,   suffix};
+          std::vector<llvm::StringRef> helper = {self,         kFillDiskCache, directory,
+                                                 s->component, s->function,    suffix};
           helper.insert(helper.end(), types.begin(), types.end());
           std::string error;
           if (llvm::sys::ExecuteAndWait(self, helper, std::nullopt, {}, 0, 0, &error) != 0) {

@@ -62,7 +62,8 @@ bool nonNegative(const Poly &p) {
   for (const auto &[sizes, coefficient] : p) {
     std::vector<Size> term = sizes;
     int64_t k = coefficient;
-    auto quotient = std::find_if(term.begin(), term.end(), [](const Size &s) { return s.divisor > 1; });
+    auto quotient =
+        std::find_if(term.begin(), term.end(), [](const Size &s) { return s.divisor > 1; });
     if (k < 0 && quotient != term.end() && k % quotient->divisor == 0) {
       k /= quotient->divisor;
       quotient->divisor = 1;
@@ -141,7 +142,7 @@ struct Access {
 // What a loop body reads and writes, the loops inside it and the names it binds.
 struct BodyFacts {
   std::vector<Access> accesses;
-  std::map<std::string, std::optional<Poly>> innerLoops; // variable -> extent
+  std::map<std::string, std::optional<Poly>> innerLoops;    // variable -> extent
   std::set<std::string> bound;                              // lets and locals: any value
   bool assignsOutside = false; // assigns a variable declared outside the loop
 };

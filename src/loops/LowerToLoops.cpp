@@ -1090,8 +1090,8 @@ private:
     else
       emitContraction(g, result, general, extents, nullptr);
     current_ = enclosing;
-    current_->push_back(ifThen(cmp("eq", extents[tokens], intConst(1)), std::move(whenOne),
-                               std::move(otherwise)));
+    current_->push_back(
+        ifThen(cmp("eq", extents[tokens], intConst(1)), std::move(whenOne), std::move(otherwise)));
     return true;
   }
 
