@@ -126,10 +126,12 @@ std::optional<Affine> affineOf(const Expr &e) {
 // An extent free of loop variables, as a polynomial.
 std::optional<Poly> polyOf(const Expr &e) {
   std::optional<Affine> a = affineOf(e);
-  for (const auto &[name, k] : a ? a->coefficients : std::map<std::string, Poly>{})
+  if (!a)
+    return std::nullopt;
+  for (const auto &[name, k] : a->coefficients)
     if (!k.empty())
       return std::nullopt;
-  return a ? std::optional<Poly>(a->constant) : std::nullopt;
+  return a->constant;
 }
 
 struct Access {

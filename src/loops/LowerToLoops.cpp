@@ -618,17 +618,9 @@ private:
                                  strategy.pipeline == Pipeline::ContractionDot) &&
                                 !strategy.blockK;
     Expr fill = takeFillFor(op, wholeReduction);
-    if (strategy.pipeline == Pipeline::ContractionGather) {
-      // The choices are checked whatever the bounds checks: a wrong one would count outside
-      // the per-choice counts.
-      GatherParts parts = gatherParts(g, extents);
-      checkChoices(parts.extract, parts.choices);
-      std::vector<Stmt> stmts = groupedGather(g, result, strategy, extents);
-      append(stmts);
-      return;
-    }
-    if (strategy.pipeline == Pipeline::ContractionRanks) {
-      emitRankedGather(g, result, strategy, extents);
+    if (strategy.pipeline == Pipeline::ContractionGather ||
+        strategy.pipeline == Pipeline::ContractionRanks) {
+      emitCheckedGather(g, result, strategy, extents);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionChoices) {
@@ -1086,7 +1078,7 @@ private:
       emitChoiceLanes(g, result, one, oneToken);
     current_ = &otherwise;
     if (general.pipeline == Pipeline::ContractionRanks)
-      emitRankedGather(g, result, general, extents);
+      emitCheckedGather(g, result, general, extents);
     else
       emitContraction(g, result, general, extents, nullptr);
     current_ = enclosing;
@@ -1837,13 +1829,15 @@ private:
     return true;
   }
 
-  // contraction.ranks with its choices checked whatever the bounds checks: a wrong one would
-  // pick another lane.
-  void emitRankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
-                        const std::vector<Expr> &extents) {
+  // contraction.gather or contraction.ranks, its choices checked whatever the bounds checks: a
+  // wrong one would count outside the per-choice counts (gather) or pick another lane (ranks).
+  void emitCheckedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
+                         const std::vector<Expr> &extents) {
     GatherParts parts = gatherParts(g, extents);
     checkChoices(parts.extract, parts.choices);
-    std::vector<Stmt> stmts = rankedGather(g, result, s, extents);
+    std::vector<Stmt> stmts = s.pipeline == Pipeline::ContractionGather
+                                  ? groupedGather(g, result, s, extents)
+                                  : rankedGather(g, result, s, extents);
     append(stmts);
   }
 
