@@ -104,6 +104,15 @@ namespace {
 
 bool divides(int64_t d, int64_t n) { return d > 0 && n % d == 0; }
 
+/// The largest k block of `least` to `most` steps that splits k into whole blocks, two or more;
+/// 0 when there is none, or when `most` steps already take the whole k.
+int64_t dividingBlock(int64_t k, int64_t most, int64_t least) {
+  for (int64_t block = most; block >= least && block < k; --block)
+    if (k % block == 0)
+      return block;
+  return 0;
+}
+
 } // namespace
 
 int64_t groupedVectors(int64_t pairs, int64_t choices, int64_t lanes) {
@@ -417,13 +426,8 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
   // A k block keeps the tile's rows of the gathered operand (MR lines of its choices per k,
   // rows far apart) in 8 KiB of L1 while every vector of slots passes over them: on S9, k-block
   // 32 takes 6.6 ms, 64 takes 7.3 ms, none 15.6 ms.
-  int64_t k = nest.extents[s.dimK];
   int64_t perK = int64_t(s.tileM) * gather.choices * (nest.elemBits / 8);
-  for (int64_t block = (8 << 10) / std::max<int64_t>(1, perK); block >= 8 && block < k; --block)
-    if (k % block == 0) {
-      s.blockK = block;
-      break;
-    }
+  s.blockK = dividingBlock(nest.extents[s.dimK], (8 << 10) / std::max<int64_t>(1, perK), 8);
   return s;
 }
 
@@ -493,12 +497,8 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   const int64_t k = nest.extents[s.dimK];
   const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
   const int64_t perK = 2 * slotVectors * choices * (nest.elemBits / 8);
-  const bool tooLarge = k * perK > kRanksInputBlockBytes && !isRuntime(nest, s.dimK);
-  for (int64_t block = kRanksInputBlockBytes / perK; tooLarge && block >= 8; --block)
-    if (k % block == 0) {
-      s.blockK = block;
-      break;
-    }
+  if (k * perK > kRanksInputBlockBytes && !isRuntime(nest, s.dimK))
+    s.blockK = dividingBlock(k, kRanksInputBlockBytes / perK, 8);
   return s;
 }
 
@@ -590,12 +590,7 @@ int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
   int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
   int64_t k = nest.extents[s.dimK];
   const int64_t budget = s.tileM >= 4 ? 64 << 10 : 16 << 10;
-  if (k * panelRow <= budget)
-    return 0;
-  for (int64_t block = budget / panelRow; block >= 16; --block)
-    if (block < k && k % block == 0)
-      return block;
-  return 0;
+  return k * panelRow <= budget ? 0 : dividingBlock(k, budget / panelRow, 16);
 }
 
 // The input to pack: the one operand read along both n and k (B), when it is not read along m
