@@ -221,6 +221,39 @@ TEST(CliRun, SwigluRandomIsDeterministicPerSeed) {
   EXPECT_TRUE(anyNegative) << "gate and up look like the same random stream";
 }
 
+// random:LO:HI draws from [LO, HI): swiglu of gate and up in [2, 3) lies in
+// [2 silu(2), 3 silu(3)) = [3.523, 8.574), where the default [-1, 1) keeps it under silu(1).
+TEST(CliRun, RandomRangeBoundsFloats) {
+  ToolResult r = runTool(
+      {"run", kSwiglu, "--input=4x4x8xf32=random:2:3", "--input=4x4x8xf32=random:2:3", "--seed=3"});
+  EXPECT_SUCCESS(r);
+  Printed p = parseResult(r.out, 0);
+  ASSERT_EQ(p.values.size(), 128u);
+  for (double v : p.values) {
+    EXPECT_GE(v, 2 * 2 / (1 + std::exp(-2.0)) - 1e-5);
+    EXPECT_LT(v, 3 * 3 / (1 + std::exp(-3.0)) + 1e-5);
+  }
+}
+
+// Integer ids in range for mul_mat_id's 8 experts pass its gather's bounds check; the default
+// [0, 16) would not, nor would [8, 16), which proves the lower bound is applied too.
+TEST(CliRun, RandomRangeBoundsIntegers) {
+  const std::string mulMatId = kComponents + "/moe/mul_mat_id.mlir";
+  auto runIds = [&](const std::string &ids) {
+    return runTool({"run", mulMatId, "--input=16x8x8xf32=random", "--input=8x2x32xf32=random",
+                    "--input=2x32xi32=" + ids});
+  };
+  EXPECT_SUCCESS(runIds("random:0:8"));
+  for (const char *outOfRange : {"random", "random:8:16"}) {
+    ToolResult r = runIds(outOfRange);
+    EXPECT_FALSE(r.signaled) << outOfRange;
+    EXPECT_EQ(r.exitCode, 1) << outOfRange;
+    EXPECT_THAT(r.err, HasSubstr("is out of bounds for dim 2 of '%weights', which has "
+                                 "size 8"))
+        << outOfRange;
+  }
+}
+
 // ---- .npy input and output -------------------------------------------------------------------
 
 TEST(CliNpy, InputsAndOutputThroughNpyFiles) {

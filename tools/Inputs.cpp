@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -81,22 +82,56 @@ void fillValues(Tensor &t, const std::vector<double> &values) {
   }
 }
 
-// Floats uniform in [-1, 1); integers in [0, 16); i1 fair coin. Deterministic per seed and
-// position.
-void fillRandom(Tensor &t, uint64_t seed, size_t position) {
+// Uniform in [lo, hi): floats, or integers (i1 a fair coin when the range is [0, 2)).
+// Deterministic per seed and position.
+void fillRandom(Tensor &t, uint64_t seed, size_t position, double lo, double hi) {
   std::mt19937_64 rng(seed * 1000003 + position);
   std::vector<double> values(static_cast<size_t>(t.numel()));
   if (isFloat(t.dtype())) {
-    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    std::uniform_real_distribution<double> dist(lo, hi);
     for (double &v : values)
       v = dist(rng);
   } else {
-    std::uniform_int_distribution<int> dist(0, t.dtype() == DType::I1 ? 1 : 15);
+    std::uniform_int_distribution<int64_t> dist(static_cast<int64_t>(lo),
+                                                static_cast<int64_t>(hi) - 1);
     for (double &v : values)
-      v = dist(rng);
+      v = static_cast<double>(dist(rng));
   }
   if (!values.empty())
     fillValues(t, values);
+}
+
+// The range of `random` or `random:LO:HI`: by default floats in [-1, 1), integers in [0, 16),
+// i1 in [0, 2). Integer bounds must be integers that the element type holds.
+std::pair<double, double> randomRange(const std::string &value, DType dtype, size_t position,
+                                      const std::string &text) {
+  if (value == "random")
+    return isFloat(dtype) ? std::pair{-1.0, 1.0} : std::pair{0.0, dtype == DType::I1 ? 2.0 : 16.0};
+  const std::string bounds = value.substr(std::strlen("random:"));
+  const size_t colon = bounds.find(':');
+  if (colon == std::string::npos)
+    bad(position, text, "random takes no range or two bounds: random:LO:HI");
+  const double lo = parseNumber(bounds.substr(0, colon), position, text),
+               hi = parseNumber(bounds.substr(colon + 1), position, text);
+  if (!(lo < hi))
+    bad(position, text, fmt::format("random:{} is an empty range: LO must be below HI", bounds));
+  if (!isFloat(dtype)) {
+    if (lo != std::floor(lo) || hi != std::floor(hi))
+      bad(position, text,
+          fmt::format("the bounds of random integers must be integers, not {}", bounds));
+    const auto [least, most] = [&]() -> std::pair<double, double> {
+      switch (dtype) {
+      case DType::I1: return {0, 1};
+      case DType::I8: return {INT8_MIN, INT8_MAX};
+      case DType::I16: return {INT16_MIN, INT16_MAX};
+      case DType::I32: return {INT32_MIN, INT32_MAX};
+      default: return {-0x1p53, 0x1p53};
+      }
+    }();
+    if (lo < least || hi - 1 > most)
+      bad(position, text, fmt::format("random:{} does not fit {}", bounds, dtypeName(dtype)));
+  }
+  return {lo, hi};
 }
 
 } // namespace
@@ -147,8 +182,9 @@ Arg parseInput(const std::string &text, const std::string &declaredType, uint64_
     return t;
   }
   Tensor t = Tensor::zeros(spec.dtype, spec.shape);
-  if (value == "random") {
-    fillRandom(t, seed, position);
+  if (value == "random" || value.rfind("random:", 0) == 0) {
+    const auto [lo, hi] = randomRange(value, spec.dtype, position, text);
+    fillRandom(t, seed, position, lo, hi);
     return t;
   }
   std::vector<double> values;

@@ -9,8 +9,8 @@
 namespace frank::cli {
 
 /// Parses one `--input` against the function's declared argument type:
-///   32x4096xf32=@x.npy, @x.npy, 32x4096xf32=random, 2x2xf32=1,2,3,4, 4xf32=0.5 (splat),
-///   f32=1e-6, index=2, i1=true.
+///   32x4096xf32=@x.npy, @x.npy, 32x4096xf32=random, 2x32xi32=random:0:8 (uniform in [0, 8)),
+///   2x2xf32=1,2,3,4, 4xf32=0.5 (splat), f32=1e-6, index=2, i1=true.
 Arg parseInput(const std::string &text, const std::string &declaredType, uint64_t seed,
                size_t position);
 

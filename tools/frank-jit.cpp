@@ -53,7 +53,8 @@ cl::opt<std::string> function("function",
 cl::list<std::string>
     inputs("input",
            cl::desc("An argument: 32x4096xf32 (compile), 32x4096xf32=@x.npy, @x.npy, "
-                    "32x4096xf32=random, 2xf32=1,2, f32=1e-6, index=2, i1=true"),
+                    "32x4096xf32=random, 2x32xi32=random:0:8, 2xf32=1,2, f32=1e-6, index=2, "
+                    "i1=true"),
            cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
 cl::opt<Mode>
     mode("mode", cl::desc("Compilation mode"), cl::init(Mode::Specialized),
