@@ -822,6 +822,12 @@ const CliCase kCliCases[] = {
       "--input=2x3xf32=1"},
      "frank-jit",
      "--input #0 '2x3xf32=random:1:-1': random:1:-1 is an empty range: LO must be below HI"},
+    {"input_random_infinite_bound",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=random:-inf:0",
+      "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '2x3xf32=random:-inf:0': random:-inf:0 needs finite bounds and a finite HI - "
+     "LO"},
     {"input_random_fractional_integer_bound",
      {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xi32=random:0:2.5",
       "--input=2x3xf32=1"},

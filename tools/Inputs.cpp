@@ -113,6 +113,8 @@ std::pair<double, double> randomRange(const std::string &value, DType dtype, siz
     bad(position, text, "random takes no range or two bounds: random:LO:HI");
   const double lo = parseNumber(bounds.substr(0, colon), position, text),
                hi = parseNumber(bounds.substr(colon + 1), position, text);
+  if (!std::isfinite(hi - lo))
+    bad(position, text, fmt::format("random:{} needs finite bounds and a finite HI - LO", bounds));
   if (!(lo < hi))
     bad(position, text, fmt::format("random:{} is an empty range: LO must be below HI", bounds));
   if (!isFloat(dtype)) {
