@@ -96,6 +96,27 @@ std::vector<PartialCase> partialCases() {
        },
        "attention_gqa_causal"});
 
+  // Prefill of n tokens, 3 query heads per KV head: Q K^T's 3n rows and n columns leave 1 to 3
+  // rows and columns over after its 4x4 or 4x2 register tiles.
+  cases.push_back(
+      {"attention/attention_gqa.mlir",
+       "attention_gqa",
+       "query:1,key:1,value:1",
+       {1, 3, 6, 17, 39},
+       1e-4,
+       1e-5,
+       [](int64_t n, auto &f, auto &, auto &, auto &args) {
+         oracle::AttentionDims d{1, n, n, 6, 2, 32};
+         f = {oracle::randomFloats(n * 6 * 32, 41 + n, -2, 2),
+              oracle::randomFloats(n * 2 * 32, 42 + n), oracle::randomFloats(n * 2 * 32, 43 + n)};
+         const float scale = 1.0f / std::sqrt(32.0f);
+         args = {Tensor::borrow(f[0].data(), DType::F32, {1, n, 6, 32}),
+                 Tensor::borrow(f[1].data(), DType::F32, {1, n, 2, 32}),
+                 Tensor::borrow(f[2].data(), DType::F32, {1, n, 2, 32}), Scalar::f32(scale)};
+         return oracle::attentionGqa(f[0].data(), f[1].data(), f[2].data(), scale, d, false);
+       },
+       "attention_gqa_group3"});
+
   cases.push_back({"position/rope.mlir", "rope", "input:1,positions:1", tokens, 1e-5, 1e-5,
                    [](int64_t n, auto &f, auto &ints, auto &, auto &args) {
                      f = {oracle::randomFloats(n * 4 * 64, 31 + n)};
@@ -306,12 +327,15 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_LT(loops.find("contraction.stream"), loops.find("} else {", branch)) << loops;
   EXPECT_LT(loops.find("} else {", branch), loops.find("contraction.outer m=d0 n=d1 k=d2"))
       << loops;
-  // Decode attention over a runtime KV length: Q K^T takes the keys as m, P V reduces over them.
+  // Decode attention over a runtime KV length: Q K^T takes the keys as n, in a runtime number
+  // of n blocks and then one-column tiles; P V reduces over them.
   std::string attn =
       attention()
           .function("attention_gqa_decode")
           .emit(Stage::Loops, {"1x1x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
-  EXPECT_NE(attn.find("contraction.dot m=d2 n=d1 k=d3"), std::string::npos) << attn;
+  EXPECT_NE(attn.find("contraction.dot m=d1 n=d2 k=d3"), std::string::npos) << attn;
+  EXPECT_NE(attn.find("for n_block in 0..(dims[0] / "), std::string::npos) << attn;
+  EXPECT_NE(attn.find("for n_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << attn;
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
   // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it;
   // and for one token (a decode step) the choices of each row as lanes, as the specialized

@@ -322,7 +322,7 @@ TEST(Strategy, WhyPlainLoops) {
 }
 
 // Partial specialization: runtime extents count as kNominalExtent (strides too), and only m,
-// outer's reduction and the dims outside the tile may be runtime values.
+// dot's n, outer's reduction and the dims outside the tile may be runtime values.
 NestShape withRuntime(NestShape nest, std::vector<bool> runtime) {
   nest.runtime = std::move(runtime);
   return nest;
@@ -339,9 +339,24 @@ TEST(Strategy, RuntimeExtents) {
   // A runtime n (the vectorized dim of outer) or k (of dot) leaves plain loops.
   EXPECT_EQ(choose(withRuntime(matmulNest(64, 64, r), {false, true, false})), "row-reduction");
   EXPECT_EQ(choose(withRuntime(transposedNest(64, r, 64), {false, false, true})), "row-reduction");
-  // Q x K^T over runtime keys: dot takes the keys as m and a constant dim as n.
+  // Q x K^T over runtime keys: dot takes them as n (the output's contiguous dim), in a runtime
+  // number of n blocks, then one-column tiles; queries too at prefill.
   EXPECT_EQ(choose(withRuntime(transposedNest(4, 128, r), {false, true, false})),
-            "contraction.dot m=d1 n=d0 k=d2 tile=4x2 lanes=8");
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(withRuntime(transposedNest(r, 128, r), {true, true, false})),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  // Key rows 4 KiB apart: prefetched when one m block reads them (decode), not when the next
+  // m blocks read them again from cache (prefill).
+  NestShape keys = withRuntime(transposedNest(4, 128, r), {false, true, false});
+  keys.strides = {{128, 0, 1}, {0, 1024, 1}, {r, 1, 0}};
+  EXPECT_EQ(choose(keys), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=4");
+  keys = withRuntime(transposedNest(r, 128, r), {true, true, false});
+  keys.strides = {{128, 0, 1}, {0, 1024, 1}, {r, 1, 0}};
+  EXPECT_EQ(choose(keys), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  // Any tile=MxN fits a runtime n; a constant one still needs N to divide it.
+  EXPECT_EQ(choose(withRuntime(transposedNest(r, 128, r), {true, true, false}), Target::avx2(),
+                   "tile=2x3"),
+            "contraction.dot m=d0 n=d1 k=d2 tile=2x3 lanes=8");
   // GEMV with a runtime K does not stream.
   EXPECT_EQ(choose(withRuntime(matmulNest(1, r, 4096), {false, false, true})),
             "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");

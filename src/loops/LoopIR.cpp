@@ -165,6 +165,20 @@ Expr mul(Expr a, Expr b) {
   return binary(OpKind::MulI, std::move(a), std::move(b));
 }
 
+Expr quotient(Expr a, int64_t divisor) {
+  if (divisor <= 0)
+    internalError("an index divided by a constant that is not positive");
+  if (auto c = asConstant(a))
+    return intConst(*c / divisor);
+  if (divisor == 1)
+    return a;
+  if (a->kind == ExprKind::Binary && a->op == OpKind::MulI)
+    for (int i = 0; i < 2; ++i)
+      if (auto k = asConstant(a->args[i]); k && *k % divisor == 0)
+        return mul(intConst(*k / divisor), a->args[1 - i]);
+  return binary(OpKind::DivSI, std::move(a), intConst(divisor));
+}
+
 static Stmt makeStmt(StmtNode node) { return std::make_shared<StmtNode>(std::move(node)); }
 
 Stmt block(std::vector<Stmt> body) {

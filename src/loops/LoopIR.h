@@ -98,6 +98,10 @@ std::string typeName(ElemKind type, int lanes);
 /// Index arithmetic that folds constants (0 + x, 1 * x, c1 * c2).
 Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
+/// Signed index division by a positive constant that folds c1 / c2, x / 1 and (k * x) / d where
+/// d divides k: a tile count of a runtime extent that is a multiple of the tile stays a plain
+/// product, which fuse-loops can bound.
+Expr quotient(Expr a, int64_t divisor);
 std::optional<int64_t> asConstant(const Expr &e);
 
 enum class StmtKind : uint8_t { Block, For, Let, Local, Assign, Store, If, Check, Prefetch };

@@ -1162,8 +1162,8 @@ private:
     const int lanes = s.lanes;
     const int vectorDim = outer ? s.dimN : s.dimK;
     const int numLoops = g.numLoops();
-    // Only m, outer's reductions and the dims outside the tile may be runtime values (see
-    // Strategy.h); a k block or a packed panel needs a constant k.
+    // Only m, dot's n, outer's reductions and the dims outside the tile may be runtime values
+    // (see Strategy.h); a k block or a packed panel needs a constant k.
     auto extent = [&](int d) {
       auto c = asConstant(extents[d]);
       if (!c)
@@ -1177,14 +1177,16 @@ private:
     Expr mBlock = var(freshName("m_block"), ElemKind::Index);
     Expr nBlock = var(freshName("n_block"), ElemKind::Index);
     Expr kBlock = var(freshName("k_block"), ElemKind::Index);
-    // The loop coordinates of accumulator (r, c) of a tile starting at row `firstRow`.
-    auto coordinates = [&](const Expr &firstRow, int r, int c) {
+    const int nStep = outer ? lanes : 1;
+    const Expr nBlockStart = mul(nBlock, intConst(s.tileN * nStep));
+    // The loop coordinates of accumulator (r, c) of a tile starting at row `firstRow` and
+    // column `firstColumn`.
+    auto coordinates = [&](const Expr &firstRow, const Expr &firstColumn, int r, int c) {
       std::vector<Expr> iv = vars;
       if (s.dimM >= 0)
         iv[s.dimM] = add(firstRow, intConst(r));
-      int nStep = outer ? lanes : 1;
       if (s.dimN >= 0)
-        iv[s.dimN] = add(mul(nBlock, intConst(s.tileN * nStep)), intConst(c * nStep));
+        iv[s.dimN] = add(firstColumn, intConst(c * nStep));
       if (outer && s.blockK)
         iv[s.dimK] = add(mul(kBlock, intConst(s.blockK)), vars[s.dimK]);
       if (!outer)
@@ -1301,8 +1303,7 @@ private:
           if (runtimeM) {
             const int64_t chunks = panelK / chunkRows;
             Expr packedRows =
-                mul(binary(OpKind::MinSI, binary(OpKind::DivSI, extents[s.dimM], intConst(s.tileM)),
-                           intConst(chunks)),
+                mul(binary(OpKind::MinSI, quotient(extents[s.dimM], s.tileM), intConst(chunks)),
                     intConst(chunkRows));
             Expr rest = var(freshName("row"), ElemKind::Index);
             packRest = ifThen(
@@ -1323,14 +1324,20 @@ private:
                                 s.tileN <= lanes && !outMap.results.empty() &&
                                 !outMap.results.back().isConstant &&
                                 outMap.results.back().value == s.dimN;
-    // A tile of `rows` x NR accumulators: declared, run through the reduction, stored.
-    auto buildTile = [&](int rows, const Expr &firstRow) {
+    // A tile of `rows` x `columns` accumulators (NR columns unless n has some left over):
+    // declared, run through the reduction, stored.
+    auto buildTile = [&](int rows, const Expr &firstRow, int columns = 0,
+                         const Expr &firstColumn = nullptr) {
+      if (columns == 0)
+        columns = s.tileN;
+      const Expr &column0 = firstColumn ? firstColumn : nBlockStart;
+      const bool sumRows = rowsContiguous && columns == s.tileN;
       std::vector<Stmt> init, step, fini;
-      std::vector<Expr> rowSums;                        // rowsContiguous: this row's accumulators
+      std::vector<Expr> rowSums;                        // sumRows: this row's accumulators
       std::map<std::tuple<int, int, int>, Expr> loaded; // (input, row or -1, column or -1)
       for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < s.tileN; ++c) {
-          std::vector<Expr> iv = coordinates(firstRow, r, c);
+        for (int c = 0; c < columns; ++c) {
+          std::vector<Expr> iv = coordinates(firstRow, column0, r, c);
           std::unordered_map<const Value *, Expr> values;
           for (int i = 0; i < g.numInputs(); ++i) {
             const Value *arg = g.body().arguments[i].get();
@@ -1365,11 +1372,12 @@ private:
             init.push_back(local(acc, fill ? broadcast(fill, lanes)
                                            : load(result.buffer, outIndex, elem, lanes)));
             fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
-          } else if (rowsContiguous) {
+          } else if (sumRows) {
             init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
             rowSums.push_back(var(acc, elem, lanes));
             if (c == s.tileN - 1) {
-              Expr first = accessIndex(g.outputMap(), coordinates(firstRow, r, 0), result.dims);
+              Expr first =
+                  accessIndex(g.outputMap(), coordinates(firstRow, column0, r, 0), result.dims);
               Expr sums = reduceAdd(std::move(rowSums));
               rowSums.clear();
               Expr before =
@@ -1420,7 +1428,7 @@ private:
     std::vector<Stmt> leftover;
     Expr mTrips = intConst(0); // 0: no m loop
     if (runtimeM) {
-      mTrips = binary(OpKind::DivSI, extents[s.dimM], intConst(s.tileM));
+      mTrips = quotient(extents[s.dimM], s.tileM);
       Expr row = var(freshName("m_left"), ElemKind::Index);
       Expr done = mul(mTrips, intConst(s.tileM));
       leftover = {forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done), ForKind::Serial,
@@ -1434,18 +1442,50 @@ private:
       mTrips = intConst(s.dimM >= 0 ? mRows / s.tileM : 0);
     }
 
+    const bool hasM = runtimeM || *asConstant(mTrips) > 0;
+    // dot over a runtime N: the columns left over after the n blocks, one at a time, each down
+    // the m blocks and the rows those leave over.
+    const bool runtimeN = s.dimN >= 0 && !asConstant(extents[s.dimN]);
+    if (runtimeN && outer)
+      internalError("contraction.outer with a runtime n");
+    Expr nTrips = s.dimN < 0 ? intConst(0) : quotient(extents[s.dimN], s.tileN * nStep);
+    Stmt columnsLeft;
+    if (runtimeN) {
+      Expr column = var(freshName("n_left"), ElemKind::Index);
+      Expr firstColumn = add(mul(nTrips, intConst(s.tileN)), column);
+      std::vector<Stmt> down;
+      if (hasM) {
+        Expr block = var(freshName("m_block"), ElemKind::Index);
+        down.push_back(forLoop(block->name, mTrips, ForKind::Serial,
+                               buildTile(s.tileM, mul(block, intConst(s.tileM)), 1, firstColumn)));
+      }
+      const int64_t mRows = s.dimM >= 0 ? asConstant(extents[s.dimM]).value_or(0) : s.tileM;
+      if (runtimeM) {
+        Expr row = var(freshName("m_left"), ElemKind::Index);
+        Expr done = mul(mTrips, intConst(s.tileM));
+        down.push_back(forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done),
+                               ForKind::Serial, buildTile(1, add(done, row), 1, firstColumn)));
+      } else if (!hasM || mRows % s.tileM) {
+        const int rows = hasM ? int(mRows % s.tileM) : s.tileM;
+        for (Stmt &stmt : buildTile(rows, intConst(mRows - rows), 1, firstColumn))
+          down.push_back(stmt);
+      }
+      columnsLeft = forLoop(column->name,
+                            binary(OpKind::SubI, extents[s.dimN], mul(nTrips, intConst(s.tileN))),
+                            ForKind::Serial, std::move(down));
+    }
+
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
     // iterations runs in parallel when the nest is large enough (decided when the kernel runs
     // if its extents are runtime values).
     std::vector<std::pair<Expr, Expr>> loops; // (variable, trips), outside in
-    int64_t nTrips = s.dimN >= 0 ? extent(s.dimN) / (s.tileN * (outer ? lanes : 1)) : 0;
     for (int d = 0; d < numLoops; ++d)
       if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
         loops.push_back({vars[d], extents[d]});
-    const bool hasM = runtimeM || *asConstant(mTrips) > 0;
+    const bool hasN = runtimeN || *asConstant(nTrips) > 0;
     if (outer) {
-      if (nTrips)
-        loops.push_back({nBlock, intConst(nTrips)});
+      if (hasN)
+        loops.push_back({nBlock, nTrips});
       if (s.blockK)
         loops.push_back({kBlock, intConst(kBlocks)});
       if (hasM)
@@ -1453,9 +1493,11 @@ private:
     } else {
       if (hasM)
         loops.push_back({mBlock, mTrips});
-      if (nTrips)
-        loops.push_back({nBlock, intConst(nTrips)});
+      if (hasN)
+        loops.push_back({nBlock, nTrips});
     }
+    // The loop the columns left over follow: the outermost block loop.
+    const Expr &outermostBlock = !outer && hasM ? mBlock : nBlock;
     Expr total = intConst(1);
     for (int d = 0; d < numLoops; ++d)
       total = mul(total, extents[d]);
@@ -1481,6 +1523,8 @@ private:
         return loop;
       };
       stmts = {wrap(std::move(stmts))};
+      if (columnsLeft && loops[l].first == outermostBlock)
+        stmts.push_back(columnsLeft);
       if (loops[l].first == mBlock) {
         insideM = false;
         stmts.insert(stmts.end(), leftover.begin(), leftover.end());
@@ -1864,9 +1908,8 @@ private:
     const int64_t tileSlots = s.tileN * numChoices;
     Expr width = intConst((pairs + tileSlots - 1) / tileSlots * tileSlots);
     if (!asConstant(pairCount))
-      width = mul(binary(OpKind::DivSI, add(pairCount, intConst(tileSlots - 1)),
-                         intConst(tileSlots)),
-                  intConst(tileSlots));
+      width =
+          mul(quotient(add(pairCount, intConst(tileSlots - 1)), tileSlots), intConst(tileSlots));
     const ElemKind elem = op.result()->type.elem, choiceElem = choices->type.elem;
     const TensorStorage &x = storageOf(g.input(packInput));
     const std::vector<Expr> vars = freshLoopVars(numLoops);
@@ -2005,8 +2048,7 @@ private:
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(loopOver(kk, intConst(blockK), std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
-      Expr rankBlocks = asConstant(width) ? intConst(*asConstant(width) / tileSlots)
-                                          : binary(OpKind::DivSI, width, intConst(tileSlots));
+      Expr rankBlocks = quotient(width, tileSlots);
       return loopOver(rankBlock, rankBlocks, std::move(tile));
     };
     Expr o = vars[s.dimM];

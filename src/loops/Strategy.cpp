@@ -187,14 +187,11 @@ bool constantBesidesM(const NestShape &nest, int dimM) {
   return true;
 }
 
-// The parallel dim other than `exclude` with the smallest non-zero output stride; with
-// `constant`, only dims whose extent is a constant.
-int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t> &outStrides,
-                  bool constant = false) {
+// The parallel dim other than `exclude` with the smallest non-zero output stride.
+int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t> &outStrides) {
   int best = -1;
   for (size_t d = 0; d < nest.extents.size(); ++d) {
-    if (nest.reduction[d] || int(d) == exclude || outStrides[d] == 0 || nest.extents[d] < 2 ||
-        (constant && isRuntime(nest, int(d))))
+    if (nest.reduction[d] || int(d) == exclude || outStrides[d] == 0 || nest.extents[d] < 2)
       continue;
     if (best < 0 || outStrides[d] < outStrides[best])
       best = int(d);
@@ -276,12 +273,14 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
 // each tile then waits on its rows from L3. Prefetching every line of the rows a few n blocks
 // ahead hides that: attention at decode (S6) on a Zen 3 runs 0.134 ms prefetching 2, 4 or 8
 // blocks ahead, 0.138 ms at 16 and 0.147 ms without (medians of 15 alternating rounds). Long
-// rows stream by themselves, and would need a prefetch per line. `forced` (`prefetch=N`) sets
-// the distance for any nest with such a B, however long or close its rows.
+// rows stream by themselves, and would need a prefetch per line. With more than one m block the
+// rows are read again from cache by the next: attention at prefill over a runtime length (S5
+// partly specialized, Zen 4) runs 1.62-1.63 ms without the prefetches, 1.68-1.76 with them.
+// `forced` (`prefetch=N`) sets the distance for any nest with such a B, however long or close its
+// rows.
 int choosePrefetchAhead(const NestShape &nest, const Strategy &s,
                         std::optional<int> forced = std::nullopt) {
-  if (s.pipeline != Pipeline::ContractionDot || s.dimN < 0 || isRuntime(nest, s.dimK) ||
-      isRuntime(nest, s.dimN))
+  if (s.pipeline != Pipeline::ContractionDot || s.dimN < 0 || isRuntime(nest, s.dimK))
     return 0;
   const int64_t rowBytes = nest.extents[s.dimK] * (nest.elemBits / 8);
   const int64_t blocks = nest.extents[s.dimN] / s.tileN;
@@ -290,7 +289,8 @@ int choosePrefetchAhead(const NestShape &nest, const Strategy &s,
     bool isB = strides[s.dimK] == 1 && strides[s.dimN] > 0 && (s.dimM < 0 || strides[s.dimM] == 0);
     if (isB && forced)
       return *forced;
-    if (isB && rowBytes <= 1024 && strides[s.dimN] > nest.extents[s.dimK] && blocks >= 16)
+    if (isB && rowBytes <= 1024 && strides[s.dimN] > nest.extents[s.dimK] && blocks >= 16 &&
+        extentOr1(nest, s.dimM) <= s.tileM)
       return 4;
   }
   return 0;
@@ -325,7 +325,7 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   s.pipeline = Pipeline::ContractionDot;
   s.lanes = lanes;
   s.dimK = k;
-  s.dimN = nextOutputDim(nest, -1, out, /*constant=*/true);
+  s.dimN = nextOutputDim(nest, -1, out);
   s.dimM = s.dimN < 0 ? -1 : nextOutputDim(nest, s.dimN, out);
   // Accumulators, the loads of the smaller side (the other side is a memory operand) and one
   // register for the FMA's result in flight.
@@ -682,7 +682,9 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.blockK = *config.blockK;
   bool alongN = s.pipeline == Pipeline::ContractionOuter; // the tile's N counts vectors along n
   int64_t cols = alongN ? nest.extents[s.dimN] / s.lanes : extentOr1(nest, s.dimN);
-  if (s.tileM > extentOr1(nest, s.dimM) || !divides(s.tileN, cols))
+  // dot leaves the columns of a runtime n that NR does not divide to one-column tiles.
+  const bool anyColumns = !alongN && isRuntime(nest, s.dimN);
+  if (s.tileM > extentOr1(nest, s.dimM) || (!anyColumns && !divides(s.tileN, cols)))
     unfit(config, fmt::format("tile {}x{} does not fit the {} nest "
                               "({} rows; N must divide {} {})",
                               s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),

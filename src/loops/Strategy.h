@@ -70,10 +70,11 @@
 // again in every iteration of the parallel dims outside the tile (each head of attention), each
 // into a region of its own so that parallel iterations do not share one.
 //
-// With runtime extents (partial specialization), contraction.outer and contraction.dot still
-// apply when n (and, for dot, k) is a constant: the m blocks and the reductions of outer then
-// run a runtime number of times, and the rows m leaves over take one-row tiles. A runtime m
-// keeps k blocks and packing (the token count of a prefill matmul).
+// With runtime extents (partial specialization), contraction.outer applies when n is a constant
+// and contraction.dot when k is: the m blocks, dot's n blocks and outer's reductions then run a
+// runtime number of times, the rows m leaves over take one-row tiles and the columns dot's n
+// leaves over one-column tiles. A runtime m keeps k blocks and packing (the token count of a
+// prefill matmul).
 #pragma once
 
 #include "ir/IR.h"
@@ -135,7 +136,7 @@ struct NestShape {
   std::vector<int64_t> extents; // per loop dim; empty when the nest's extents are not known
   std::vector<bool> reduction;  // per loop dim
   /// Per loop dim: its extent is a runtime value, counted as kNominalExtent in `extents`.
-  /// Empty when every extent is a constant. Only m (the tile's rows), a reduction of
+  /// Empty when every extent is a constant. Only m (the tile's rows), dot's n, a reduction of
   /// contraction.outer and the dims outside the tile may be runtime values; k blocks and
   /// packing need every extent but m's to be a constant.
   std::vector<bool> runtime;
