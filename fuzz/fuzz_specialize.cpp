@@ -7,12 +7,16 @@
 // Input bytes, read from the front (missing bytes read as 0):
 //   [0]  the function, modulo their number
 //   [1]  bits 0-2: the configuration; bit 3: generic mode; bit 4: emit LLVM IR instead of loop IR;
-//        bit 5: every argument is followed by one more byte that may change its rank or type
+//        bit 5: every argument is followed by one more byte that may change its rank or type;
+//        bit 6: partial specialization, and one more byte follows: bit i set keeps the i-th
+//        dynamic dim given a size of its own (below) a runtime value, `?`
 //   then per argument:
 //     tensor: one byte per dim. A dynamic dim is 0..64 for a byte below 0xC0 (byte % 65), else a
-//             dim chosen earlier (so shapes agree as often as they must). A static dim is kept
-//             for a byte below 0xF8, else replaced by byte - 0xF8.
-//     integer or index scalar: one byte: below 0x40 an earlier dim, up to 0xEF a value in
+//             dim chosen earlier (so shapes agree as often as they must; a runtime dim's copies
+//             are runtime too). A static dim is kept for a byte below 0xF8, else replaced by
+//             byte - 0xF8.
+//     integer or index scalar: one byte: below 0x40 an earlier dim (no value if it is a
+//             runtime dim), up to 0xEF a value in
 //             -8..71, up to 0xFD an extreme value, 0xFE eight more bytes (little-endian), 0xFF
 //             no value (a runtime value).
 //     i1: one byte: 0xFF no value, else bit 0.
@@ -114,8 +118,13 @@ void splitType(const std::string &type, std::vector<std::string> &dims, std::str
   elem = body.substr(start);
 }
 
-std::vector<std::string> argumentsFor(const Target &target, Reader &in, bool mutate) {
-  std::vector<int64_t> pool;
+// A dim of the pool that stays a runtime value.
+constexpr int64_t kRuntimeDim = -1;
+
+std::vector<std::string> argumentsFor(const Target &target, Reader &in, bool mutate,
+                                      uint8_t runtimeMask) {
+  std::vector<int64_t> pool; // the dims chosen so far, or kRuntimeDim
+  int freshDims = 0;
   std::vector<std::string> args;
   std::vector<std::string> dims;
   std::string elem;
@@ -130,11 +139,11 @@ std::vector<std::string> argumentsFor(const Target &target, Reader &in, bool mut
         if (dim != "?")
           value = b < 0xF8 ? std::stoll(dim) : b - 0xF8;
         else if (b < 0xC0 || pool.empty())
-          value = b % 65;
+          value = freshDims < 8 && (runtimeMask >> freshDims++ & 1) ? kRuntimeDim : b % 65;
         else
           value = pool[(b - 0xC0) % pool.size()];
         pool.push_back(value);
-        arg += fmt::format("{}x", value);
+        arg += value == kRuntimeDim ? "?x" : fmt::format("{}x", value);
       }
       arg += elem;
     } else if (elem == "i1") {
@@ -142,7 +151,8 @@ std::vector<std::string> argumentsFor(const Target &target, Reader &in, bool mut
       arg = b == 0xFF ? "i1" : fmt::format("i1={}", (b & 1) ? "true" : "false");
     } else if (elem[0] == 'i') { // index and integers
       uint8_t b = in.byte();
-      if (b == 0xFF) {
+      const bool runtimeDim = b < 0x40 && !pool.empty() && pool[b % pool.size()] == kRuntimeDim;
+      if (b == 0xFF || runtimeDim) {
         arg = elem;
       } else {
         int64_t value = 0;
@@ -211,7 +221,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const Target &target = (*targets)[(flags & 7) % kConfigs][index];
   frank::Mode mode = (flags & 8) ? frank::Mode::Generic : frank::Mode::Specialized;
   frank::Stage stage = (flags & 16) ? frank::Stage::LLVM : frank::Stage::Loops;
-  std::vector<std::string> args = argumentsFor(target, in, (flags & 32) != 0);
+  const uint8_t runtimeMask = (flags & 64) ? in.byte() : 0;
+  std::vector<std::string> args = argumentsFor(target, in, (flags & 32) != 0, runtimeMask);
   // FRANK_FUZZ_VERBOSE=1 prints each call and its outcome (to check what seeds reach).
   static const bool verbose = std::getenv("FRANK_FUZZ_VERBOSE") != nullptr;
   if (verbose)

@@ -75,6 +75,10 @@ SPECIALIZE_SEEDS = [
 # overrides (see kOptions in fuzz_specialize.cpp).
 FLAGS = [0x00, 0x10, 0x08, 0x12, 0x13, 0x16]
 
+# Partial specialization (flags bit 6) and which fresh dynamic dims stay runtime values: the
+# first, the second (a sequence length after a batch of 1), or all; loops and LLVM IR.
+RUNTIME = [(0x40, 0x01), (0x40, 0x02), (0x50, 0x02), (0x40, 0xFF), (0x55, 0x03)]
+
 
 def specialize_corpus():
     out = CORPUS / "fuzz_specialize"
@@ -84,6 +88,9 @@ def specialize_corpus():
             for flags in FLAGS:
                 data = bytes([function, flags] + args)
                 (out / f"seed-{name}-{v}-{flags:02x}").write_bytes(data)
+            for flags, mask in RUNTIME:
+                data = bytes([function, flags, mask] + args)
+                (out / f"seed-{name}-{v}-{flags:02x}-r{mask:02x}").write_bytes(data)
 
 
 def npy(descr, shape, data, major=1, fortran=False, pad=True):

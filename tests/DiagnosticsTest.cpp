@@ -306,6 +306,17 @@ const ApiCase kApiCases[] = {
      "",
      "bad type '2x3xq8': unknown element type 'q8' (expected f32, f16, bf16, f64, i1, i8, i16, "
      "i32, i64 or index)"},
+    {"type_string_past_2_63_bytes", kAdd,
+     [](Module &m) {
+       m.function("add").specialize(
+           std::vector<std::string>{"4294967296x4294967296xf32", "2x3xf32"});
+     },
+     "", "bad type '4294967296x4294967296xf32': more than 2^63 bytes"},
+    {"tensor_past_2_63_bytes", kSized,
+     [](Module &m) {
+       m.function("raw").specialize(std::vector<std::string>{"index=4611686018427387904"});
+     },
+     "t.mlir:14:3", "'tensor<4611686018427387904xf32>' has more than 2^63 bytes"},
     {"type_string_bad_scalar_value", kSized,
      [](Module &m) { m.function("raw").specialize(std::vector<std::string>{"index=four"}); }, "",
      "bad scalar 'index=four': 'four' is not a valid index"},

@@ -456,6 +456,28 @@ TEST(Partial, RuntimeSizesThatMustAgreeAreCheckedAtTheCall) {
   }
 }
 
+// A runtime batch of queries keeps specialization from equating the keys' batch (0) with the
+// values' (3); with no query, both meet as constants in one op, where they are an error like
+// any other mismatch (this was an internal error). Had they met the runtime batch instead, the
+// call would check them (above).
+TEST(Partial, ConstantsThatDisagreeBesideARuntimeDimAreAnError) {
+  Function fn = attention().function("attention_gqa_decode");
+  try {
+    fn.specialize({"?x0x8x128xf32", "0x4x1x128xf32", "3x4x1x128xf32", "f32"});
+    FAIL() << "keys and values of different batches were accepted";
+  } catch (const InternalError &e) {
+    FAIL() << e.what();
+  } catch (const Error &e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("attention_gqa.mlir:"), std::string::npos) << message;
+    EXPECT_NE(message.find("error: loop dim d0 of 'iree_linalg_ext.attention' has extent 0 from "
+                           "operand #0 (%probs) dim 0 but 3 from operand #1 (%value_collapsed) "
+                           "dim 0"),
+              std::string::npos)
+        << message;
+  }
+}
+
 TEST(Partial, GenericModeIgnoresRuntimeDims) {
   Function fn =
       attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"value", 1}});

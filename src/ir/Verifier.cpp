@@ -179,11 +179,26 @@ void verifyOp(const Op &op, const RegionContext &context) {
   }
 }
 
+// The kernels' index arithmetic is 64-bit: a tensor's bytes must count in it (sizes from index
+// arguments of any value, after specialization, included; runtime dims count later).
+void verifySizes(const Op &op) {
+  for (const auto &result : op.results) {
+    const Type &type = result->type;
+    if (!type.isTensor())
+      continue;
+    int64_t bytes = std::max(1, elemBits(type.elem) / 8);
+    for (int64_t d : type.shape)
+      if (d != kDynamic && __builtin_mul_overflow(bytes, d, &bytes))
+        fail(op.loc, fmt::format("'{}' has more than 2^63 bytes", type.str()));
+  }
+}
+
 void verifyBlock(const Block &block, const RegionContext &context) {
   // Where an op may appear is checked first: a misplaced terminator is reported as misplaced,
   // not as one that comes too early.
   for (size_t i = 0; i < block.ops.size(); ++i) {
     const Op &op = *block.ops[i];
+    verifySizes(op);
     verifyOp(op, context);
     if (isTerminator(op.kind) && i + 1 != block.ops.size())
       fail(op.loc, fmt::format("'{}' must be the last op of its block", op.name()));

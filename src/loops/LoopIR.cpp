@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstring>
+#include <limits>
 
 namespace frank::loops {
 
@@ -141,10 +142,18 @@ std::optional<int64_t> asConstant(const Expr &e) {
   return std::nullopt;
 }
 
+[[noreturn]] static void overflow(int64_t a, const char *op, int64_t b) {
+  throw IndexOverflow(fmt::format("error: index arithmetic overflows 64 bits: {} {} {}", a, op, b));
+}
+
 Expr add(Expr a, Expr b) {
   auto ca = asConstant(a), cb = asConstant(b);
-  if (ca && cb)
-    return intConst(*ca + *cb);
+  if (ca && cb) {
+    int64_t sum;
+    if (__builtin_add_overflow(*ca, *cb, &sum))
+      overflow(*ca, "+", *cb);
+    return intConst(sum);
+  }
   if (ca && *ca == 0)
     return b;
   if (cb && *cb == 0)
@@ -154,8 +163,12 @@ Expr add(Expr a, Expr b) {
 
 Expr mul(Expr a, Expr b) {
   auto ca = asConstant(a), cb = asConstant(b);
-  if (ca && cb)
-    return intConst(*ca * *cb);
+  if (ca && cb) {
+    int64_t product;
+    if (__builtin_mul_overflow(*ca, *cb, &product))
+      overflow(*ca, "*", *cb);
+    return intConst(product);
+  }
   if ((ca && *ca == 0) || (cb && *cb == 0))
     return intConst(0);
   if (ca && *ca == 1)
@@ -163,6 +176,11 @@ Expr mul(Expr a, Expr b) {
   if (cb && *cb == 1)
     return a;
   return binary(OpKind::MulI, std::move(a), std::move(b));
+}
+
+int64_t saturatingMul(int64_t a, int64_t b) {
+  int64_t product;
+  return __builtin_mul_overflow(a, b, &product) ? std::numeric_limits<int64_t>::max() : product;
 }
 
 Expr quotient(Expr a, int64_t divisor) {

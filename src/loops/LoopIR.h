@@ -95,9 +95,19 @@ Expr permute(Expr vector, Expr indices);
 /// A type as the loop IR prints it: f32, or f32x8 for a vector.
 std::string typeName(ElemKind type, int lanes);
 
-/// Index arithmetic that folds constants (0 + x, 1 * x, c1 * c2).
+/// Constant index arithmetic past 64 bits (sizes from index arguments of any value): a user
+/// error, which the lowering reports at the op it lowers.
+class IndexOverflow : public Error {
+public:
+  using Error::Error;
+};
+
+/// Index arithmetic that folds constants (0 + x, 1 * x, c1 * c2); folding past 64 bits throws
+/// IndexOverflow.
 Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
+/// a * b for the sizes heuristics weigh (at least 0), at most INT64_MAX.
+int64_t saturatingMul(int64_t a, int64_t b);
 /// Signed index division by a positive constant that folds c1 / c2, x / 1 and (k * x) / d where
 /// d divides k: a tile count of a runtime extent that is a multiple of the tile stays a plain
 /// product, which fuse-loops can bound.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -36,8 +37,13 @@ public:
     current_ = &out_.program.body;
     bindArguments();
     planOutputs();
-    for (auto &op : fn_.body->ops)
-      lowerOp(*op);
+    for (auto &op : fn_.body->ops) {
+      try {
+        lowerOp(*op);
+      } catch (const IndexOverflow &e) {
+        fail(op->loc, unlocatedMessage(e));
+      }
+    }
     out_.program.workspaceBytes = workspaceBytes_;
     return std::move(out_);
   }
@@ -484,7 +490,7 @@ private:
     for (const Expr &e : extents) {
       auto c = asConstant(e);
       runtime = runtime || !c;
-      constantTotal *= c.value_or(1);
+      constantTotal = saturatingMul(constantTotal, c.value_or(1));
     }
     if (constantTotal == 0 || (!runtime && constantTotal < kMinParallelElements))
       return;
@@ -595,20 +601,16 @@ private:
     for (int d = 0; d < numLoops; ++d) {
       auto [operand, dim] = sources[d][0];
       extents[d] = operandDims(op, operand, result)[dim];
+      // Specialization makes the extents agree, but for those a runtime dim stands between
+      // (partial specialization): two constants it must equal are then an error here, and a
+      // constant and a runtime extent a check when the kernel is called.
       for (auto [o, k] : sources[d]) {
         Expr other = operandDims(op, o, result)[k];
-        if (asConstant(other) && asConstant(extents[d])) {
-          if (*asConstant(other) != *asConstant(extents[d]))
-            internalError("extent mismatch survived specialization");
-          continue;
-        }
         if (other != extents[d])
-          out_.constraints.push_back(
-              {extents[d], other, op.loc,
-               fmt::format("loop dim d{} of '{}' has extent {{}} from {} but {{}} "
-                           "from {}",
-                           d, displayName(op), describeOperandDim(op, operand, dim),
-                           describeOperandDim(op, o, k))});
+          requireEqual(op, extents[d], other,
+                       fmt::format("loop dim d{} of '{}' has extent {{}} from {} but {{}} from {}",
+                                   d, displayName(op), describeOperandDim(op, operand, dim),
+                                   describeOperandDim(op, o, k)));
       }
     }
     Strategy strategy = chooseStrategy(g, extents, result);
@@ -800,7 +802,7 @@ private:
     auto nominal = [](const Expr &e) { return asConstant(e).value_or(kNominalExtent); };
     int64_t points = 1;
     for (const Expr &e : extents)
-      points *= nominal(e);
+      points = saturatingMul(points, nominal(e));
     // The loop dims each value depends on; nullopt for what cannot move (reads of the
     // accumulator, extracts, regions).
     std::unordered_map<const Value *, std::optional<uint64_t>> dimsOf;
@@ -846,9 +848,9 @@ private:
       for (int d = 0; d < numLoops; ++d)
         if (*mask >> d & 1) {
           dims.push_back(d);
-          tablePoints *= nominal(extents[d]);
+          tablePoints = saturatingMul(tablePoints, nominal(extents[d]));
         }
-      if (tablePoints * 4 > points)
+      if (saturatingMul(tablePoints, 4) > points)
         continue;
       // The ops the value needs, in body order, lowered over the table's dims only.
       std::unordered_set<const Op *> cone;
@@ -919,14 +921,19 @@ private:
                        describe(s), set);
   }
 
-  // Row-major element strides along each loop dim, runtime dims counted as kNominalExtent.
+  // Row-major element strides along each loop dim, runtime dims counted as kNominalExtent
+  // (which may take a stride past 2^63: it then stays at the largest, as far as any other).
   static std::vector<int64_t> stridesOf(const AffineMap &map, const std::vector<Expr> &dims) {
+    constexpr int64_t kFar = std::numeric_limits<int64_t>::max();
     std::vector<int64_t> strides(map.numDims, 0);
     int64_t stride = 1;
     for (size_t r = map.results.size(); r-- > 0;) {
-      if (!map.results[r].isConstant)
-        strides[map.results[r].value] += stride;
-      stride *= asConstant(dims[r]).value_or(kNominalExtent);
+      if (!map.results[r].isConstant) {
+        int64_t &s = strides[map.results[r].value];
+        if (__builtin_add_overflow(s, stride, &s))
+          s = kFar;
+      }
+      stride = saturatingMul(stride, asConstant(dims[r]).value_or(kNominalExtent));
     }
     return strides;
   }
@@ -1600,7 +1607,7 @@ private:
     for (int d = 0; d < g.numLoops(); ++d)
       if (mapUses(g.map(parts.choiceInput), d)) {
         parts.pairDims.push_back(d);
-        parts.pairs *= asConstant(extents[d]).value_or(kNominalExtent);
+        parts.pairs = saturatingMul(parts.pairs, asConstant(extents[d]).value_or(kNominalExtent));
         parts.pairCount = mul(parts.pairCount, extents[d]);
       }
     return parts;

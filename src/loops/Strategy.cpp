@@ -1,6 +1,7 @@
 // Strategy selection: pure functions of the nest's shape and the target.
 #include "loops/Strategy.h"
 #include "ir/Diagnostics.h"
+#include "loops/LoopIR.h"
 
 #include <algorithm>
 
@@ -381,7 +382,7 @@ int64_t gatherRoles(const NestShape &nest, Strategy &s, std::string &why) {
   int64_t pairs = 1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (choices[d] != 0)
-      pairs *= nest.extents[d];
+      pairs = saturatingMul(pairs, nest.extents[d]);
   return pairs;
 }
 
@@ -603,9 +604,10 @@ int choosePackInput(const NestShape &nest, const Strategy &s) {
   int64_t regions = 1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && int(d) != s.dimM && int(d) != s.dimN)
-      regions *= nest.extents[d];
+      regions = saturatingMul(regions, nest.extents[d]);
   int64_t panelK = s.blockK ? s.blockK : nest.extents[s.dimK];
-  if (regions * panelK * nest.extents[s.dimN] * (nest.elemBits / 8) > (8 << 20))
+  if (saturatingMul(saturatingMul(regions, panelK),
+                    saturatingMul(nest.extents[s.dimN], nest.elemBits / 8)) > (8 << 20))
     return -1;
   int found = -1;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
