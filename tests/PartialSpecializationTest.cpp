@@ -161,6 +161,29 @@ std::vector<PartialCase> partialCases() {
   // packed after them (all of them with one row, none with 300).
   cases.push_back(matmulCase(768, 128, {1, 5, 37, 300}, 43, "matmul_k_blocks"));
 
+  // x Wᵀ with M and N both runtime values (K = 64): contraction.dot over a runtime number of m
+  // and n blocks, then one-row and one-column tiles, its parallel loop the m blocks themselves.
+  cases.push_back(
+      {"linear/matmul.mlir",
+       "matmul_transpose_b",
+       "x:0,w:0",
+       {1, 3, 6, 17, 39},
+       1e-4,
+       1e-5,
+       [](int64_t n, auto &f, auto &, auto &, auto &args) {
+         const int64_t k = 64, cols = n + 2;
+         f = {oracle::randomFloats(n * k, 51 + n), oracle::randomFloats(cols * k, 52 + n)};
+         args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
+                 Tensor::borrow(f[1].data(), DType::F32, {cols, k})};
+         std::vector<double> y(n * cols, 0.0);
+         for (int64_t i = 0; i < n; ++i)
+           for (int64_t j = 0; j < cols; ++j)
+             for (int64_t p = 0; p < k; ++p)
+               y[i * cols + j] += double(f[0][i * k + p]) * f[1][j * k + p];
+         return y;
+       },
+       "matmul_transpose_b"});
+
   // Token count as mul_mat_id's pairs: contraction.ranks counts its ranks and sizes its
   // temporaries at run time, in two k blocks. Spread routing, and every pair on one expert (one
   // rank per pair, up to 600 of them: more than the 256 tokens the k blocks were sized for).
