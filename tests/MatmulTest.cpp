@@ -32,18 +32,9 @@ struct Shape {
 
 std::string shapeName(const Shape &s) { return fmt::format("m{}_k{}_n{}", s.m, s.k, s.n); }
 
-/// y = x w with w [K, N], or x w^T with w [N, K], in double.
 std::vector<double> matmulOracle(const std::vector<float> &x, const std::vector<float> &w,
                                  const Shape &s, bool transposeB) {
-  std::vector<double> y(s.m * s.n, 0.0);
-  for (int64_t i = 0; i < s.m; ++i)
-    for (int64_t j = 0; j < s.n; ++j) {
-      double sum = 0;
-      for (int64_t p = 0; p < s.k; ++p)
-        sum += double(x[i * s.k + p]) * (transposeB ? w[j * s.k + p] : w[p * s.n + j]);
-      y[i * s.n + j] = sum;
-    }
-  return y;
+  return oracle::matmul(x.data(), w.data(), s.m, s.k, s.n, transposeB);
 }
 
 /// Runs `function` of linear/matmul.mlir in `ctx` and checks it against the oracle.

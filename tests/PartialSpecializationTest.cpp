@@ -146,12 +146,7 @@ std::vector<PartialCase> partialCases() {
           f = {oracle::randomFloats(n * k, seed + n), oracle::randomFloats(k * cols, seed + 1)};
           args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
                   Tensor::borrow(f[1].data(), DType::F32, {k, cols})};
-          std::vector<double> y(n * cols, 0.0);
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t j = 0; j < cols; ++j)
-              for (int64_t p = 0; p < k; ++p)
-                y[i * cols + j] += double(f[0][i * k + p]) * f[1][p * cols + j];
-          return y;
+          return oracle::matmul(f[0].data(), f[1].data(), n, k, cols, false);
         },
         std::move(name)};
   };
@@ -175,12 +170,7 @@ std::vector<PartialCase> partialCases() {
          f = {oracle::randomFloats(n * k, 51 + n), oracle::randomFloats(cols * k, 52 + n)};
          args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
                  Tensor::borrow(f[1].data(), DType::F32, {cols, k})};
-         std::vector<double> y(n * cols, 0.0);
-         for (int64_t i = 0; i < n; ++i)
-           for (int64_t j = 0; j < cols; ++j)
-             for (int64_t p = 0; p < k; ++p)
-               y[i * cols + j] += double(f[0][i * k + p]) * f[1][j * k + p];
-         return y;
+         return oracle::matmul(f[0].data(), f[1].data(), n, k, cols, true);
        },
        "matmul_transpose_b"});
 

@@ -29,6 +29,19 @@ std::vector<double> swiglu(const float *gate, const float *up, int64_t n) {
   return y;
 }
 
+std::vector<double> matmul(const float *x, const float *w, int64_t m, int64_t k, int64_t n,
+                           bool transposeB) {
+  std::vector<double> y(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += double(x[i * k + p]) * (transposeB ? w[j * k + p] : w[p * n + j]);
+      y[i * n + j] = sum;
+    }
+  return y;
+}
+
 std::string Comparison::describe() const {
   char text[256];
   std::snprintf(text, sizeof text,

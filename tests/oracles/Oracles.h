@@ -14,6 +14,10 @@ std::vector<double> rmsNorm(const float *x, const float *w, float eps, int64_t r
 /// y = gate * up / (1 + exp(-up)), in double.
 std::vector<double> swiglu(const float *gate, const float *up, int64_t n);
 
+/// y [M, N] = x [M, K] w, with w [K, N], or x wᵀ with w [N, K] (`transposeB`), in double.
+std::vector<double> matmul(const float *x, const float *w, int64_t m, int64_t k, int64_t n,
+                           bool transposeB);
+
 /// The per-element check of MLIR-SUBSET.md §10: |a - e| <= atol + rtol * |e|; NaN never passes.
 struct Comparison {
   bool ok = true;
