@@ -1423,33 +1423,41 @@ private:
       tile.insert(tile.end(), fini.begin(), fini.end());
       return tile;
     };
-    // Rows left over when MR does not divide M: one shorter tile after the m blocks. The
-    // strategy never picks (nor accepts) a tile taller than a constant M. A runtime M leaves
-    // its rows to a loop of one-row tiles.
     std::vector<Stmt> stmts = prefetchChunk;
     if (s.prefetchAhead > 0)
       stmts.push_back(prefetchRowsAhead(g, s, vars, nBlock, extent(s.dimK)));
     for (Stmt &tileStmt : buildTile(s.tileM, mul(mBlock, intConst(s.tileM))))
       stmts.push_back(tileStmt);
     stmts.insert(stmts.end(), packChunk.begin(), packChunk.end());
-    std::vector<Stmt> leftover;
     Expr mTrips = intConst(0); // 0: no m loop
+    int64_t mRows = 0;         // a constant M's rows
     if (runtimeM) {
       mTrips = quotient(extents[s.dimM], s.tileM);
-      Expr row = var(freshName("m_left"), ElemKind::Index);
-      Expr done = mul(mTrips, intConst(s.tileM));
-      leftover = {forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done), ForKind::Serial,
-                          buildTile(1, add(done, row)))};
     } else {
-      const int64_t mRows = s.dimM >= 0 ? extent(s.dimM) : s.tileM;
+      mRows = s.dimM >= 0 ? extent(s.dimM) : s.tileM;
       if (mRows < s.tileM)
         internalError("a register tile taller than its nest");
-      if (mRows % s.tileM)
-        leftover = buildTile(int(mRows % s.tileM), intConst(mRows - mRows % s.tileM));
       mTrips = intConst(s.dimM >= 0 ? mRows / s.tileM : 0);
     }
-
     const bool hasM = runtimeM || *asConstant(mTrips) > 0;
+    // The rows the m blocks leave over when MR does not divide M, in tiles of `columns` columns
+    // from `firstColumn` (by default NR from the n block's first): one shorter tile after the m
+    // blocks of a constant M (the strategy never picks, nor accepts, a tile taller than it), a
+    // loop of one-row tiles after those of a runtime M.
+    auto rowsLeftOver = [&](int columns = 0, const Expr &firstColumn = nullptr) {
+      if (runtimeM) {
+        Expr row = var(freshName("m_left"), ElemKind::Index);
+        Expr done = mul(mTrips, intConst(s.tileM));
+        return std::vector<Stmt>{forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done),
+                                         ForKind::Serial,
+                                         buildTile(1, add(done, row), columns, firstColumn))};
+      }
+      const int rows = int(mRows % s.tileM);
+      return rows ? buildTile(rows, intConst(mRows - rows), columns, firstColumn)
+                  : std::vector<Stmt>{};
+    };
+    std::vector<Stmt> leftover = rowsLeftOver();
+
     // dot over a runtime N: the columns left over after the n blocks, one at a time, each down
     // the m blocks and the rows those leave over.
     const bool runtimeN = s.dimN >= 0 && !asConstant(extents[s.dimN]);
@@ -1459,26 +1467,19 @@ private:
     Stmt columnsLeft;
     if (runtimeN) {
       Expr column = var(freshName("n_left"), ElemKind::Index);
-      Expr firstColumn = add(mul(nTrips, intConst(s.tileN)), column);
+      Expr columnsDone = mul(nTrips, intConst(s.tileN));
+      Expr firstColumn = add(columnsDone, column);
       std::vector<Stmt> down;
       if (hasM) {
         Expr block = var(freshName("m_block"), ElemKind::Index);
         down.push_back(forLoop(block->name, mTrips, ForKind::Serial,
                                buildTile(s.tileM, mul(block, intConst(s.tileM)), 1, firstColumn)));
+      } else {
+        down = buildTile(s.tileM, intConst(0), 1, firstColumn); // no m: the one tile
       }
-      const int64_t mRows = s.dimM >= 0 ? asConstant(extents[s.dimM]).value_or(0) : s.tileM;
-      if (runtimeM) {
-        Expr row = var(freshName("m_left"), ElemKind::Index);
-        Expr done = mul(mTrips, intConst(s.tileM));
-        down.push_back(forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done),
-                               ForKind::Serial, buildTile(1, add(done, row), 1, firstColumn)));
-      } else if (!hasM || mRows % s.tileM) {
-        const int rows = hasM ? int(mRows % s.tileM) : s.tileM;
-        for (Stmt &stmt : buildTile(rows, intConst(mRows - rows), 1, firstColumn))
-          down.push_back(stmt);
-      }
-      columnsLeft = forLoop(column->name,
-                            binary(OpKind::SubI, extents[s.dimN], mul(nTrips, intConst(s.tileN))),
+      for (Stmt &stmt : rowsLeftOver(1, firstColumn))
+        down.push_back(stmt);
+      columnsLeft = forLoop(column->name, binary(OpKind::SubI, extents[s.dimN], columnsDone),
                             ForKind::Serial, std::move(down));
     }
 
