@@ -126,6 +126,28 @@ TEST(SplitKernel, HeaviestFirstAndNoPartBelowTheMinimum) {
   EXPECT_TRUE(std::is_sorted(sizes.rbegin(), sizes.rend())) << testing::PrintToString(sizes);
 }
 
+// The streaming form hands on the very parts the list holds, in the same order (the compiling
+// threads start on the first while the rest are cloned), and nothing for a kernel left whole.
+TEST(SplitKernel, PartsHandedOnOneByOneAreTheListsParts) {
+  llvm::LLVMContext ir;
+  auto listed = parseIr(moeBlockIr(), ir);
+  auto streamed = parseIr(moeBlockIr(), ir);
+  ASSERT_TRUE(listed && streamed);
+  const std::vector<std::string> parts = splitKernel(*listed, 4, 100);
+  ASSERT_GE(parts.size(), 2u);
+  std::vector<std::string> handed;
+  const unsigned count = splitKernel(
+      *streamed, 4, 100, [&](std::string bitcode) { handed.push_back(std::move(bitcode)); });
+  EXPECT_EQ(count, parts.size());
+  EXPECT_TRUE(handed == parts) << "the streamed parts differ from the listed ones";
+
+  auto whole = parseIr(moeBlockIr(), ir);
+  ASSERT_TRUE(whole);
+  int calls = 0;
+  EXPECT_EQ(splitKernel(*whole, 1, 100, [&](std::string) { ++calls; }), 0u);
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(SplitKernel, SmallKernelsAndOneThreadStayWhole) {
   llvm::LLVMContext ir;
   auto rmsNorm = parseIr(context()

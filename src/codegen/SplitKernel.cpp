@@ -53,9 +53,17 @@ size_t compileCost(llvm::Module &module) {
 
 std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
                                      size_t minPartCost) {
+  std::vector<std::string> parts;
+  splitKernel(module, maxParts, minPartCost,
+              [&](std::string bitcode) { parts.push_back(std::move(bitcode)); });
+  return parts;
+}
+
+unsigned splitKernel(llvm::Module &module, unsigned maxParts, size_t minPartCost,
+                     const std::function<void(std::string)> &take) {
   // Global variables would need an owner and declarations elsewhere; kernels define none.
   if (maxParts < 2 || !module.global_empty())
-    return {};
+    return 0;
   // A function and the functions it must inline go together.
   llvm::EquivalenceClasses<const llvm::Function *> groups;
   for (const llvm::Function &f : module) {
@@ -103,7 +111,7 @@ std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
       break;
   }
   if (parts < 2)
-    return {};
+    return 0;
   // A local function used from another part (a loop body whose address the entry passes on)
   // must be a symbol the linker resolves.
   for (llvm::Function &f : module) {
@@ -123,7 +131,7 @@ std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
     heaviestFirst[p] = p;
   std::stable_sort(heaviestFirst.begin(), heaviestFirst.end(),
                    [&](unsigned a, unsigned b) { return load[a] > load[b]; });
-  std::vector<std::string> bitcode;
+  unsigned written = 0;
   for (unsigned p : heaviestFirst) {
     llvm::ValueToValueMapTy map;
     // Functions of other parts become declarations.
@@ -133,12 +141,14 @@ std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
           return !f || partOf.lookup(f) == p;
         });
     inlineLocalNests(*part);
-    part->setModuleIdentifier(module.getModuleIdentifier() + ".part" +
-                              std::to_string(bitcode.size()));
-    llvm::raw_string_ostream os(bitcode.emplace_back());
+    part->setModuleIdentifier(module.getModuleIdentifier() + ".part" + std::to_string(written++));
+    std::string bitcode;
+    llvm::raw_string_ostream os(bitcode);
     llvm::WriteBitcodeToFile(*part, os);
+    os.flush();
+    take(std::move(bitcode));
   }
-  return bitcode;
+  return parts;
 }
 
 void inlineLocalNests(llvm::Module &module) {

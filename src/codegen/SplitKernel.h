@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ namespace frank {
 /// keeps its functions; those another part refers to become external.
 std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
                                      size_t minPartCost);
+
+/// The same parts, each handed to `take` as soon as it is written (heaviest first), so that
+/// compiling the first can start while the others are cloned; returns how many there were.
+/// `take` is never called when the kernel does not split.
+unsigned splitKernel(llvm::Module &module, unsigned maxParts, size_t minPartCost,
+                     const std::function<void(std::string)> &take);
 
 /// What optimizing and compiling `module`'s functions costs, in instructions: the measure the
 /// parts balance. Those of a scalar innermost loop count several times (the vectorizer widens,
