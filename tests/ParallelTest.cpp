@@ -144,5 +144,38 @@ TEST(ParallelLoops, KernelsCalledFromManyThreads) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// One partly specialized kernel, called at once from threads that each pass their own row count:
+// every call gets the shapes of its own rows, whatever the call before it on another thread.
+TEST(ParallelLoops, OneKernelCalledFromManyThreadsWithTheirOwnRuntimeDims) {
+  ThreadCount two(2);
+  Function rms = context()
+                     .load(componentPath("normalization/rms_norm.mlir"))
+                     .function("rms_norm_linalg")
+                     .withRuntimeDims({{"input", 0}});
+  constexpr int kThreads = 4;
+  std::vector<std::vector<float>> x(kThreads), w(kThreads);
+  std::vector<std::vector<Arg>> args;
+  std::vector<std::vector<double>> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    args.push_back(rmsArgs(x[t], w[t], t + 1, 512));
+    expected.push_back(oracle::rmsNorm(x[t].data(), w[t].data(), 1e-6f, t + 1, 512));
+  }
+  Kernel kernel = rms.specialize(args[0]);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kThreads; ++t)
+    callers.emplace_back([&, t] {
+      for (int rep = 0; rep < 50; ++rep) {
+        std::vector<Tensor> out = kernel(args[t]);
+        if (out[0].shape() != std::vector<int64_t>{t + 1, 512} ||
+            !oracle::compare(out[0].as<float>(), expected[t], 1e-5, 1e-6).ok)
+          ++failures;
+      }
+    });
+  for (auto &c : callers)
+    c.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
 } // namespace
 } // namespace frank::test

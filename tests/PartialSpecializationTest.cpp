@@ -469,6 +469,42 @@ TEST(Partial, RuntimeSizesThatMustAgreeAreCheckedAtTheCall) {
   }
 }
 
+// A call takes the last call's shapes only when its runtime sizes are the same: back to an
+// earlier size, the shapes are that size's again, and a call whose sizes break a check fails
+// every time, between calls that pass.
+TEST(Partial, EachCallChecksAndShapesItsOwnRuntimeSizes) {
+  Function fn =
+      attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"value", 1}});
+  std::vector<float> q = oracle::randomFloats(32 * 128, 1),
+                     kv = oracle::randomFloats(9 * 8 * 128, 2);
+  auto args = [&](int64_t keys, int64_t values) {
+    return std::vector<Arg>{Tensor::borrow(q.data(), DType::F32, {1, 1, 32, 128}),
+                            Tensor::borrow(kv.data(), DType::F32, {1, keys, 8, 128}),
+                            Tensor::borrow(kv.data(), DType::F32, {1, values, 8, 128}),
+                            Scalar::f32(0.088f)};
+  };
+  Kernel kernel = fn.specialize(args(5, 5));
+  auto agree = [&](int64_t n) {
+    SCOPED_TRACE(fmt::format("{} keys and values", n));
+    std::vector<Tensor> out = kernel(args(n, n));
+    EXPECT_EQ(out[0].shape(), (std::vector<int64_t>{1, 1, 32, 128}));
+    std::vector<double> expected =
+        oracle::attentionGqa(q.data(), kv.data(), kv.data(), 0.088f, {1, 1, n, 32, 8, 128}, false);
+    auto cmp = oracle::compare(out[0].as<float>(), expected, 1e-4, 1e-5);
+    EXPECT_TRUE(cmp.ok) << cmp.describe();
+  };
+  auto disagree = [&] {
+    EXPECT_THROW(kernel(args(5, 6)), Error) << "5 keys and 6 values were accepted";
+  };
+  agree(5);
+  disagree();
+  agree(5);
+  disagree();
+  disagree();
+  agree(9);
+  agree(5);
+}
+
 // A runtime batch of queries keeps specialization from equating the keys' batch (0) with the
 // values' (3); with no query, both meet as constants in one op, where they are an error like
 // any other mismatch (this was an internal error). Had they met the runtime batch instead, the
