@@ -321,6 +321,17 @@ TEST(Partial, QuestionMarksInTypeStringsAreRuntimeDims) {
   EXPECT_EQ(loops.find("dims[1]"), std::string::npos) << loops;
 }
 
+// The smallest chunk of a parallel loop over runtime rows is a number when the rows' own points
+// are constants: 16384 points a chunk over rows of 2048 is 8 rows.
+TEST(Partial, ChunksOfConstantRowsAreANumber) {
+  std::string loops = context()
+                          .load(componentPath("embedding/embedding_lookup.mlir"))
+                          .function("embedding_lookup")
+                          .emit(Stage::Loops, {"32000x2048xf32", "1x?xi64"});
+  EXPECT_NE(loops.find("in 0..dims[0] parallel(chunks of at least 8) {"), std::string::npos)
+      << loops;
+}
+
 TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   // Runtime M: the outer tile runs a runtime number of m blocks, then one-row tiles.
   std::string loops = context()

@@ -512,12 +512,14 @@ private:
         Expr inner = intConst(pointCost);
         for (size_t k = d + 1; k < extents.size(); ++k)
           inner = mul(inner, extents[k]);
-        if (auto points = asConstant(inner); points && *points < kMinRuntimeRowElements)
+        const std::optional<int64_t> points = asConstant(inner);
+        if (points && *points < kMinRuntimeRowElements)
           return;
         loop->forKind = ForKind::Parallel;
-        loop->bound = binary(OpKind::MaxSI, intConst(1),
-                             binary(OpKind::DivSI, intConst(kMinChunkElements),
-                                    binary(OpKind::MaxSI, inner, intConst(1))));
+        loop->bound = points ? intConst(std::max<int64_t>(1, kMinChunkElements / *points))
+                             : binary(OpKind::MaxSI, intConst(1),
+                                      binary(OpKind::DivSI, intConst(kMinChunkElements),
+                                             binary(OpKind::MaxSI, inner, intConst(1))));
         return;
       }
       level = &loop->body;
