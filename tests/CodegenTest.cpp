@@ -101,6 +101,45 @@ TEST(Codegen, ExpLoopsInterleaveAsAsked) {
   }
 }
 
+// A vectorized loop of a few vectors (attention's softmax rows of 128) asks for no interleaving,
+// which would only multiply its IR; a long one leaves the choice to the vectorizer. Both compute
+// what they say.
+TEST(Codegen, ShortVectorizedLoopsAreNotInterleaved) {
+  using namespace loops;
+  const int64_t shortTrips = 128, longTrips = 4096;
+  Program program;
+  program.name = "short_and_long_loops";
+  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(longTrips), nullptr},
+                     {"a", ElemKind::F32, BufferRole::Output, 0, intConst(shortTrips), nullptr},
+                     {"b", ElemKind::F32, BufferRole::Output, 1, intConst(longTrips), nullptr}};
+  program.workspaceBytes = intConst(0);
+  auto twice = [](int buffer, int64_t trips, const char *name) {
+    Expr i = var(name, ElemKind::Index);
+    return forLoop(
+        name, intConst(trips), ForKind::Vectorize,
+        {store(buffer, i,
+               binary(OpKind::MulF, load(0, i, ElemKind::F32), floatConst(2, ElemKind::F32)))});
+  };
+  program.body = {twice(1, shortTrips, "i"), twice(2, longTrips, "j")};
+  std::string ir = jit::Engine::instance().emit(program, {}, jit::Output::LLVM);
+  // The short loop's latch carries the hint, the long one's no loop metadata at all.
+  EXPECT_THAT(ir, testing::HasSubstr("!{!\"llvm.loop.interleave.count\", i32 1}"));
+  EXPECT_THAT(ir, testing::ContainsRegex("br label %i.header, !llvm.loop"));
+  EXPECT_THAT(ir, testing::Not(testing::HasSubstr("br label %j.header, !llvm.loop"))) << ir;
+  jit::EntryFn kernel = jit::Engine::instance().compile(program, {});
+  std::vector<float> x(longTrips), a(shortTrips), b(longTrips);
+  for (int64_t k = 0; k < longTrips; ++k)
+    x[size_t(k)] = float(k % 101) - 50;
+  void *buffers[] = {x.data(), a.data(), b.data()};
+  int64_t status[3] = {0, 0, 0};
+  kernel(buffers, nullptr, nullptr, nullptr, status);
+  for (int64_t k = 0; k < longTrips; ++k) {
+    if (k < shortTrips)
+      EXPECT_EQ(a[size_t(k)], 2 * x[size_t(k)]);
+    EXPECT_EQ(b[size_t(k)], 2 * x[size_t(k)]);
+  }
+}
+
 // A contraction.ranks tile permutes each row's vector of choices by each rank's choices with
 // one vpermps per rank and row (4x4 tile with AVX-512's 32 registers: 16; 4x2 with AVX2's 16),
 // where a permute lane by lane would be 8 extracts and inserts each.
