@@ -321,11 +321,12 @@ private:
         const Value *size = op.operands[next++];
         t.dims.push_back(scalarOf(size));
         // Specialization rejects a negative size when it folds; a runtime size is checked per
-        // call, with the same message.
-        requireEqual(
-            op, intConst(0), t.dims.back(),
-            fmt::format("'tensor.empty' dim {} has negative size {{1}} (%{})", d, size->name),
-            true);
+        // call, with the same message. An argument's extent (dims[i]) is never negative.
+        if (t.dims.back()->kind != ExprKind::DimParam)
+          requireEqual(
+              op, intConst(0), t.dims.back(),
+              fmt::format("'tensor.empty' dim {} has negative size {{1}} (%{})", d, size->name),
+              true);
       }
       t.buffer = bufferForRoot(storageRoot(op.result()), t.dims);
       tensors_[op.result()] = t;
