@@ -104,11 +104,8 @@ TypeSpec parseTypeSpec(const std::string &text) {
                             "bf16, f64, i1, i8, i16, i32, i64 or index)",
                             text, elem));
   spec.dtype = *dtype;
-  // The kernel's index arithmetic is 64-bit: a tensor's bytes must count in it.
-  int64_t bytes = int64_t(dtypeSize(spec.dtype));
-  for (int64_t d : spec.shape)
-    if (d > 0 && __builtin_mul_overflow(bytes, d, &bytes))
-      throw Error(fmt::format("error: bad type '{}': more than 2^63 bytes", text));
+  if (stridesOverflow(int64_t(dtypeSize(spec.dtype)), spec.shape))
+    throw Error(fmt::format("error: bad type '{}': more than 2^63 bytes", text));
   return spec;
 }
 

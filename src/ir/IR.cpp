@@ -27,6 +27,14 @@ bool isFloatElem(ElemKind kind) {
          kind == ElemKind::F64;
 }
 
+bool stridesOverflow(int64_t elemBytes, const std::vector<int64_t> &shape) {
+  int64_t bytes = elemBytes;
+  for (int64_t d : shape)
+    if (d > 0 && __builtin_mul_overflow(bytes, d, &bytes))
+      return true;
+  return false;
+}
+
 int elemBits(ElemKind kind) {
   switch (kind) {
   case ElemKind::F16:

@@ -29,6 +29,10 @@ enum class ElemKind : uint8_t { F16, BF16, F32, F64, I1, I8, I16, I32, I64, Inde
 const char *elemName(ElemKind kind);
 bool isFloatElem(ElemKind kind);
 int elemBits(ElemKind kind); // index counts as 64
+/// Whether a tensor of `shape` (its dynamic dims left out, they count when known) with elements
+/// of `elemBytes` has strides in bytes past 2^63, which the kernels' 64-bit index arithmetic
+/// cannot count: the product of its non-zero dims, as an empty dim makes no stride smaller.
+bool stridesOverflow(int64_t elemBytes, const std::vector<int64_t> &shape);
 
 /// A scalar, a ranked tensor, or an opaque runtime handle (`!util.list<?>` and friends).
 struct Type {

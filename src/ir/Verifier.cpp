@@ -186,10 +186,8 @@ void verifySizes(const Op &op) {
     const Type &type = result->type;
     if (!type.isTensor())
       continue;
-    int64_t bytes = std::max(1, elemBits(type.elem) / 8);
-    for (int64_t d : type.shape)
-      if (d != kDynamic && __builtin_mul_overflow(bytes, d, &bytes))
-        fail(op.loc, fmt::format("'{}' has more than 2^63 bytes", type.str()));
+    if (stridesOverflow(std::max(1, elemBits(type.elem) / 8), type.shape))
+      fail(op.loc, fmt::format("'{}' has more than 2^63 bytes", type.str()));
   }
 }
 
