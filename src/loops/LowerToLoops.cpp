@@ -194,6 +194,9 @@ private:
         fail(op.loc, fmt::format(fmt::runtime(message), *ca, *cb));
       return;
     }
+    // An argument's extent (dims[i]) is never negative: nothing to check when the kernel runs.
+    if (lessOrEqual && ca && *ca <= 0 && b->kind == ExprKind::DimParam)
+      return;
     out_.constraints.push_back(
         {std::move(a), std::move(b), op.loc, std::move(message), lessOrEqual});
   }
@@ -321,12 +324,11 @@ private:
         const Value *size = op.operands[next++];
         t.dims.push_back(scalarOf(size));
         // Specialization rejects a negative size when it folds; a runtime size is checked per
-        // call, with the same message. An argument's extent (dims[i]) is never negative.
-        if (t.dims.back()->kind != ExprKind::DimParam)
-          requireEqual(
-              op, intConst(0), t.dims.back(),
-              fmt::format("'tensor.empty' dim {} has negative size {{1}} (%{})", d, size->name),
-              true);
+        // call, with the same message.
+        requireEqual(
+            op, intConst(0), t.dims.back(),
+            fmt::format("'tensor.empty' dim {} has negative size {{1}} (%{})", d, size->name),
+            true);
       }
       t.buffer = bufferForRoot(storageRoot(op.result()), t.dims);
       tensors_[op.result()] = t;
@@ -459,21 +461,23 @@ private:
                  binary(OpKind::AddF, load(result.buffer, index, elem), std::move(value)));
   }
 
-  // The fewest iterations of a parallel loop of `extent` trips, in a nest of `total` points,
-  // worth giving one thread.
-  static Expr minChunk(int64_t total, int64_t extent) {
-    return intConst(std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, total / extent)));
+  // The fewest iterations of a parallel loop worth giving one thread, for iterations of
+  // `perIteration` points: a number when that is a constant, else computed when the kernel
+  // runs, where a nest too small for two chunks then runs on one thread.
+  static Expr chunkFor(const Expr &perIteration) {
+    if (auto points = asConstant(perIteration))
+      return intConst(std::max<int64_t>(1, kMinChunkElements / std::max<int64_t>(1, *points)));
+    auto atLeast1 = [](Expr x) { return binary(OpKind::MaxSI, std::move(x), intConst(1)); };
+    return atLeast1(binary(OpKind::DivSI, intConst(kMinChunkElements), atLeast1(perIteration)));
   }
 
-  // The same for extents that may be runtime values: computed when the kernel runs, where
-  // they are; a nest too small for two chunks then runs on one thread.
+  // The same for a parallel loop of `extent` trips in a nest of `total` points.
+  static Expr minChunk(int64_t total, int64_t extent) { return chunkFor(intConst(total / extent)); }
   static Expr runtimeChunk(const Expr &total, const Expr &extent) {
     auto t = asConstant(total), e = asConstant(extent);
     if (t && e)
       return minChunk(*t, *e);
-    auto atLeast1 = [](Expr x) { return binary(OpKind::MaxSI, std::move(x), intConst(1)); };
-    Expr perIteration = binary(OpKind::DivSI, total, atLeast1(extent));
-    return atLeast1(binary(OpKind::DivSI, intConst(kMinChunkElements), atLeast1(perIteration)));
+    return chunkFor(binary(OpKind::DivSI, total, binary(OpKind::MaxSI, extent, intConst(1))));
   }
 
   // The loop to parallelize is the first of extent >= 2 under loops of extent 1 (a [1, 32, N]
@@ -517,10 +521,7 @@ private:
         if (points && *points < kMinRuntimeRowElements)
           return;
         loop->forKind = ForKind::Parallel;
-        loop->bound = points ? intConst(std::max<int64_t>(1, kMinChunkElements / *points))
-                             : binary(OpKind::MaxSI, intConst(1),
-                                      binary(OpKind::DivSI, intConst(kMinChunkElements),
-                                             binary(OpKind::MaxSI, inner, intConst(1))));
+        loop->bound = chunkFor(inner);
         return;
       }
       level = &loop->body;
