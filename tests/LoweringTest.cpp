@@ -1,13 +1,17 @@
 // linalg.generic lowering: every indexing-map and iterator form of the subset, checked against
 // plain loops in both modes. Shapes are odd so that vector tails run.
+#include "Pipeline.h"
 #include "TestSupport.h"
 #include "oracles/Oracles.h"
+#include "parse/Parser.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 
 namespace frank::test {
 namespace {
@@ -538,6 +542,113 @@ TEST(Lowering, ReassociatedLongReductionStaysWithinTolerance) {
   auto results = runBoth(text, {borrow(x, {2, n})});
   auto cmp = oracle::compare(results[0].data(), expected, 1e-5, 0);
   EXPECT_TRUE(cmp.ok) << "specialized: " << cmp.describe();
+}
+
+// ---- contraction.ranks' prefetch -----------------------------------------------------------
+
+// Runs a loop program's index arithmetic: its loops, the integer lets of loop variables and
+// constants, and each prefetch, whose element index it hands to `visit` with the values of
+// the loops around it. Everything else (loads, stores, vector values) it passes over.
+class PrefetchWalk {
+public:
+  using Visit = std::function<void(int64_t index, const std::map<std::string, int64_t> &env)>;
+  explicit PrefetchWalk(Visit visit) : visit_(std::move(visit)) {}
+
+  void run(const std::vector<loops::Stmt> &stmts) {
+    for (const loops::Stmt &s : stmts) {
+      switch (s->kind) {
+      case loops::StmtKind::Block: run(s->body); break;
+      case loops::StmtKind::For: {
+        const int64_t trips = value(s->value);
+        for (int64_t i = 0; i < trips; ++i) {
+          env_[s->name] = i;
+          run(s->body);
+        }
+        env_.erase(s->name);
+        break;
+      }
+      case loops::StmtKind::Let:
+        if (s->lanes == 1 && isArithmetic(s->value))
+          env_[s->name] = value(s->value);
+        break;
+      case loops::StmtKind::Prefetch: visit_(value(s->index), env_); break;
+      default: break;
+      }
+    }
+  }
+
+private:
+  static bool isArithmetic(const loops::Expr &e) {
+    if (e->kind != loops::ExprKind::IntConst && e->kind != loops::ExprKind::Var &&
+        e->kind != loops::ExprKind::Binary)
+      return false;
+    return std::all_of(e->args.begin(), e->args.end(), isArithmetic);
+  }
+  // `e` with every variable replaced by its value, evaluated as the host evaluates shapes.
+  int64_t value(const loops::Expr &e) const { return loops::evaluate(bound(e), nullptr, nullptr); }
+  loops::Expr bound(const loops::Expr &e) const {
+    if (e->kind == loops::ExprKind::Var)
+      return loops::intConst(env_.at(e->name));
+    auto copy = std::make_shared<loops::ExprNode>(*e);
+    for (loops::Expr &arg : copy->args)
+      arg = bound(arg);
+    return copy;
+  }
+
+  Visit visit_;
+  std::map<std::string, int64_t> env_;
+};
+
+// The lowered mul_mat_id for AVX-512's registers, with no JIT: at 32 tokens (64 pairs, 8
+// experts) a 4x4 ranks tile takes the slots in two rank blocks, over k blocks of 512.
+loops::Program ranksProgram(int64_t rows, int64_t k) {
+  auto file = std::make_shared<SourceFile>();
+  file->name = componentPath("moe/mul_mat_id.mlir");
+  std::ifstream in(file->name, std::ios::binary);
+  file->text.assign(std::istreambuf_iterator<char>(in), {});
+  std::unique_ptr<ModuleOp> module = parseModule(file);
+  PipelineOptions options;
+  options.lowering.target = loops::Target::avx512();
+  std::vector<ArgSpec> args = {{Type::tensor(ElemKind::F32, {rows, k, 8}), {}},
+                               {Type::tensor(ElemKind::F32, {k, 2, 32}), {}},
+                               {Type::tensor(ElemKind::I32, {2, 32}), {}}};
+  return runPipeline(*module, "mul_mat_id", args, "ranks", options).kernel.program;
+}
+
+// Each tile prefetches the next tile's rows of its k block while it runs, every line once,
+// spread over all its rank blocks' passes: one line a step, not two in the first pass and the
+// same two again in the second. Over the whole kernel every row but the first tile's is
+// prefetched, each k block of it by the tile before.
+TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
+  const int64_t rows = 64, k = 1024, experts = 8, lineElems = 16, rowElems = k * experts;
+  loops::Program program = ranksProgram(rows, k);
+  const std::string printed = loops::print(program);
+  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 "
+                                          "k-block=512"));
+  ASSERT_THAT(printed, testing::HasSubstr("for rank_block in 0..2 {"));
+  // A tile is one pass of the m_block loop: (m_part, k_block, m_block).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> linesOfTile;
+  PrefetchWalk([&](int64_t index, const std::map<std::string, int64_t> &env) {
+    EXPECT_EQ(index % lineElems, 0) << "a prefetch in the middle of a line";
+    linesOfTile[{env.at("m_part"), env.at("k_block"), env.at("m_block")}].push_back(index /
+                                                                                    lineElems);
+  }).run(program.body);
+  ASSERT_EQ(linesOfTile.size(), size_t(rows / 4 * 2)); // 16 m blocks x 2 k blocks
+  std::set<int64_t> rowsPrefetched;
+  for (const auto &[tile, lines] : linesOfTile) {
+    const auto [part, kBlock, mBlock] = tile;
+    SCOPED_TRACE(fmt::format("m_part {}, k_block {}, m_block {}", part, kBlock, mBlock));
+    const int64_t nextRow = std::min((part * 2 + mBlock) * 4 + 4, rows - 4);
+    std::vector<int64_t> expected;
+    for (int64_t row = nextRow; row < nextRow + 4; ++row)
+      for (int64_t line = 0; line < 512 * experts / lineElems; ++line)
+        expected.push_back((row * rowElems + kBlock * 512 * experts) / lineElems + line);
+    EXPECT_EQ(lines, expected); // in order, each once
+    for (int64_t row = nextRow; row < nextRow + 4; ++row)
+      rowsPrefetched.insert(row);
+  }
+  EXPECT_EQ(rowsPrefetched.size(), size_t(rows - 4));
+  EXPECT_EQ(*rowsPrefetched.begin(), 4);
 }
 
 } // namespace

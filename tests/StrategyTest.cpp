@@ -539,9 +539,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr(
                          "out0[(((m_block * 4) * 128) + ((rank_block * " + nr + ") * 8)) : 8] = acc"));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("read each pair's sum back")));
-  // The last tile prefetches its own rows, not past the weights.
+  // The last tile prefetches its own rows, not past the weights. Their 64 lines take two of
+  // the tile's 32-step passes, one a step, and the other passes take turns with them.
   EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((minsi(((m_block * 4) + 4), 60) "
-                                        "* 256) + (d3 * 32))]"));
+                                        "* 256) + (((remui(rank_block, 2) * 32) + d3) * 16))]"));
   // At 60 tokens the 120 pairs take 128 slots: the slots' experts and input go to temporaries,
   // 0 in the padding, and each pair's sum is read back from its slot.
   loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
@@ -580,9 +581,11 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = out0[(((((m_part * 2) + m_block) * "));
   EXPECT_THAT(loops, testing::HasSubstr("let x: f32x8 = input[((((k_block * 16) + d3) * 128) + "));
   EXPECT_THAT(loops, testing::HasSubstr("for d3 in 0..16 {"));
-  EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
-                                        "4) + 4), 60) + divui((d3 * 2), 8)) * 256) + (k_block * "
-                                        "128)) + (remui((d3 * 2), 8) * 16))]"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr("prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
+                                 "4) + 4), 60) + divui(((remui(rank_block, 2) * 16) + d3), "
+                                 "8)) * 256) + (k_block * 128)) + (remui(((remui(rank_block, "
+                                 "2) * 16) + d3), 8) * 16))]"));
   loops = configuredLoops("pipeline=contraction.ranks,k-block=16", {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
   EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
                                         "broadcast<8>(0f), by_slot[(((((m_part * 2) + m_block) * "));
