@@ -432,6 +432,32 @@ TEST(CliBench, JsonReportAndSpeedupSummary) {
       << r.err;
 }
 
+// Kernels that --benchmark_filter leaves out are never compiled: here the generic one (the
+// generic MoE block at 32 tokens would gather 940 MB of weights on its first call).
+TEST(CliBench, FilteredOutKernelsAreNotCompiled) {
+  const std::vector<std::string> command = {"bench",
+                                            kRmsNorm,
+                                            "--function=rms_norm_linalg",
+                                            "--input=8x64xf32=random",
+                                            "--input=64xf32=random",
+                                            "--input=f32=1e-6",
+                                            "--benchmark_min_time=0.01",
+                                            "--benchmark_format=json",
+                                            "--no-disk-cache"};
+  for (bool filtered : {false, true}) {
+    SCOPED_TRACE(filtered ? "filtered" : "all");
+    std::vector<std::string> args = command;
+    if (filtered)
+      args.push_back("--benchmark_filter=specialized");
+    ToolResult r = runTool(args, {{"FRANK_DEBUG", "1"}});
+    EXPECT_SUCCESS(r);
+    EXPECT_THAT(r.err, HasSubstr("compiled @rms_norm_linalg (specialized, 8x64xf32"));
+    EXPECT_EQ(r.err.find("compiled @rms_norm_linalg (generic") == std::string::npos, filtered)
+        << r.err;
+    EXPECT_EQ(r.out.find("rms_norm_linalg/generic") == std::string::npos, filtered) << r.out;
+  }
+}
+
 TEST(CliBench, RuntimeDimsAddAPartlySpecializedKernel) {
   ToolResult r =
       runTool({"bench", kRmsNorm, "--function=rms_norm_linalg", "--input=32x4096xf32=random",

@@ -34,7 +34,7 @@ double parseNumber(const std::string &token, size_t position, const std::string 
 
 template <class T, class ValueAt> void fillFrom(Tensor &t, ValueAt &valueAt) {
   T *data = t.as<T>();
-  for (int64_t i = 0; i < t.numel(); ++i)
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
     data[i] = static_cast<T>(valueAt(i));
 }
 
@@ -73,7 +73,7 @@ template <class ValueAt> void fillWith(Tensor &t, ValueAt valueAt) {
   case DType::F16:
   case DType::BF16: {
     auto *data = t.as<uint16_t>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) {
       float f = static_cast<float>(valueAt(i));
       uint32_t bits;
       std::memcpy(&bits, &f, 4);
