@@ -599,20 +599,29 @@ private:
   std::map<std::string, int64_t> env_;
 };
 
-// The lowered mul_mat_id for AVX-512's registers, with no JIT: at 32 tokens (64 pairs, 8
-// experts) a 4x4 ranks tile takes the slots in two rank blocks, over k blocks of 512.
-loops::Program ranksProgram(int64_t rows, int64_t k) {
+// A component's function lowered for AVX-512's registers, with no JIT.
+loops::Program avx512Program(const std::string &component, const std::string &function,
+                             const std::vector<ArgSpec> &args) {
   auto file = std::make_shared<SourceFile>();
-  file->name = componentPath("moe/mul_mat_id.mlir");
+  file->name = componentPath(component);
   std::ifstream in(file->name, std::ios::binary);
   file->text.assign(std::istreambuf_iterator<char>(in), {});
   std::unique_ptr<ModuleOp> module = parseModule(file);
   PipelineOptions options;
   options.lowering.target = loops::Target::avx512();
-  std::vector<ArgSpec> args = {{Type::tensor(ElemKind::F32, {rows, k, 8}), {}},
-                               {Type::tensor(ElemKind::F32, {k, 2, 32}), {}},
-                               {Type::tensor(ElemKind::I32, {2, 32}), {}}};
-  return runPipeline(*module, "mul_mat_id", args, "ranks", options).kernel.program;
+  return runPipeline(*module, function, args, "lowered", options).kernel.program;
+}
+
+ArgSpec f32(std::vector<int64_t> shape) {
+  return {Type::tensor(ElemKind::F32, std::move(shape)), {}};
+}
+
+// mul_mat_id at 32 tokens (64 pairs, 8 experts): a 4x4 ranks tile takes the slots in two rank
+// blocks, over k blocks of 512.
+loops::Program ranksProgram(int64_t rows, int64_t k) {
+  return avx512Program(
+      "moe/mul_mat_id.mlir", "mul_mat_id",
+      {f32({rows, k, 8}), f32({k, 2, 32}), {Type::tensor(ElemKind::I32, {2, 32}), {}}});
 }
 
 // Each tile prefetches the next tile's rows of its k block while it runs, every line once,
@@ -649,6 +658,36 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
   }
   EXPECT_EQ(rowsPrefetched.size(), size_t(rows - 4));
   EXPECT_EQ(*rowsPrefetched.begin(), 4);
+}
+
+// A GEMV streams the weights 8 rows a step in each of two parts (split k), and each load
+// prefetches its line of the next step's rows: every line of those 8 rows once. After a part's
+// last step that is the next part's first rows; after the last step, the last row, 8 times,
+// rather than lines past the weights.
+TEST(Lowering, StreamStepsPrefetchTheNextStepsRowsLineByLine) {
+  const int64_t k = 64, n = 256, lineElems = 16, rowLines = n / lineElems;
+  loops::Program program =
+      avx512Program("linear/matmul.mlir", "matmul", {f32({1, k}), f32({k, n})});
+  ASSERT_THAT(loops::print(program),
+              testing::HasSubstr("contraction.stream m=- n=d1 k=d2 tile=8x2 lanes=16 split=k "
+                                 "prefetch=1"));
+  std::map<std::pair<int64_t, int64_t>, std::multiset<int64_t>> linesOfStep;
+  PrefetchWalk([&](int64_t index, const std::map<std::string, int64_t> &env) {
+    EXPECT_EQ(index % lineElems, 0) << "a prefetch in the middle of a line";
+    linesOfStep[{env.at("part"), env.at("k_step")}].insert(index / lineElems);
+  }).run(program.body);
+  ASSERT_EQ(linesOfStep.size(), size_t(2 * (k / 2 / 8)));
+  for (const auto &[step, lines] : linesOfStep) {
+    const auto [part, kStep] = step;
+    SCOPED_TRACE(fmt::format("part {}, k_step {}", part, kStep));
+    std::multiset<int64_t> expected;
+    for (int64_t r = 0; r < 8; ++r) {
+      const int64_t row = std::min(part * (k / 2) + kStep * 8 + 8 + r, k - 1);
+      for (int64_t line = 0; line < rowLines; ++line)
+        expected.insert(row * rowLines + line);
+    }
+    EXPECT_EQ(lines, expected);
+  }
 }
 
 } // namespace

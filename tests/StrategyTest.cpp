@@ -65,11 +65,17 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(matmulNest(130, 4096, 4096), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=5x4 lanes=16 k-block=256 pack=#1");
   // One row (GEMV): B streams by rows, four rows a step, each of two parts summing half of
-  // them into a partial output of its own.
+  // them into a partial output of its own. Where a vector is a whole cache line, eight rows a
+  // step, each prefetching its line of the next step's rows; `prefetch=` sets how many steps
+  // ahead, or none.
   EXPECT_EQ(choose(matmulNest(1, 4096, 4096)),
             "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8 split=k");
   EXPECT_EQ(choose(matmulNest(1, 4096, 4096), Target::avx512()),
-            "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=16 split=k");
+            "contraction.stream m=- n=d1 k=d2 tile=8x2 lanes=16 split=k prefetch=1");
+  EXPECT_EQ(choose(matmulNest(1, 4096, 4096), Target::avx512(), "prefetch=0"),
+            "contraction.stream m=- n=d1 k=d2 tile=8x2 lanes=16 split=k");
+  EXPECT_EQ(choose(matmulNest(1, 4096, 4096), Target::avx2(), "prefetch=3"),
+            "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8 split=k prefetch=3");
   // An odd k splits N instead, into two halves of the output.
   EXPECT_EQ(choose(matmulNest(1, 5, 32)), "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8");
   // An odd number of vectors is one part; fewer than four rows, one step of them.
@@ -504,12 +510,21 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                                                "128) + ((m_block * 2) + row_1)) * 4096))]\n"));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
 
-  // GEMV: each part of the output adds four rows of the weights at a time.
+  // GEMV: each part of the output adds four rows of the weights at a time; eight with 16-lane
+  // vectors, each load prefetching the line eight rows further, the last row at the end.
   loops = linear.function("matmul").emit(Stage::Loops, {"1x4096xf32", "4096x4096xf32"});
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         ": contraction.stream m=- n=d1 k=d2 tile=4x2 lanes={} split=k\n", lanes)));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         wide ? ": contraction.stream m=- n=d1 k=d2 tile=8x2 lanes=16 split=k "
+                                "prefetch=1\n"
+                              : ": contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8 split=k\n"));
   EXPECT_THAT(loops, testing::HasSubstr("for part in 0..2 parallel"));
-  EXPECT_THAT(loops, testing::HasSubstr("for k_step in 0..512 {"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(wide ? "for k_step in 0..256 {" : "for k_step in 0..512 {"));
+  EXPECT_EQ(count(loops, "prefetch w["), wide ? 8 : 0) << loops;
+  if (wide) {
+    EXPECT_THAT(loops, testing::HasSubstr("prefetch w[((v * 16) + (minsi((((part * 2048) + "
+                                          "(k_step * 8)) + 8), 4095) * 4096))]"));
+  }
   EXPECT_THAT(loops, testing::HasSubstr("// add the parts' partial sums"));
 
   // mul_mat_id: the ids are checked once; each row's experts are loaded as one vector and

@@ -2226,6 +2226,16 @@ private:
           values[arg] = bindLet(
               arg, load(t.buffer, accessIndex(g.map(i), iv, t.dims), operand->type.elem, width),
               body);
+          // B's line at this vector, `prefetchAhead` steps of rows further: after a part's
+          // last step, the next part's rows; after the last, B's last row rather than past B
+          // (see prefetch in LoopIR.h).
+          if (s.prefetchAhead && width == lanes && mapUses(g.map(i), s.dimK)) {
+            std::vector<Expr> ahead = iv;
+            ahead[s.dimK] =
+                binary(OpKind::MinSI, add(iv[s.dimK], intConst(s.prefetchAhead * s.tileM)),
+                       intConst(k - 1));
+            body.push_back(prefetch(t.buffer, accessIndex(g.map(i), ahead, t.dims)));
+          }
         }
         values[outArg] = var(acc, elem, lanes);
         BodyContext context{iv, extents, outArg, true};

@@ -62,7 +62,9 @@
 //   want; column stripes touch every 4 KiB page of B for 256 bytes at a time. The tile is
 //   printed as MRxP: rows per step by parts. When the body is a sum of products the parts split
 //   k instead (`split=k`): each sums its contiguous share of B's rows into a partial output of
-//   its own, and the partial outputs are added at the end.
+//   its own, and the partial outputs are added at the end. With `prefetch=N` each load of a
+//   row of B prefetches the same line N steps of rows ahead (the default where a vector is a
+//   whole line).
 //
 // contraction.outer also takes a B that is contiguous along k rather than n (Q x K^T, x W^T with
 // a short k, where contraction.dot would sum 16-lane accumulators after only a few steps): B is
@@ -117,7 +119,8 @@ struct Strategy {
   int packInput = -1;                  // the input packed into panels (outer), or -1
   bool packTransposed = false;         // it is read along k, not n: packing transposes it
   bool splitK = false;                 // stream: the parts split k, not n
-  int prefetchAhead = 0;               // dot: B's rows are prefetched this many n blocks ahead
+  int prefetchAhead = 0;               // dot: B's rows are prefetched this many n blocks ahead;
+                                       // stream: this many steps of rows ahead
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
