@@ -1,6 +1,7 @@
 // This machine's roofline, measured at the start of a benchmark run so that every fraction in
 // the run is of limits measured on the same machine at the same time: the FP32 FMA peak and the
-// read bandwidth from DRAM and from L3, with the thread count the kernels use.
+// read bandwidth from DRAM and from L3, with the thread count the kernels use. A cold shape's
+// DRAM bandwidth is measured again on its own pages (TeamReader, in shapes_bench.cpp).
 #pragma once
 
 #include "frank/Frank.h"
@@ -8,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -88,6 +90,64 @@ inline int64_t l3CacheSize() {
 }
 
 } // namespace detail
+
+/// Threads that read memory together, started once: the calling thread and `threads - 1`
+/// workers that spin between rounds (as the kernels' own pool does), so that a round of a
+/// millisecond is not timed with the starting of threads.
+class TeamReader {
+public:
+  explicit TeamReader(int threads) : threads_(threads) {
+    for (int t = 1; t < threads; ++t)
+      workers_.emplace_back([this, t] {
+        for (uint64_t seen = 0;;) {
+          uint64_t round;
+          while ((round = round_.load(std::memory_order_acquire)) == seen)
+            _mm_pause();
+          if (stop_.load(std::memory_order_acquire))
+            return;
+          seen = round;
+          readPart(t);
+          done_.fetch_add(1, std::memory_order_acq_rel);
+        }
+      });
+  }
+  ~TeamReader() {
+    stop_.store(true, std::memory_order_release);
+    round_.fetch_add(1, std::memory_order_acq_rel);
+    for (std::thread &w : workers_)
+      w.join();
+  }
+  TeamReader(const TeamReader &) = delete;
+  TeamReader &operator=(const TeamReader &) = delete;
+
+  /// Reads every tensor once, each split evenly over the threads.
+  void read(const std::vector<Tensor> &tensors) {
+    tensors_ = &tensors;
+    done_.store(0, std::memory_order_release);
+    round_.fetch_add(1, std::memory_order_acq_rel);
+    readPart(0);
+    while (done_.load(std::memory_order_acquire) < threads_ - 1)
+      _mm_pause();
+  }
+
+private:
+  void readPart(int t) {
+    for (const Tensor &tensor : *tensors_) {
+      // Whole 32-float blocks, as readAll takes them, from aligned starts.
+      const int64_t blocks = tensor.numel() / 32;
+      const int64_t begin = blocks * t / threads_ * 32, end = blocks * (t + 1) / threads_ * 32;
+      sink_ = detail::readAll(tensor.as<float>() + begin, end - begin);
+    }
+  }
+
+  const int threads_;
+  std::vector<std::thread> workers_;
+  std::atomic<uint64_t> round_{0};
+  std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+  const std::vector<Tensor> *tensors_ = nullptr;
+  volatile float sink_ = 0;
+};
 
 /// Measures the machine (about a second). The figures are best-of-several: limits, not averages.
 inline Machine measureMachine() {

@@ -12,12 +12,19 @@ Benchmark names are "<shape id> <description>/<implementation>". Google Benchmar
 "/iterations:N", "/real_time" and the like to the registered name; those are stripped first.
 Implementations named "compile*" or "*-compile" (a peer's compiler, e.g. "iree-compile") are
 compile times, and "disk-reload" is the time to load a compiled kernel from the disk cache
-instead: they go to the compile section, which lists them shape by shape.
+instead: they go to the compile section, which lists them shape by shape. "dram-read" is a cold
+shape's own DRAM roof: a plain read of the weights the kernels read, the same pages. A result's
+roofline fraction is its "roofline" counter when it has one (frank-shapes measures each
+repetition's against a read of the weights right after it: this machine's DRAM bandwidth
+drifts); else, for a cold shape with a dram-read, against that read's rate; else against the
+machine's probes. dram-read is a column of the table but no implementation: no speedup, no plot
+point.
 
 The JSON report: {"machine": {peak_gflops, dram_gbps, l3_gbps, l3_bytes, threads},
 "implementations": [...], "shapes": [{"id", "description", "flops", "bytes", "intensity", "cold",
 "results": {impl: {"seconds", "gflops", "gbps", "roofline", "speedup_vs_generic", "flops",
-"bytes"} or {"skipped": message}}, "compile_ms"}], "geomean_specialized_over_generic",
+"bytes"} or {"skipped": message}}, "dram_gbps", "compile_ms"}],
+"geomean_specialized_over_generic",
 "geomean_shapes", "compile": [{"id", "description", "kind", "ms" or "skipped"}]}.
 A result's flops/bytes are its own counters (a peer's layout may move other bytes than the
 shape's); unknown numbers are null.
@@ -40,7 +47,9 @@ SPECIALIZED = "frank-specialized"
 PARTIAL = "frank-partial"  # specialized but for the token count or KV length
 GENERIC = "frank-generic"
 # Table and legend order; implementations not listed follow in order of appearance.
-KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "libxsmm", "torch", "iree"]
+DRAM_READ = "dram-read"  # a cold shape's weights read by a plain loop: its DRAM roof
+KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "libxsmm", "torch", "iree",
+               DRAM_READ]
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # User counters read from each entry (everything else is Google Benchmark's own fields).
@@ -211,10 +220,11 @@ def collect_runs(doc, where="input"):
 # Aggregation
 
 
-def roofline_bound(flops, nbytes, cold, machine):
-    """Seconds the roofline allows: compute or, from DRAM (cold) or L3 (warm), memory."""
+def roofline_bound(flops, nbytes, cold, machine, dram_gbps=None):
+    """Seconds the roofline allows: compute or, from DRAM (cold) or L3 (warm), memory. A shape's
+    own DRAM bandwidth, when given, stands for the machine's."""
     peak = machine.get("peak_gflops")
-    bw = machine.get("dram_gbps") if cold else machine.get("l3_gbps")
+    bw = (dram_gbps or machine.get("dram_gbps")) if cold else machine.get("l3_gbps")
     if flops is None or nbytes is None or not peak or not bw:
         return None
     return max(flops / (peak * 1e9), nbytes / (bw * 1e9))
@@ -294,6 +304,10 @@ def build_report(docs, names=None):
         cold = _counter(runs, measured, "cold")
         cold = None if cold is None else int(round(cold))
         generic = runs.get(GENERIC, {}).get("seconds")
+        read = runs.get(DRAM_READ, {})
+        own_dram = (read["bytes"] / read["seconds"] / 1e9
+                    if cold and "error" not in read and read.get("bytes") and read.get("seconds")
+                    else None)
         results = {}
         for impl in impls:
             if impl not in runs:
@@ -307,9 +321,9 @@ def build_report(docs, names=None):
             r_flops = run.get("flops", flops)
             r_bytes = run.get("bytes", nbytes)
             r_cold = run.get("cold", cold)
-            roofline = run.get("roofline")
-            if roofline is None:
-                bound = roofline_bound(r_flops, r_bytes, bool(r_cold), machine)
+            roofline = None if impl == DRAM_READ else run.get("roofline")
+            if roofline is None and impl != DRAM_READ:
+                bound = roofline_bound(r_flops, r_bytes, bool(r_cold), machine, own_dram)
                 roofline = None if bound is None else bound / seconds
             results[impl] = {
                 "seconds": seconds,
@@ -317,7 +331,8 @@ def build_report(docs, names=None):
                            else None),
                 "gbps": r_bytes / seconds / 1e9 if r_bytes is not None else None,
                 "roofline": roofline,
-                "speedup_vs_generic": generic / seconds if generic else None,
+                "speedup_vs_generic": (generic / seconds
+                                       if generic and impl != DRAM_READ else None),
                 "flops": r_flops,
                 "bytes": r_bytes,
             }
@@ -332,6 +347,7 @@ def build_report(docs, names=None):
             "intensity": flops / nbytes if flops is not None and nbytes else None,
             "cold": cold,
             "results": results,
+            "dram_gbps": own_dram,
             "compile_ms": compile_by_shape.get(shape["id"]),
         })
 
@@ -404,8 +420,10 @@ def markdown(report):
               [f"{fmt_sig(speedup)}×" if speedup else "—"]
         lines.append("| " + " | ".join(md_escape(c) for c in row) + " |")
     lines.append("")
-    lines.append("Times are medians per call; (n%) is the fraction of the roofline bound "
-                 "(DRAM bandwidth for cold shapes, L3 for warm).")
+    lines.append("Times are medians per call; (n%) is the fraction of the roofline bound: L3 "
+                 "bandwidth for warm shapes; for cold ones DRAM, at the rate a plain read of "
+                 "their weights reached right after each repetition (frank-shapes), or the "
+                 f"median of {DRAM_READ}'s, which times that read.")
     lines.append("")
     geomean = report["geomean_specialized_over_generic"]
     if geomean is None:
@@ -457,6 +475,8 @@ def plot_points(report):
         placed = False
         for impl, r in shape["results"].items():
             if "skipped" in r or not r.get("flops") or not r.get("bytes") or not r.get("gflops"):
+                continue
+            if impl == DRAM_READ:
                 continue
             points.append((shape, impl, r["flops"] / r["bytes"], r["gflops"],
                            bool(shape["cold"])))
@@ -626,6 +646,15 @@ def run(inputs, json_path=None, png_path=None, out=None):
 # Self-test
 
 
+def _iteration(base, real_time, **counters):
+    """One iteration entry, as a run without repetitions writes it."""
+    row = {"name": base, "run_name": base, "run_type": "iteration", "repetitions": 1,
+           "repetition_index": 0, "threads": 1, "iterations": 100,
+           "real_time": real_time, "cpu_time": real_time, "time_unit": "us"}
+    row.update(counters)
+    return row
+
+
 def _sample_docs():
     """A repetitions run of frank-shapes and a PyTorch run without repetitions."""
     def agg(base, real_time, unit="us", **counters):
@@ -647,13 +676,7 @@ def _sample_docs():
                  "cpu_time": 0, "time_unit": "us", "error_occurred": True,
                  "error_message": message} for i in range(3)]
 
-    def it(base, real_time, **counters):
-        row = {"name": base, "run_name": base, "run_type": "iteration", "repetitions": 1,
-               "repetition_index": 0, "threads": 1, "iterations": 100,
-               "real_time": real_time, "cpu_time": real_time, "time_unit": "us"}
-        row.update(counters)
-        return row
-
+    it = _iteration
     s7, s7b = 2.0 * 128 * 256 * 256, 4.0 * (128 * 256 + 256 * 256 + 128 * 256)
     s8, s8b = 2.0 * 256 * 256, 4.0 * (256 + 256 * 256 + 256)
     s3b = 2.0 * 4 * 128 * 2048
@@ -826,6 +849,34 @@ def self_test():
     check("iree table compile", "| S7 | matmul 128x256x256 | iree-compile | 1030 ms |" in table)
     s7_row = next(line for line in table.splitlines() if line.startswith("| S7 "))
     check(f"table S7 row has the iree time: {s7_row}", "| 800 µs (" in s7_row)
+
+    # A cold shape's dram-read sets its own DRAM roof over the machine's 10 GB/s, for results
+    # without a roofline counter: its 1 MB of weights in 50 us is 20 GB/s. The reference is a
+    # column, but no implementation: no speedup, no plot point.
+    S9 = "S9t1 mul_mat_id T=1"
+    s9f, s9b = 2.0 * 256 * 512, 1.1e6
+    own_doc = {"benchmarks": [
+        _iteration(f"{S9}/frank-specialized/real_time", 80, flops=s9f, bytes=s9b, cold=1,
+                   roofline=0.3),
+        _iteration(f"{S9}/frank-generic/real_time", 400, flops=s9f, bytes=s9b, cold=1),
+        _iteration(f"{S9}/dram-read/real_time", 50, bytes=1e6, cold=1)]}
+    own = build_report([shapes_doc, torch_doc, own_doc])
+    s9 = next(shape for shape in own["shapes"] if shape["id"] == "S9t1")
+    close("S9 own DRAM", s9["dram_gbps"], 20.0)
+    r = s9["results"]
+    close("S9 spec roofline (counter)", r[SPECIALIZED]["roofline"], 0.3)
+    close("S9 generic roofline (own DRAM)", r[GENERIC]["roofline"], s9b / 20e9 / 400e-6)
+    close("S9 read gbps", r[DRAM_READ]["gbps"], 20.0)
+    check("S9 read has no roofline or speedup",
+          r[DRAM_READ]["roofline"] is None and r[DRAM_READ]["speedup_vs_generic"] is None)
+    check("dram-read is the last column", own["implementations"][-1] == DRAM_READ)
+    close("S8 keeps the machine's DRAM", next(
+        shape for shape in own["shapes"] if shape["id"] == "S8")["results"][SPECIALIZED][
+        "roofline"], cold_bound / 30e-6)
+    points, _ = plot_points(own)
+    check("no dram-read point", all(impl != DRAM_READ for _, impl, *_ in points))
+    s9_row = next(line for line in markdown(own).splitlines() if line.startswith("| S9t1 "))
+    check(f"table S9 row: {s9_row}", "| 80.0 µs (" in s9_row and "| 50.0 µs |" in s9_row)
 
     # Same numbers when the median comes from iteration entries instead of an aggregate.
     plain = {"benchmarks": [dict(e, run_type="iteration") for e in shapes_doc["benchmarks"]

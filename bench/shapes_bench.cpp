@@ -1,6 +1,7 @@
 // Every benchmark shape of bench-shapes.md (S1-S10) in one run: frank-jit specialized, frank-jit
 // generic, and each peer library that covers the shape, with FLOP/s, bytes/s and the fraction of
-// this machine's roofline (measured at the start of the run, see Machine.h), the cold compile
+// this machine's roofline (measured at the start of the run, see Machine.h; for a cold shape, the
+// DRAM bandwidth of a plain read of its weights right after each repetition), the cold compile
 // time of each specialized kernel, and the time to load it from the disk cache instead.
 //
 // Weights of the memory-bound shapes (GEMV, mul_mat_id, the MoE block) are cold: each call reads
@@ -49,6 +50,7 @@ struct Shape {
   // is the kernel that bakes in every other.
   std::string runtimeDims;
   std::vector<std::vector<Arg>> argSets; // one per rotated copy of the weights
+  std::vector<size_t> coldArgs;          // the arguments that rotate (cold shapes)
   std::vector<PeerSpec> peers;
 };
 
@@ -91,6 +93,8 @@ void rotate(Shape &s, const std::vector<Arg> &args, const std::vector<size_t> &w
   for (size_t i : weightIndices)
     weightBytes += static_cast<double>(std::get<Tensor>(args[i]).numel()) * 4;
   size_t copies = s.cold ? coldCopies(weightBytes, m) : 1;
+  if (s.cold)
+    s.coldArgs = weightIndices;
   if (weightCopies)
     weightCopies->assign(weightIndices.size(), {});
   for (size_t c = 0; c < copies; ++c) {
@@ -247,7 +251,52 @@ std::vector<Shape> makeShapes(const Machine &m) {
   return shapes;
 }
 
-void setCounters(benchmark::State &state, const Shape &s, double bytes, const Machine &m) {
+/// A cold shape's rotated tensors, copy by copy.
+std::vector<std::vector<Tensor>> coldTensors(const Shape &s) {
+  std::vector<std::vector<Tensor>> copies;
+  for (const std::vector<Arg> &set : s.argSets) {
+    copies.emplace_back();
+    for (size_t i : s.coldArgs)
+      copies.back().push_back(std::get<Tensor>(set[i]));
+  }
+  return copies;
+}
+
+double byteSize(const std::vector<Tensor> &tensors) {
+  double bytes = 0;
+  for (const Tensor &t : tensors)
+    bytes += static_cast<double>(t.byteSize());
+  return bytes;
+}
+
+/// Bytes per second of a plain read of every copy of a cold shape's weights on every thread, now:
+/// the DRAM roof of the calls just timed. This machine's DRAM bandwidth depends on where the
+/// pages are and when (the same probe reads 35 GB/s or 64), so each repetition's fraction of the
+/// roofline is of the bandwidth of its own pages at its own moment. The best of rounds over at
+/// least 150 ms: a peer's threads spin for tens of milliseconds after its last call (OpenBLAS),
+/// and until they sleep the reader shares their cores and reads at a quarter of the rate.
+double coldReadRate(const Shape &s) {
+  const std::vector<std::vector<Tensor>> copies = coldTensors(s);
+  TeamReader team(numThreads());
+  team.read({}); // every thread started and waiting
+  double bytes = 0;
+  for (const std::vector<Tensor> &copy : copies)
+    bytes += byteSize(copy);
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + std::chrono::milliseconds(150);
+  double best = 1e30;
+  for (int round = 0; round < 3 || Clock::now() < until; ++round) {
+    auto start = Clock::now();
+    for (const std::vector<Tensor> &copy : copies)
+      team.read(copy);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return bytes / best;
+}
+
+void setCounters(benchmark::State &state, const Shape &s, double bytes, Machine m) {
+  if (s.cold && !s.coldArgs.empty())
+    m.dramBytes = coldReadRate(s);
   const double calls = static_cast<double>(state.iterations());
   state.counters["flops"] = s.flops;
   state.counters["bytes"] = bytes;
@@ -350,6 +399,25 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  // A cold shape's weights read in turn by a plain loop on every thread, the pages the kernels
+  // read: the time its DRAM roof allows for them, beside the kernels'.
+  if (s->cold)
+    benchmark::RegisterBenchmark(name(*s, "dram-read").c_str(),
+                                 [s](benchmark::State &state) {
+                                   std::vector<std::vector<Tensor>> copies = coldTensors(*s);
+                                   const double bytes = byteSize(copies[0]);
+                                   TeamReader team(numThreads());
+                                   team.read(copies[0]);
+                                   size_t copy = 1;
+                                   for (auto _ : state)
+                                     team.read(copies[copy++ % copies.size()]);
+                                   state.counters["bytes"] = bytes;
+                                   state.counters["cold"] = 1;
+                                   state.SetBytesProcessed(static_cast<int64_t>(
+                                       bytes * static_cast<double>(state.iterations())));
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   for (const PeerSpec &peer : s->peers) {
     benchmark::RegisterBenchmark(
         name(*s, peer.name).c_str(),
