@@ -662,7 +662,7 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
 
 // A GEMV streams the weights 8 rows a step in each of two parts (split k), and each load
 // prefetches its line of the next step's rows: every line of those 8 rows once. After a part's
-// last step that is the next part's first rows; after the last step, the last row, 8 times,
+// last step that is the next part's first rows; after the last step, the step's own rows
 // rather than lines past the weights.
 TEST(Lowering, StreamStepsPrefetchTheNextStepsRowsLineByLine) {
   const int64_t k = 64, n = 256, lineElems = 16, rowLines = n / lineElems;
@@ -682,7 +682,7 @@ TEST(Lowering, StreamStepsPrefetchTheNextStepsRowsLineByLine) {
     SCOPED_TRACE(fmt::format("part {}, k_step {}", part, kStep));
     std::multiset<int64_t> expected;
     for (int64_t r = 0; r < 8; ++r) {
-      const int64_t row = std::min(part * (k / 2) + kStep * 8 + 8 + r, k - 1);
+      const int64_t row = std::min(part * (k / 2) + kStep * 8 + 8, k - 8) + r;
       for (int64_t line = 0; line < rowLines; ++line)
         expected.insert(row * rowLines + line);
     }
