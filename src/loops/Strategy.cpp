@@ -541,7 +541,7 @@ std::optional<Strategy> tryChoices(const NestShape &nest, int lanes, const Targe
 
 // One row of output (no m dim of extent > 1) and one reduction dim: stream B by rows. The
 // parts split k for the threads, or N in long runs where k cannot split (two: each reads half
-// of every row of B, 8 KiB at S8); each step adds 4 rows of B.
+// of every row of B, 8 KiB at S8); each step adds 4 rows of B, or 8 (below).
 std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target &target,
                                   std::string &why) {
   std::optional<Strategy> outer = tryOuter(nest, lanes, target, why);
