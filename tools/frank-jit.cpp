@@ -251,7 +251,7 @@ int benchCommand(int benchArgc, char **benchArgv) {
     return Prepared{std::move(kernel), std::move(results), bytes};
   };
   std::vector<std::pair<std::string, std::function<Kernel()>>> kinds;
-  kinds.emplace_back("specialized", nullptr);
+  kinds.emplace_back("specialized", [&] { return lookupFully(module).specialize(args); });
   if (!runtimeDims.empty())
     kinds.emplace_back("partial", [fn, args] { return fn.specialize(args); });
   kinds.emplace_back("generic", [fn, args] { return fn.specialize(args, Mode::Generic); });
@@ -259,11 +259,11 @@ int benchCommand(int benchArgc, char **benchArgv) {
   std::exception_ptr failure;
   for (auto &[kind, make] : kinds) {
     auto prepared = std::make_shared<std::optional<Prepared>>();
-    if (!make)
-      prepared->emplace(prepare(lookupFully(module).specialize(args)));
+    if (kind == "specialized")
+      prepared->emplace(prepare(make()));
     std::string name = fmt::format("{}/{}", fn.name(), kind);
     benchmark::RegisterBenchmark(name.c_str(), [make, args, prepared, prepare,
-                                                &failure](benchmark::State &state) mutable {
+                                                &failure](benchmark::State &state) {
       try {
         if (!*prepared)
           prepared->emplace(prepare(make()));
