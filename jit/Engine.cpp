@@ -1,4 +1,4 @@
-// LLJIT, target machine and O3 pipeline.
+// LLJIT, target machine and the kernel optimization pipeline.
 #include "Engine.h"
 #include "Pipeline.h"
 #include "codegen/MathFunctions.h"
@@ -115,6 +115,36 @@ std::vector<std::string_view> unpackObjects(std::string_view payload) {
   return objects;
 }
 
+// The optimizer's passes for a kernel module, in LLVM's pipeline syntax: what O3 does that the
+// kernels need, at half its cost. Codegen's IR already holds its register tiles, unrolling,
+// vectors and prefetches, and every loop counts up to a constant or a dim, so
+// what remains is to promote codegen's locals to registers, fold and share the index arithmetic,
+// hoist what loops do not change, rotate them into the form the vectorizer takes, widen the
+// loops marked vectorized (with the vector math mappings), and tidy up. O3's inliner, IPO,
+// jump threading, unswitching, idiom recognition, induction variable rewriting, SLP
+// vectorization and dead store elimination added half of its optimization time to the MoE block
+// (35 of 71 ms of CPU at 32 tokens) and nothing to any benchmark shape's run time.
+constexpr const char *kKernelPasses =
+    "always-inline,"
+    "function("
+    "sroa<modify-cfg>,early-cse<>,simplifycfg<keep-loops>,"
+    "instcombine<max-iterations=1;no-verify-fixpoint>,"
+    "loop-mssa(licm<no-allowspeculation>,loop-rotate<header-duplication;no-prepare-for-lto>,"
+    "licm<allowspeculation>),"
+    "gvn<>,simplifycfg<keep-loops>,"
+    "inject-tli-mappings,loop-vectorize,infer-alignment,"
+    "instcombine<max-iterations=1;no-verify-fixpoint>,simplifycfg,"
+    "loop-mssa(licm<allowspeculation>),"
+    "instcombine<max-iterations=1;no-verify-fixpoint>,simplifycfg),"
+    "globaldce";
+
+// The passes kernels go through: kKernelPasses, or FRANK_LLVM_PASSES (LLVM's syntax, as
+// `opt -passes=` takes it: `default<O3>` is LLVM's O3) to compare others.
+std::string kernelPasses() {
+  const char *passes = std::getenv("FRANK_LLVM_PASSES");
+  return passes && *passes ? passes : kKernelPasses;
+}
+
 // Parts of a kernel that cost less than this (compileCost: instructions before O3, those of
 // scalar innermost loops several times) compile faster with the rest than in a thread of their
 // own.
@@ -177,7 +207,7 @@ struct Engine::Impl {
   std::unordered_map<std::string, EntryFn> compiled;
   std::deque<std::string> names; // storage behind the VecDesc string references
   std::vector<llvm::VecDesc> vectorMath;
-  std::string fingerprint; // the vector math functions found
+  std::string fingerprint; // the vector math functions found, and the optimizer's passes
 
   Impl() : machineBuilder(detectHost()) {
     llvm::InitializeNativeTargetAsmPrinter();
@@ -212,6 +242,7 @@ struct Engine::Impl {
               llvm::dyn_cast<llvm::orc::ObjectLinkingLayer>(&lljit->getObjLinkingLayer()))
         linker->addPlugin(std::make_unique<PerfMapWriter>());
     findVectorMath();
+    fingerprint += "passes=" + kernelPasses();
     // The parallel runtime, by name, so that kernels (and cached objects) hold no host address.
     llvm::orc::SymbolMap runtime;
     runtime[lljit->mangleAndIntern("frank_parallel_for")] = llvm::orc::ExecutorSymbolDef(
@@ -294,7 +325,7 @@ struct Engine::Impl {
     return module;
   }
 
-  // O3 with `machine`'s cost model, then the math functions' bodies.
+  // The kernel passes with `machine`'s cost model, then the math functions' bodies.
   void optimize(llvm::Module &module, llvm::TargetMachine &machine, bool useVectorMath) {
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
@@ -309,10 +340,8 @@ struct Engine::Impl {
     llvm::PipelineTuningOptions tuning;
     tuning.LoopVectorization = true;
     tuning.SLPVectorization = true;
-    // Constant trip counts invite LLVM to unroll whole small nests: a 2x4x2x8x64 transpose took
-    // 1.4 s to optimize into 3244 lines. Without unrolling it takes 25 ms; rms_norm and swiglu
-    // at S1/S2 run as fast (the vectorizer still interleaves) and their cold compile drops from
-    // 15 to 9 ms.
+    // Constant trip counts invite LLVM to unroll whole small nests (where a pipeline has the
+    // unroller, as O3 does): a 2x4x2x8x64 transpose took 1.4 s to optimize into 3244 lines.
     tuning.LoopUnrolling = false;
     llvm::PassBuilder builder(&machine, tuning);
     builder.registerModuleAnalyses(mam);
@@ -320,7 +349,10 @@ struct Engine::Impl {
     builder.registerFunctionAnalyses(fam);
     builder.registerLoopAnalyses(lam);
     builder.crossRegisterProxies(lam, fam, cgam, mam);
-    builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(module, mam);
+    llvm::ModulePassManager passes;
+    if (auto error = builder.parsePassPipeline(passes, kernelPasses()))
+      fail({}, "FRANK_LLVM_PASSES: " + llvm::toString(std::move(error)));
+    passes.run(module, mam);
     defineMathFunctions(module, avx512Math);
   }
 
@@ -396,10 +428,10 @@ struct Engine::Impl {
           if (debugLevel() >= 2) {
             using ms = std::chrono::duration<double, std::milli>;
             auto end = std::chrono::steady_clock::now();
-            fmt::print(stderr,
-                       "frank:   part {} ({}) on thread {}: O3 {:.3f} ms, machine code {:.3f} ms\n",
-                       i, described, thread, ms(middle - begin).count(),
-                       ms(end - middle).count());
+            fmt::print(
+                stderr,
+                "frank:   part {} ({}) on thread {}: optimize {:.3f} ms, machine code {:.3f} ms\n",
+                i, described, thread, ms(middle - begin).count(), ms(end - middle).count());
           }
         }
       } catch (...) {
@@ -441,7 +473,7 @@ struct Engine::Impl {
     if (count == 0) {
       inlineLocalNests(module);
       optimize(module, machineFor(0), useVectorMath);
-      lap("optimize-O3");
+      lap("optimize");
       if (optimized)
         *optimized = printModule(module);
       std::vector<std::string> whole = {emitObject(module, machineFor(0))};
@@ -527,7 +559,7 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
   std::vector<std::string> objects =
       impl_->compileObjects(*module, options.vectorMath, printAfter ? &optimized : nullptr, lap);
   if (printAfter)
-    printAfter("optimize-O3", optimized);
+    printAfter("optimize", optimized);
   std::string error;
   EntryFn entry = impl_->link(program.name,
                               std::vector<std::string_view>(objects.begin(), objects.end()), error);

@@ -1,6 +1,6 @@
-// \file The execution engine: LLVM ORC LLJIT for the host CPU, the O3 pipeline, and assembly
-// output. No LLVM type appears here; including ORC and the pass builder is slow, so only
-// Engine.cpp does.
+// \file The execution engine: LLVM ORC LLJIT for the host CPU, the kernel optimization pipeline,
+// and assembly output. No LLVM type appears here; including ORC and the pass builder is slow, so
+// only Engine.cpp does.
 #pragma once
 
 #include "codegen/Codegen.h"
@@ -27,8 +27,8 @@ public:
 
   /// Generates, optimizes and JIT-compiles `program`, a large kernel in parts on two threads
   /// (see codegen/SplitKernel.h). Thread-safe. `printAfter` sees the LLVM IR after codegen and
-  /// after O3 (every part's). `object`, if given, receives the objects the JIT linked as one
-  /// payload for the disk cache (left empty if this process already had the kernel).
+  /// after optimization (every part's). `object`, if given, receives the objects the JIT linked as
+  /// one payload for the disk cache (left empty if this process already had the kernel).
   EntryFn
   compile(const loops::Program &program, const CodegenOptions &options,
           const std::function<void(const std::string &, const std::string &)> &printAfter = {},
@@ -43,7 +43,8 @@ public:
   EntryFn load(const std::string &name, std::string_view object, std::string &error);
 
   /// What besides the CPU name and features decides the machine code a kernel compiles to on
-  /// this host (the vector math library's functions): part of the disk cache key.
+  /// this host (the vector math library's functions, the optimizer's passes): part of the disk
+  /// cache key.
   const std::string &hostFingerprint() const;
 
   /// The text of one compilation stage, without adding anything to the JIT.

@@ -711,7 +711,7 @@ std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes
                                                       codegenOptionsFor(mode), jit::Output::LLVM));
       if (stage != Stage::LLVM)
         log +=
-            fmt::format("// -----// IR Dump After optimize-O3 //----- //\n{}\n",
+            fmt::format("// -----// IR Dump After optimize //----- //\n{}\n",
                         jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode),
                                                      jit::Output::OptimizedLLVM));
     }

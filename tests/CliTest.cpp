@@ -366,7 +366,7 @@ TEST(CliCompile, EmitOptimizedLlvmIsVectorized) {
   EXPECT_SUCCESS(r);
   EXPECT_TRUE(r.out.find("<8 x float>") != std::string::npos ||
               r.out.find("<16 x float>") != std::string::npos)
-      << "no 8- or 16-wide float vectors in the O3 IR";
+      << "no 8- or 16-wide float vectors in the optimized IR";
 }
 
 TEST(CliCompile, EmitAsmUsesVectorInstructions) {
@@ -781,7 +781,7 @@ TEST(CliParts, SplitKernelsMatchTheOracleWholeAndFromDisk) {
   };
   for (const Run &run : {Run{"two threads, compiled", "2", cache, "frank: split-in-parts"},
                          Run{"two threads, from disk", "2", cache, nullptr},
-                         Run{"one thread, whole", "1", std::nullopt, "frank: optimize-O3"}}) {
+                         Run{"one thread, whole", "1", std::nullopt, "frank: optimize "}}) {
     SCOPED_TRACE(run.name);
     std::remove(y.c_str());
     EnvOverrides env = {{"FRANK_DEBUG", "1"}, {"FRANK_NUM_THREADS", run.threads}};

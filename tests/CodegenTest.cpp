@@ -134,8 +134,9 @@ TEST(Codegen, ShortVectorizedLoopsAreNotInterleaved) {
   int64_t status[3] = {0, 0, 0};
   kernel(buffers, nullptr, nullptr, nullptr, status);
   for (int64_t k = 0; k < longTrips; ++k) {
-    if (k < shortTrips)
+    if (k < shortTrips) {
       EXPECT_EQ(a[size_t(k)], 2 * x[size_t(k)]);
+    }
     EXPECT_EQ(b[size_t(k)], 2 * x[size_t(k)]);
   }
 }

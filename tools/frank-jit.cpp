@@ -61,15 +61,16 @@ cl::opt<Mode>
          cl::values(clEnumValN(Mode::Specialized, "specialized", "bake every shape in (default)"),
                     clEnumValN(Mode::Generic, "generic", "keep dims as runtime values")),
          cl::sub(compileCmd), cl::sub(runCmd), cl::cat(category));
-cl::opt<Stage> emit("emit", cl::desc("The stage to print"), cl::init(Stage::Assembly),
-                    cl::values(clEnumValN(Stage::Mlir, "mlir", "the parsed module"),
-                               clEnumValN(Stage::Specialized, "specialized",
-                                          "tensor IR after specialization and fusion"),
-                               clEnumValN(Stage::Loops, "loops", "the loop IR"),
-                               clEnumValN(Stage::LLVM, "llvm", "LLVM IR as generated"),
-                               clEnumValN(Stage::OptimizedLLVM, "llvm-opt", "LLVM IR after O3"),
-                               clEnumValN(Stage::Assembly, "asm", "host assembly (default)")),
-                    cl::sub(compileCmd), cl::cat(category));
+cl::opt<Stage>
+    emit("emit", cl::desc("The stage to print"), cl::init(Stage::Assembly),
+         cl::values(clEnumValN(Stage::Mlir, "mlir", "the parsed module"),
+                    clEnumValN(Stage::Specialized, "specialized",
+                               "tensor IR after specialization and fusion"),
+                    clEnumValN(Stage::Loops, "loops", "the loop IR"),
+                    clEnumValN(Stage::LLVM, "llvm", "LLVM IR as generated"),
+                    clEnumValN(Stage::OptimizedLLVM, "llvm-opt", "LLVM IR after optimization"),
+                    clEnumValN(Stage::Assembly, "asm", "host assembly (default)")),
+         cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> printAfterAll("print-ir-after-all", cl::desc("Print the IR after every pass"),
                             cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> explain("explain", cl::desc("Say which dims and values were baked in"),
