@@ -1,6 +1,7 @@
 // LLJIT, target machine and the kernel optimization pipeline.
 #include "Engine.h"
 #include "Pipeline.h"
+#include "codegen/ColdCode.h"
 #include "codegen/MathFunctions.h"
 #include "codegen/SplitKernel.h"
 #include "ir/Diagnostics.h"
@@ -130,7 +131,7 @@ constexpr const char *kKernelPasses =
     "sroa<modify-cfg>,early-cse<>,simplifycfg<keep-loops>,"
     "instcombine<max-iterations=1;no-verify-fixpoint>,"
     "loop-mssa(licm<no-allowspeculation>,loop-rotate<header-duplication;no-prepare-for-lto>,"
-    "licm<allowspeculation>),"
+    "licm<allowspeculation>,simple-loop-unswitch<no-nontrivial;trivial>),"
     "gvn<>,simplifycfg<keep-loops>,"
     "inject-tli-mappings,loop-vectorize,infer-alignment,"
     "instcombine<max-iterations=1;no-verify-fixpoint>,simplifycfg,"
@@ -325,8 +326,10 @@ struct Engine::Impl {
     return module;
   }
 
-  // The kernel passes with `machine`'s cost model, then the math functions' bodies.
+  // The kernel passes with `machine`'s cost model, then the math functions' bodies. Cold
+  // functions are optimized as the rest, then left to the code generator's quick path.
   void optimize(llvm::Module &module, llvm::TargetMachine &machine, bool useVectorMath) {
+    settleColdFunctions(module);
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
@@ -353,6 +356,7 @@ struct Engine::Impl {
     if (auto error = builder.parsePassPipeline(passes, kernelPasses()))
       fail({}, "FRANK_LLVM_PASSES: " + llvm::toString(std::move(error)));
     passes.run(module, mam);
+    compileColdFunctionsQuickly(module);
     defineMathFunctions(module, avx512Math);
   }
 

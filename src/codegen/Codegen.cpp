@@ -1,5 +1,6 @@
 // Code generation from loop IR with IRBuilder.
 #include "codegen/Codegen.h"
+#include "codegen/ColdCode.h"
 #include "codegen/FoldReciprocals.h"
 #include "codegen/MathFunctions.h"
 #include "ir/Ops.h"
@@ -40,6 +41,10 @@ constexpr int64_t kMaxOutlinedTrips = 16;
 // (1.54-1.56 ms against 1.54-1.58). Longer loops keep it: a 4096-long sum of squares (rms_norm)
 // is a chain of dependent adds without it (S1 10.0-12.1 us with, 11.7-12.9 without).
 constexpr int64_t kMaxTripsNotInterleaved = 128;
+// For the work estimate (ColdCode.h): the trips of a loop whose extent is a runtime dim, and how
+// many scalar iterations a vectorized loop's one does.
+constexpr double kUnknownTrips = 1024;
+constexpr double kVectorizedLanes = 8;
 
 class Codegen {
 public:
@@ -51,6 +56,13 @@ public:
   std::unique_ptr<llvm::Module> run() {
     llvm::Function *body = emitBody();
     emitEntry(body);
+    if (options_.coldCode) {
+      // Functions without statements of their own (the entry, chunks) take their coldness from
+      // the body they inline (settleColdFunctions).
+      for (llvm::Function &f : *module_)
+        work_.try_emplace(&f, 0.0);
+      markColdFunctions(work_);
+    }
     std::string errors;
     llvm::raw_string_ostream os(errors);
     if (llvm::verifyModule(*module_, &os))
@@ -457,6 +469,7 @@ private:
   }
 
   void emit(const Stmt &s) {
+    work_[fn_] += runs_ * double(nodesOf(*s));
     switch (s->kind) {
     case StmtKind::Block: emitBlock(s->body); return;
     case StmtKind::Let: {
@@ -562,9 +575,14 @@ private:
     scopes_.emplace_back();
     scopes_.back()[s.name] = iv;
     const std::optional<int64_t> trips = asConstant(s.value);
+    const double outerRuns = runs_;
+    runs_ *= trips ? double(std::max<int64_t>(*trips, 1)) : kUnknownTrips;
+    if (s.forKind == ForKind::Vectorize)
+      runs_ = std::max(outerRuns, runs_ / kVectorizedLanes);
     emitStatements(s.body, s.forKind == ForKind::Parallel ||
                                (outlining_ && s.forKind == ForKind::Serial && trips &&
                                 *trips <= kMaxOutlinedTrips));
+    runs_ = outerRuns;
     scopes_.pop_back();
     llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
     llvm::BranchInst *latch = b_.CreateBr(header);
@@ -673,18 +691,23 @@ private:
     return runs;
   }
 
+  static size_t nodesOf(const Expr &e) {
+    size_t n = e ? 1 : 0;
+    if (e)
+      for (const Expr &a : e->args)
+        n += nodesOf(a);
+    return n;
+  }
+  // A statement and its expressions' nodes, not those of the statements it holds.
+  static size_t nodesOf(const StmtNode &s) {
+    return 1 + nodesOf(s.value) + nodesOf(s.index) + nodesOf(s.bound);
+  }
+
   // Statements and expression nodes: roughly what a tree costs LLVM to optimize and compile.
   static size_t weightOf(const std::vector<Stmt> &stmts, size_t scale = 1) {
-    std::function<size_t(const Expr &)> expr = [&](const Expr &e) -> size_t {
-      size_t n = e ? 1 : 0;
-      if (e)
-        for (const Expr &a : e->args)
-          n += expr(a);
-      return n;
-    };
     size_t n = 0;
     for (const Stmt &st : stmts) {
-      n += scale * (1 + expr(st->value) + expr(st->index) + expr(st->bound));
+      n += scale * nodesOf(*st);
       if (st->kind == StmtKind::For && st->forKind == ForKind::Parallel)
         continue; // a function of its own
       const bool widened = st->kind == StmtKind::For && st->forKind == ForKind::Vectorize;
@@ -934,6 +957,11 @@ private:
   llvm::BasicBlock *entryBlock_ = nullptr;
   llvm::Value *dims_ = nullptr, *scalars_ = nullptr, *status_ = nullptr;
   bool outlining_ = false; // the statements being emitted may be outlined (emitStatements)
+  // How many times a kernel call runs the statements being emitted, and how many statement and
+  // expression nodes each function runs a call: the work estimate that picks the cold functions
+  // (ColdCode.h).
+  double runs_ = 1;
+  std::map<llvm::Function *, double> work_;
   std::vector<llvm::Value *> bufferPtrs_;
   std::vector<std::unordered_map<std::string, llvm::Value *>> scopes_;
   // The chunk function and context type of each shape of parallel loop body (usesOf).
