@@ -354,7 +354,7 @@ struct Engine::Impl {
     builder.crossRegisterProxies(lam, fam, cgam, mam);
     llvm::ModulePassManager passes;
     if (auto error = builder.parsePassPipeline(passes, kernelPasses()))
-      fail({}, "FRANK_LLVM_PASSES: " + llvm::toString(std::move(error)));
+      throw Error("error: FRANK_LLVM_PASSES: " + llvm::toString(std::move(error)));
     passes.run(module, mam);
     compileColdFunctionsQuickly(module);
     defineMathFunctions(module, avx512Math);

@@ -380,6 +380,17 @@ TEST(CliCompile, EmitAsmUsesVectorInstructions) {
   EXPECT_EQ(byDefault.out, r.out);
 }
 
+// FRANK_LLVM_PASSES puts another optimization pipeline in place of the kernel passes, to compare:
+// LLVM's O3 still makes a vectorized kernel, and a pipeline LLVM cannot parse is a clear error.
+TEST(CliCompile, LlvmPassesReplaceTheKernelPipeline) {
+  ToolResult o3 = runTool(compileArgs({"--emit=llvm-opt"}), {{"FRANK_LLVM_PASSES", "default<O3>"}});
+  EXPECT_SUCCESS(o3);
+  EXPECT_TRUE(std::regex_search(o3.out, std::regex(R"(<(8|16) x float>)"))) << o3.out;
+  ToolResult bad = runTool(compileArgs({"--emit=asm"}), {{"FRANK_LLVM_PASSES", "no-such-pass"}});
+  EXPECT_FAILURE(bad);
+  EXPECT_THAT(bad.err, HasSubstr("error: FRANK_LLVM_PASSES: unknown pass name 'no-such-pass'"));
+}
+
 TEST(CliCompile, PrintIrAfterAllShowsEveryPassInOrder) {
   ToolResult r = runTool(compileArgs({"--emit=loops", "--print-ir-after-all"}));
   EXPECT_SUCCESS(r);
