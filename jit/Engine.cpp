@@ -146,8 +146,8 @@ std::string kernelPasses() {
   return passes && *passes ? passes : kKernelPasses;
 }
 
-// Parts of a kernel that cost less than this (compileCost: instructions before O3, those of
-// scalar innermost loops several times) compile faster with the rest than in a thread of their
+// Parts of a kernel that cost less than this (compileCost: instructions before optimization, those
+// of scalar innermost loops several times) compile faster with the rest than in a thread of their
 // own.
 constexpr size_t kMinPartCost = 200;
 

@@ -11,7 +11,7 @@
 //   fuse-elementwise  elementwise producers folded into their consumers (specialized only)
 //   lower-to-loops    buffer plan and one loop nest per tensor op
 //
-// Code generation and O3 follow in the JIT engine (jit/Engine.h).
+// Code generation and the kernel passes follow in the JIT engine (jit/Engine.h).
 #pragma once
 
 #include "Signature.h"

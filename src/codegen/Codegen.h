@@ -29,7 +29,7 @@ struct CodegenOptions {
   int permuteBits = -1;
   /// Large independent runs of statements in the kernel's body and in parallel loop bodies as
   /// functions of their own, which the engine may optimize and compile on separate threads
-  /// (codegen/SplitKernel.h). Where they stay in one module, O3 inlines them back.
+  /// (codegen/SplitKernel.h). Where they stay in one module, the optimizer inlines them back.
   bool outlineNests = true;
   /// Vectorized loops that compute exp interleave this many vectors (0: the vectorizer's
   /// choice, which is one on a 16-register target: see Engine.cpp). -1: the host's.

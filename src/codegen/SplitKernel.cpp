@@ -20,8 +20,8 @@ namespace {
 
 // The loop vectorizer turns a scalar innermost loop into a vector body interleaved up to 4 times
 // and keeps the scalar loop for the remainder: about this many times its instructions to
-// optimize and compile. Attention's softmax loops (a fifth of its instructions before O3) took
-// 20 ms of 84, each of its products 27-31 ms.
+// optimize and compile. Attention's softmax loops (a fifth of its instructions before optimization)
+// took 20 ms of 84, each of its products 27-31 ms.
 constexpr size_t kWidenedCost = 5;
 
 // What `f` costs to optimize and compile, in instructions.

@@ -43,8 +43,8 @@ unsigned splitKernel(llvm::Module &module, unsigned maxParts, size_t minPartCost
 size_t compileCost(llvm::Module &module);
 
 /// Marks always-inline every local function of `module` that it only calls: the nests codegen
-/// outlined (CodegenOptions::outlineNests) that did not go to a part of their own, and that O3
-/// would otherwise inline later, after optimizing them apart, at a cost.
+/// outlined (CodegenOptions::outlineNests) that did not go to a part of their own, which would
+/// otherwise stay calls: the kernel passes inline only what is marked so.
 void inlineLocalNests(llvm::Module &module);
 
 } // namespace frank
