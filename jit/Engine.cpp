@@ -8,7 +8,6 @@
 #include "runtime/Parallel.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
-#include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -29,7 +28,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <exception>
@@ -391,37 +389,35 @@ struct Engine::Impl {
 
   // Optimizes `module` and generates its objects: one, or one per part on threads of their own
   // when the kernel splits (see codegen/SplitKernel.h), at most as many as the kernels' threads.
-  // The helper threads start on the first part while the rest are still being cloned.
   // `optimized` receives the optimized IR; `lap` marks the end of each stage.
   std::vector<std::string> compileObjects(llvm::Module &module, bool useVectorMath,
                                           std::string *optimized,
                                           const std::function<void(const char *)> &lap) {
     const unsigned threads = unsigned(std::min(2, runtime::numThreads()));
-    // The parts as they are written; a deque, so that a thread reading one is not disturbed by
-    // the next being added.
-    std::deque<std::string> parts;
-    bool complete = false; // no more parts will come
-    std::mutex partsMutex;
-    std::condition_variable partAdded;
     // Twice the parts of the threads, for the second thread to take one when the first part
     // alone takes longer than the others.
-    const unsigned maxParts = 2 * threads;
-    std::vector<std::string> objects(maxParts), printed(maxParts);
+    KernelParts parts;
+    if (threads >= 2)
+      parts = splitKernel(module, 2 * threads, kMinPartCost);
+    if (parts.empty()) {
+      inlineLocalNests(module);
+      optimize(module, machineFor(0), useVectorMath);
+      lap("optimize");
+      if (optimized)
+        *optimized = printModule(module);
+      std::vector<std::string> whole = {emitObject(module, machineFor(0))};
+      lap("machine-code");
+      return whole;
+    }
+    lap("split-in-parts");
+    std::vector<std::string> objects(parts.size()), printed(parts.size());
     std::vector<std::exception_ptr> failures(threads);
     std::atomic<size_t> next = 0;
-    // The part numbered `i` once it has been written, or nothing if there is none.
-    auto waitForPart = [&](size_t i) -> const std::string * {
-      std::unique_lock<std::mutex> lock(partsMutex);
-      partAdded.wait(lock, [&] { return i < parts.size() || complete; });
-      return i < parts.size() ? &parts[i] : nullptr;
-    };
     auto compileParts = [&](unsigned thread) {
       try {
-        for (size_t i = next++; const std::string *bitcode = waitForPart(i); i = next++) {
+        for (size_t i = next++; i < parts.size(); i = next++) {
           llvm::LLVMContext context;
-          auto buffer = llvm::MemoryBufferRef(*bitcode, module.getModuleIdentifier());
-          std::unique_ptr<llvm::Module> part =
-              unwrap(llvm::parseBitcodeFile(buffer, context), "reading a kernel part");
+          std::unique_ptr<llvm::Module> part = readPart(parts, i, context);
           const std::string described = debugLevel() >= 2 ? describePart(*part) : "";
           auto begin = std::chrono::steady_clock::now();
           optimize(*part, *machines[thread], useVectorMath);
@@ -442,60 +438,21 @@ struct Engine::Impl {
         failures[thread] = std::current_exception();
       }
     };
+    for (unsigned t = 1; t < threads; ++t)
+      machineFor(t); // before any helper reads `machines`
     std::vector<std::thread> helpers;
-    auto noMoreParts = [&] {
-      {
-        std::lock_guard<std::mutex> lock(partsMutex);
-        complete = true;
-      }
-      partAdded.notify_all();
-    };
-    auto joinHelpers = [&] {
-      noMoreParts();
-      for (std::thread &helper : helpers)
-        helper.join();
-    };
-    unsigned count = 0;
-    try {
-      if (threads >= 2)
-        count = splitKernel(module, maxParts, kMinPartCost, [&](std::string bitcode) {
-          {
-            std::lock_guard<std::mutex> lock(partsMutex);
-            parts.push_back(std::move(bitcode));
-          }
-          partAdded.notify_all();
-          if (helpers.empty())
-            for (unsigned t = 1; t < threads; ++t) {
-              machineFor(t);
-              helpers.emplace_back(compileParts, t);
-            }
-        });
-    } catch (...) {
-      joinHelpers();
-      throw;
-    }
-    if (count == 0) {
-      inlineLocalNests(module);
-      optimize(module, machineFor(0), useVectorMath);
-      lap("optimize");
-      if (optimized)
-        *optimized = printModule(module);
-      std::vector<std::string> whole = {emitObject(module, machineFor(0))};
-      lap("machine-code");
-      return whole;
-    }
-    lap("split-in-parts");
-    noMoreParts();
+    for (unsigned t = 1; t < threads; ++t)
+      helpers.emplace_back(compileParts, t);
     compileParts(0);
-    joinHelpers();
+    for (std::thread &helper : helpers)
+      helper.join();
     for (const std::exception_ptr &failure : failures)
       if (failure)
         std::rethrow_exception(failure);
     lap("optimize+machine-code");
-    objects.resize(count);
     if (optimized)
-      for (size_t i = 0; i < count; ++i)
-        *optimized += printed[i];
+      for (const std::string &text : printed)
+        *optimized += text;
     return objects;
   }
 

@@ -59,20 +59,19 @@ TEST(SplitKernel, PartsDefineEachFunctionOnceWithBodiesBesideTheirChunks) {
   const std::set<std::string> original = definedFunctions(*module);
   for (unsigned maxParts : {2u, 4u}) {
     auto copy = parseIr(moeBlockIr(), ir);
-    std::vector<std::string> parts = splitKernel(*copy, maxParts, 100);
+    KernelParts parts = splitKernel(*copy, maxParts, 100);
     ASSERT_GE(parts.size(), 2u);
     ASSERT_LE(parts.size(), maxParts);
     std::map<std::string, size_t> partOf;
     std::vector<std::unique_ptr<llvm::Module>> modules;
     for (size_t i = 0; i < parts.size(); ++i) {
-      auto part = llvm::parseBitcodeFile(llvm::MemoryBufferRef(parts[i], "part"), ir);
-      ASSERT_TRUE(bool(part)) << llvm::toString(part.takeError());
+      std::unique_ptr<llvm::Module> part = readPart(parts, i, ir);
       std::string problems;
       llvm::raw_string_ostream os(problems);
-      EXPECT_FALSE(llvm::verifyModule(**part, &os)) << problems;
-      for (const std::string &name : definedFunctions(**part))
+      EXPECT_FALSE(llvm::verifyModule(*part, &os)) << problems;
+      for (const std::string &name : definedFunctions(*part))
         EXPECT_TRUE(partOf.emplace(name, i).second) << name << " is defined twice";
-      modules.push_back(std::move(*part));
+      modules.push_back(std::move(part));
     }
     std::set<std::string> defined;
     for (const auto &[name, part] : partOf)
@@ -113,39 +112,35 @@ TEST(SplitKernel, HeaviestFirstAndNoPartBelowTheMinimum) {
   ASSERT_TRUE(module);
   size_t total = compileCost(*module);
   EXPECT_GT(total, module->getInstructionCount()); // the scalar loops count several times
-  std::vector<std::string> parts = splitKernel(*module, 8, total / 3);
+  KernelParts parts = splitKernel(*module, 8, total / 3);
   ASSERT_GE(parts.size(), 2u);
   EXPECT_LE(parts.size(), 3u);
   std::vector<size_t> sizes;
-  for (const std::string &bitcode : parts) {
-    auto part = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "part"), ir);
-    ASSERT_TRUE(bool(part)) << llvm::toString(part.takeError());
-    sizes.push_back(compileCost(**part));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    sizes.push_back(compileCost(*readPart(parts, i, ir)));
     EXPECT_GE(sizes.back(), total / 3);
   }
   EXPECT_TRUE(std::is_sorted(sizes.rbegin(), sizes.rend())) << testing::PrintToString(sizes);
 }
 
-// The streaming form hands on the very parts the list holds, in the same order (the compiling
-// threads start on the first while the rest are cloned), and nothing for a kernel left whole.
-TEST(SplitKernel, PartsHandedOnOneByOneAreTheListsParts) {
+// A part read back defines the functions its list names and no other: the bitcode holds the
+// whole kernel, and each part reads only its own bodies. A kernel left whole has no parts.
+TEST(SplitKernel, APartReadBackDefinesTheFunctionsItsListNames) {
   llvm::LLVMContext ir;
-  auto listed = parseIr(moeBlockIr(), ir);
-  auto streamed = parseIr(moeBlockIr(), ir);
-  ASSERT_TRUE(listed && streamed);
-  const std::vector<std::string> parts = splitKernel(*listed, 4, 100);
+  auto module = parseIr(moeBlockIr(), ir);
+  ASSERT_TRUE(module);
+  const KernelParts parts = splitKernel(*module, 4, 100);
   ASSERT_GE(parts.size(), 2u);
-  std::vector<std::string> handed;
-  const unsigned count = splitKernel(
-      *streamed, 4, 100, [&](std::string bitcode) { handed.push_back(std::move(bitcode)); });
-  EXPECT_EQ(count, parts.size());
-  EXPECT_TRUE(handed == parts) << "the streamed parts differ from the listed ones";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::set<std::string> listed(parts.functions[i].begin(), parts.functions[i].end());
+    EXPECT_EQ(definedFunctions(*readPart(parts, i, ir)), listed) << "part " << i;
+  }
 
   auto whole = parseIr(moeBlockIr(), ir);
   ASSERT_TRUE(whole);
-  int calls = 0;
-  EXPECT_EQ(splitKernel(*whole, 1, 100, [&](std::string) { ++calls; }), 0u);
-  EXPECT_EQ(calls, 0);
+  const KernelParts none = splitKernel(*whole, 1, 100);
+  EXPECT_TRUE(none.empty());
+  EXPECT_TRUE(none.bitcode.empty());
 }
 
 TEST(SplitKernel, SmallKernelsAndOneThreadStayWhole) {
@@ -205,13 +200,12 @@ TEST(SplitKernel, NestsInlineWhereTheyStayWithTheirCaller) {
     }
 
   auto split = attention();
-  std::vector<std::string> parts = splitKernel(*split, 8, 100);
+  KernelParts parts = splitKernel(*split, 8, 100);
   ASSERT_GE(parts.size(), 3u);
   int apart = 0;
-  for (const std::string &bitcode : parts) {
-    auto part = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode, "part"), ir);
-    ASSERT_TRUE(bool(part)) << llvm::toString(part.takeError());
-    for (const llvm::Function *nest : nestsOf(**part)) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::unique_ptr<llvm::Module> part = readPart(parts, i, ir);
+    for (const llvm::Function *nest : nestsOf(*part)) {
       const bool withCaller = nest->hasLocalLinkage();
       apart += !withCaller;
       EXPECT_EQ(nest->hasFnAttribute(llvm::Attribute::AlwaysInline), withCaller)

@@ -1,18 +1,20 @@
 // Dealing a kernel's functions out to parts (see SplitKernel.h).
 #include "codegen/SplitKernel.h"
+#include "ir/Diagnostics.h"
 
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/EquivalenceClasses.h>
 #include <llvm/Analysis/LoopInfo.h>
+#include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/Dominators.h>
 #include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/raw_ostream.h>
-#include <llvm/Transforms/Utils/Cloning.h>
 
 #include <algorithm>
+#include <set>
 
 namespace frank {
 
@@ -51,19 +53,11 @@ size_t compileCost(llvm::Module &module) {
   return cost;
 }
 
-std::vector<std::string> splitKernel(llvm::Module &module, unsigned maxParts,
-                                     size_t minPartCost) {
-  std::vector<std::string> parts;
-  splitKernel(module, maxParts, minPartCost,
-              [&](std::string bitcode) { parts.push_back(std::move(bitcode)); });
-  return parts;
-}
-
-unsigned splitKernel(llvm::Module &module, unsigned maxParts, size_t minPartCost,
-                     const std::function<void(std::string)> &take) {
+KernelParts splitKernel(llvm::Module &module, unsigned maxParts, size_t minPartCost) {
+  KernelParts split;
   // Global variables would need an owner and declarations elsewhere; kernels define none.
   if (maxParts < 2 || !module.global_empty())
-    return 0;
+    return split;
   // A function and the functions it must inline go together.
   llvm::EquivalenceClasses<const llvm::Function *> groups;
   for (const llvm::Function &f : module) {
@@ -111,7 +105,7 @@ unsigned splitKernel(llvm::Module &module, unsigned maxParts, size_t minPartCost
       break;
   }
   if (parts < 2)
-    return 0;
+    return split;
   // A local function used from another part (a loop body whose address the entry passes on)
   // must be a symbol the linker resolves.
   for (llvm::Function &f : module) {
@@ -131,24 +125,50 @@ unsigned splitKernel(llvm::Module &module, unsigned maxParts, size_t minPartCost
     heaviestFirst[p] = p;
   std::stable_sort(heaviestFirst.begin(), heaviestFirst.end(),
                    [&](unsigned a, unsigned b) { return load[a] > load[b]; });
-  unsigned written = 0;
-  for (unsigned p : heaviestFirst) {
-    llvm::ValueToValueMapTy map;
-    // Functions of other parts become declarations.
-    std::unique_ptr<llvm::Module> part =
-        llvm::CloneModule(module, map, [&](const llvm::GlobalValue *value) {
-          const auto *f = llvm::dyn_cast<llvm::Function>(value);
-          return !f || partOf.lookup(f) == p;
-        });
-    inlineLocalNests(*part);
-    part->setModuleIdentifier(module.getModuleIdentifier() + ".part" + std::to_string(written++));
-    std::string bitcode;
-    llvm::raw_string_ostream os(bitcode);
-    llvm::WriteBitcodeToFile(*part, os);
-    os.flush();
-    take(std::move(bitcode));
-  }
-  return parts;
+  split.functions.resize(parts);
+  for (llvm::Function &f : module)
+    if (!f.isDeclaration()) {
+      const unsigned rank =
+          unsigned(std::find(heaviestFirst.begin(), heaviestFirst.end(), partOf.lookup(&f)) -
+                   heaviestFirst.begin());
+      split.functions[rank].push_back(f.getName().str());
+    }
+  split.name = module.getModuleIdentifier();
+  llvm::raw_string_ostream os(split.bitcode);
+  llvm::WriteBitcodeToFile(module, os);
+  os.flush();
+  return split;
+}
+
+std::unique_ptr<llvm::Module> readPart(const KernelParts &parts, size_t part,
+                                       llvm::LLVMContext &context) {
+  auto unwrap = [](auto expected) {
+    if (!expected)
+      internalError("reading a kernel part: " + llvm::toString(expected.takeError()));
+    return std::move(*expected);
+  };
+  auto check = [](llvm::Error error) {
+    if (error)
+      internalError("reading a kernel part: " + llvm::toString(std::move(error)));
+  };
+  std::unique_ptr<llvm::Module> module =
+      unwrap(llvm::getLazyBitcodeModule(llvm::MemoryBufferRef(parts.bitcode, parts.name), context));
+  const std::set<std::string> own(parts.functions[part].begin(), parts.functions[part].end());
+  // The part's bodies are read; the others stay unread, as declarations. Those no body of the
+  // part calls keep no local linkage, which a declaration may not have.
+  for (llvm::Function &f : *module)
+    if (own.count(f.getName().str()))
+      check(f.materialize());
+  for (llvm::Function &f : *module)
+    if (!own.count(f.getName().str()) && f.isMaterializable()) {
+      f.setIsMaterializable(false);
+      if (f.hasLocalLinkage())
+        f.setLinkage(llvm::GlobalValue::ExternalLinkage);
+    }
+  check(module->materializeAll());
+  module->setModuleIdentifier(parts.name + ".part" + std::to_string(part));
+  inlineLocalNests(*module);
+  return module;
 }
 
 void inlineLocalNests(llvm::Module &module) {
