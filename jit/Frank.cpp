@@ -560,9 +560,8 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
         // mode, options, CPU), the loop IR the front end made of it, the code generation
         // options and the host's vector math library.
         std::string loopIR = loops::print(program);
-        std::string codegenText =
-            fmt::format("fast-math={} vector-math={} cold-code={}", codegenOptions.fastMath,
-                        codegenOptions.vectorMath, codegenOptions.coldCode);
+        std::string codegenText = fmt::format("fast-math={} vector-math={}",
+                                              codegenOptions.fastMath, codegenOptions.vectorMath);
         diskKey = jit::diskCacheKey({key, loopIR, codegenText, engine.hostFingerprint()});
         if (std::optional<std::string> object =
                 diskRead ? ctx.disk->load(*diskKey) : std::nullopt) {

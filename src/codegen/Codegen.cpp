@@ -56,13 +56,11 @@ public:
   std::unique_ptr<llvm::Module> run() {
     llvm::Function *body = emitBody();
     emitEntry(body);
-    if (options_.coldCode) {
-      // Functions without statements of their own (the entry, chunks) take their coldness from
-      // the body they inline (settleColdFunctions).
-      for (llvm::Function &f : *module_)
-        work_.try_emplace(&f, 0.0);
-      markColdFunctions(work_);
-    }
+    // Functions without statements of their own (the entry, chunks) take their coldness from
+    // the body they inline (settleColdFunctions).
+    for (llvm::Function &f : *module_)
+      work_.try_emplace(&f, 0.0);
+    markColdFunctions(work_);
     std::string errors;
     llvm::raw_string_ostream os(errors);
     if (llvm::verifyModule(*module_, &os))

@@ -34,9 +34,6 @@ struct CodegenOptions {
   /// Vectorized loops that compute exp interleave this many vectors (0: the vectorizer's
   /// choice, which is one on a 16-register target: see Engine.cpp). -1: the host's.
   int expInterleave = -1;
-  /// The lightest functions, which together do at most 1% of the kernel's estimated work, marked
-  /// cold: they compile with the code generator's quick path (codegen/ColdCode.h).
-  bool coldCode = true;
 };
 
 /// Builds and verifies the module; an invalid module is an internal error.

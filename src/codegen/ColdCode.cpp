@@ -2,7 +2,6 @@
 #include "codegen/ColdCode.h"
 
 #include <llvm/IR/Function.h>
-#include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/Module.h>
 

@@ -154,8 +154,8 @@ std::unique_ptr<llvm::Module> readPart(const KernelParts &parts, size_t part,
   std::unique_ptr<llvm::Module> module =
       unwrap(llvm::getLazyBitcodeModule(llvm::MemoryBufferRef(parts.bitcode, parts.name), context));
   const std::set<std::string> own(parts.functions[part].begin(), parts.functions[part].end());
-  // The part's bodies are read; the others stay unread, as declarations. Those no body of the
-  // part calls keep no local linkage, which a declaration may not have.
+  // The part's bodies are read; the others stay unread, as declarations, which may not have
+  // local linkage (a local function of another part that no body of this one calls).
   for (llvm::Function &f : *module)
     if (own.count(f.getName().str()))
       check(f.materialize());
