@@ -21,6 +21,9 @@ BENCH_OUT ?= $(BUILD)/bench
 BENCH_REPETITIONS ?= 5
 BENCH_MIN_TIME ?= 0.2
 PEERS_VENV ?= $(BUILD)/peers-venv
+# ggml from the llama.cpp of this llama-cpp-python release (bench/build-ggml.sh); the build finds
+# it in $(BUILD)/peers-ggml.
+GGML_VERSION ?= 0.3.36
 
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
@@ -104,11 +107,11 @@ bench: build deps-bench
 deps-bench:
 	$(call install-missing,$(PACKAGES) $(BENCH_PACKAGES))
 
-# The optional peers: OpenBLAS and oneDNN from Debian (the build finds them when it is next
-# configured), PyTorch and IREE (compiler and runtime) from PyPI in their own virtual environment.
+# The optional peers: OpenBLAS, oneDNN and libxsmm from Debian, PyTorch and IREE (compiler and
+# runtime) from PyPI in their own virtual environment, and ggml built from the llama.cpp source
+# that PyPI's llama-cpp-python carries. The build finds the libraries when it is next configured.
 bench-peers: deps-bench
 	$(call install-missing,$(PEER_PACKAGES))
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 	@if [ ! -x $(PEERS_VENV)/bin/python ]; then \
 	  python3 -m venv $(PEERS_VENV) && $(PEERS_VENV)/bin/pip install -q torch numpy || \
 	  echo "PyTorch could not be installed from PyPI: its benchmarks will be skipped"; \
@@ -117,6 +120,11 @@ bench-peers: deps-bench
 	  $(PEERS_VENV)/bin/pip install -q iree-base-compiler iree-base-runtime || \
 	  echo "IREE could not be installed from PyPI: its benchmarks will be skipped"; \
 	fi
+	@if [ ! -f $(BUILD)/peers-ggml/include/ggml.h ]; then \
+	  bench/build-ggml.sh $(abspath $(BUILD))/peers-ggml $(PEERS_VENV)/bin/pip $(GGML_VERSION) || \
+	  echo "ggml could not be built from PyPI's llama-cpp-python: its benchmarks will be skipped"; \
+	fi
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer (g++). Kernels are
 # JIT-compiled and not instrumented, so the benchmark-size tests stay fast enough to keep.

@@ -19,6 +19,18 @@
 
 namespace frank::bench {
 
+Tensor expertsOutermost(const Tensor &w) {
+  const int64_t rows = w.shape()[0], cols = w.shape()[1], experts = w.shape()[2];
+  Tensor packed = Tensor::zeros(DType::F32, {experts, rows, cols});
+  const float *src = w.as<float>();
+  float *dst = packed.as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t x = 0; x < experts; ++x)
+        dst[(x * rows + r) * cols + c] = src[(r * cols + c) * experts + x];
+  return packed;
+}
+
 PeerStatus openblasStatus() {
 #ifdef FRANK_HAVE_OPENBLAS
   return {true, {}};
@@ -60,22 +72,14 @@ PeerCall openblasMatmul(const Tensor &x, const std::vector<Tensor> &weights, Ten
 }
 
 PeerCall openblasMulMatId(const std::vector<Tensor> &weights, const Tensor &input,
-                          const Tensor &ids, Tensor &out) {
+                          const Tensor &ids, Tensor &out, size_t copies) {
   const int64_t nOut = weights[0].shape()[0], nIn = weights[0].shape()[1];
   const int64_t experts = weights[0].shape()[2];
   const int64_t used = ids.shape()[0], tokens = ids.shape()[1];
   // Expert-major copies: packed[copy][e] is [n_out, n_in].
   auto packed = std::make_shared<std::vector<Tensor>>();
-  for (const Tensor &w : weights) {
-    Tensor p = Tensor::zeros(DType::F32, {experts, nOut, nIn});
-    const float *src = w.as<float>();
-    float *dst = p.as<float>();
-    for (int64_t o = 0; o < nOut; ++o)
-      for (int64_t i = 0; i < nIn; ++i)
-        for (int64_t e = 0; e < experts; ++e)
-          dst[(e * nOut + o) * nIn + i] = src[(o * nIn + i) * experts + e];
-    packed->push_back(p);
-  }
+  for (size_t c = 0; c < copies; ++c)
+    packed->push_back(expertsOutermost(weights[c % weights.size()]));
   auto gathered = std::make_shared<std::vector<float>>(used * tokens * nIn);
   auto results = std::make_shared<std::vector<float>>(used * tokens * nOut);
   return [=, result = out](size_t copy) mutable {
@@ -109,7 +113,8 @@ PeerCall openblasMulMatId(const std::vector<Tensor> &weights, const Tensor &inpu
 #else
 
 PeerCall openblasMatmul(const Tensor &, const std::vector<Tensor> &, Tensor &) { return {}; }
-PeerCall openblasMulMatId(const std::vector<Tensor> &, const Tensor &, const Tensor &, Tensor &) {
+PeerCall openblasMulMatId(const std::vector<Tensor> &, const Tensor &, const Tensor &, Tensor &,
+                          size_t) {
   return {};
 }
 

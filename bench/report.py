@@ -48,8 +48,8 @@ PARTIAL = "frank-partial"  # specialized but for the token count or KV length
 GENERIC = "frank-generic"
 # Table and legend order; implementations not listed follow in order of appearance.
 DRAM_READ = "dram-read"  # a cold shape's weights read by a plain loop: its DRAM roof
-KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "libxsmm", "torch", "iree",
-               DRAM_READ]
+KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "libxsmm", "ggml", "torch",
+               "iree", DRAM_READ]
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # User counters read from each entry (everything else is Google Benchmark's own fields).

@@ -111,6 +111,15 @@ void rotate(Shape &s, const std::vector<Arg> &args, const std::vector<size_t> &w
   }
 }
 
+/// How many copies of its weights a peer that reads only `peerBytes` of them a call (the chosen
+/// experts of its expert-major layout) rotates through: enough that what it reads spans as much
+/// memory as the kernels' copies, so that it meets the same caches. With only twice the L3, the
+/// 29 MB a call of S9 at one token reads came partly from L3.
+size_t peerCopyCount(const std::vector<Tensor> &copies, double bytesPerCopy, double peerBytes) {
+  return std::max(copies.size(), static_cast<size_t>(std::ceil(static_cast<double>(copies.size()) *
+                                                               bytesPerCopy / peerBytes)));
+}
+
 PeerSpec matmulPeer(const std::string &name, PeerStatus status,
                     PeerCall (*make)(const Tensor &, const std::vector<Tensor> &, Tensor &),
                     Tensor x, std::vector<Tensor> weights, int64_t n) {
@@ -133,6 +142,7 @@ Shape matmulShape(const std::string &id, int64_t m, int64_t k, int64_t n, bool c
   s.peers.push_back(matmulPeer("openblas", openblasStatus(), openblasMatmul, x, weights[0], n));
   s.peers.push_back(matmulPeer("onednn", onednnStatus(), onednnMatmul, x, weights[0], n));
   s.peers.push_back(matmulPeer("libxsmm", libxsmmStatus(), libxsmmMatmul, x, weights[0], n));
+  s.peers.push_back({"ggml", ggmlStatus(), [x, w = weights[0]] { return ggmlMatmul(x, w); }});
   return s;
 }
 
@@ -163,13 +173,37 @@ Shape mulMatIdShape(int64_t tokens, const Machine &machine) {
   for (int64_t p = 0; p < used * tokens; ++p)
     distinct.insert(ids.as<int32_t>()[p]);
   double peerBytes = s.bytes - 4.0 * nOut * nIn * (experts - static_cast<double>(distinct.size()));
+  const size_t copies = peerCopyCount(weights[0], 4.0 * w.numel(), peerBytes);
   s.peers.push_back({"openblas", openblasStatus(),
-                     [w = weights[0], x, ids, nOut, used, tokens] {
+                     [w = weights[0], x, ids, nOut, used, tokens, copies] {
                        Tensor out = Tensor::zeros(DType::F32, {nOut, used, tokens});
-                       return openblasMulMatId(w, x, ids, out);
+                       return openblasMulMatId(w, x, ids, out, copies);
                      },
                      peerBytes});
+  s.peers.push_back({"ggml", ggmlStatus(),
+                     [w = weights[0], x, ids, copies] { return ggmlMulMatId(w, x, ids, copies); },
+                     peerBytes});
   return s;
+}
+
+/// How many experts the router [X, E] chooses for any token of input [T, E] (its `used` largest
+/// logits; the softmax keeps their order).
+int64_t chosenExperts(const Tensor &input, const Tensor &router, int64_t used) {
+  const int64_t tokens = input.shape()[0], embd = input.shape()[1], experts = router.shape()[0];
+  std::set<int64_t> chosen;
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<std::pair<double, int64_t>> logits;
+    for (int64_t x = 0; x < experts; ++x) {
+      double sum = 0;
+      for (int64_t i = 0; i < embd; ++i)
+        sum += double(router.as<float>()[x * embd + i]) * input.as<float>()[t * embd + i];
+      logits.push_back({-sum, x});
+    }
+    std::sort(logits.begin(), logits.end());
+    for (int64_t j = 0; j < used; ++j)
+      chosen.insert(logits[static_cast<size_t>(j)].second);
+  }
+  return static_cast<int64_t>(chosen.size());
 }
 
 Shape moeBlockShape(int64_t tokens, const Machine &machine) {
@@ -191,7 +225,19 @@ Shape moeBlockShape(int64_t tokens, const Machine &machine) {
                            Scalar::index(e),
                            Scalar::index(f),
                            Scalar::i1(true)};
-  rotate(s, args, {2, 3, 4}, machine);
+  std::vector<std::vector<Tensor>> weights;
+  rotate(s, args, {2, 3, 4}, machine, &weights);
+  // Its experts stored one after another, ggml reads only the chosen experts' weights.
+  const double chosen = static_cast<double>(
+      chosenExperts(std::get<Tensor>(args[0]), std::get<Tensor>(args[1]), used));
+  const double peerBytes = s.bytes - 4.0 * 3 * f * e * (experts - chosen);
+  s.peers.push_back({"ggml", ggmlStatus(),
+                     [input = std::get<Tensor>(args[0]), router = std::get<Tensor>(args[1]),
+                      w = MoeWeights{weights[0], weights[1], weights[2]}, used,
+                      copies = peerCopyCount(weights[0], 4.0 * 3 * f * e * experts, peerBytes)] {
+                       return ggmlMoeBlock(input, router, w, used, /*normalize=*/true, copies);
+                     },
+                     peerBytes});
   return s;
 }
 
@@ -202,23 +248,35 @@ std::vector<Shape> makeShapes(const Machine &m) {
     rotate(s, args, {}, m);
     shapes.push_back(std::move(s));
   };
+  auto addGgml = [&](std::function<PeerCall(const std::vector<Arg> &)> make) {
+    shapes.back().peers.push_back(
+        {"ggml", ggmlStatus(), [make, args = shapes.back().argSets[0]] { return make(args); }});
+  };
+  auto tensor = [](const std::vector<Arg> &args, size_t i) { return std::get<Tensor>(args[i]); };
+  auto scalar = [](const std::vector<Arg> &args, size_t i) {
+    return static_cast<float>(std::get<Scalar>(args[i]).f);
+  };
   // S1: 4 FLOPs per element (square, add, scale, weight).
-  for (auto [id, rows] : {std::pair<const char *, int64_t>{"S1", 32}, {"S1d", 1}})
+  for (auto [id, rows] : {std::pair<const char *, int64_t>{"S1", 32}, {"S1d", 1}}) {
     warm({id, fmt::format("rms_norm {}x4096", rows), "normalization/rms_norm.mlir",
           "rms_norm_linalg", 4.0 * rows * 4096, 4.0 * (2 * rows * 4096 + 4096)},
          {randomTensor({rows, 4096}, 10), randomTensor({4096}, 11, 0.5f, 1.5f), Scalar::f32(1e-6f)},
          "input:0");
+    addGgml([=](const auto &a) { return ggmlRmsNorm(tensor(a, 0), tensor(a, 1), scalar(a, 2)); });
+  }
   // S2: 6 FLOPs per element, exp counted as one.
   const int64_t n2 = 32 * 14336;
   warm({"S2", "swiglu 1x32x14336", "activation/swiglu.mlir", "swiglu", 6.0 * n2, 12.0 * n2},
        {randomTensor({1, 32, 14336}, 12, -4, 4), randomTensor({1, 32, 14336}, 13, -8, 8)},
        "gate:1,up:1");
+  addGgml([=](const auto &a) { return ggmlSwiglu(tensor(a, 0), tensor(a, 1)); });
   // S3: a copy of the 128 rows the ids name.
   warm({"S3", "embedding_lookup 32000x2048 ids 1x128", "embedding/embedding_lookup.mlir",
         "embedding_lookup", 0, 4.0 * (2 * 128 * 2048) + 8 * 128},
        {randomTensor({32000, 2048}, 14),
         intTensor(DType::I64, {1, 128}, {17, 31990, 5, 2048, 999, 12345, 0, 31999})},
        "indices:1");
+  addGgml([=](const auto &a) { return ggmlGetRows(tensor(a, 0), tensor(a, 1)); });
   // S4: 3 FLOPs per element for the rotation (sin and cos per pair not counted).
   const int64_t n4 = 128 * 32 * 128;
   std::vector<int64_t> positions(128);
@@ -227,21 +285,32 @@ std::vector<Shape> makeShapes(const Machine &m) {
        {randomTensor({1, 128, 32, 128}, 15), intTensor(DType::I64, {1, 128}, positions),
         Scalar::f32(10000), Scalar::f32(1)},
        "input:1,positions:1");
+  addGgml([=](const auto &a) {
+    return ggmlRope(tensor(a, 0), tensor(a, 1), scalar(a, 2), scalar(a, 3));
+  });
   // S5, S6: 4 FLOPs per (query, key, d) per head: the scores and the weighted sum.
   const float scale = 1.0f / std::sqrt(128.0f);
   for (auto [id, fn, pairs] :
        {std::tuple<const char *, const char *, double>{"S5", "attention_gqa", 128.0 * 128},
-        {"S5c", "attention_gqa_causal", 128.0 * 129 / 2}})
+        {"S5c", "attention_gqa_causal", 128.0 * 129 / 2}}) {
     warm({id, fmt::format("{} 1x128x32x128 kv 8 heads", fn), "attention/attention_gqa.mlir", fn,
           4.0 * 32 * 128 * pairs, 4.0 * (2 * 128 * 32 * 128 + 2 * 128 * 8 * 128)},
          {randomTensor({1, 128, 32, 128}, 16), randomTensor({1, 128, 8, 128}, 17),
           randomTensor({1, 128, 8, 128}, 18), Scalar::f32(scale)},
          "query:1,key:1,value:1");
+    const bool causal = std::strcmp(fn, "attention_gqa_causal") == 0;
+    addGgml([=](const auto &a) {
+      return ggmlAttention(tensor(a, 0), tensor(a, 1), tensor(a, 2), scalar(a, 3), causal);
+    });
+  }
   warm({"S6", "attention_gqa_decode q 1x1x32x128 kv 1x512x8x128", "attention/attention_gqa.mlir",
         "attention_gqa_decode", 4.0 * 32 * 512 * 128, 4.0 * (2 * 32 * 128 + 2 * 512 * 8 * 128)},
        {randomTensor({1, 1, 32, 128}, 19), randomTensor({1, 512, 8, 128}, 20),
         randomTensor({1, 512, 8, 128}, 21), Scalar::f32(scale)},
        "key:1,value:1");
+  addGgml([=](const auto &a) {
+    return ggmlAttention(tensor(a, 0), tensor(a, 1), tensor(a, 2), scalar(a, 3), false);
+  });
   shapes.push_back(matmulShape("S7", 128, 4096, 4096, /*cold=*/false, m));
   shapes.push_back(matmulShape("S8", 1, 4096, 4096, /*cold=*/true, m));
   for (int64_t tokens : {1, 32})
@@ -439,6 +508,7 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
             call(copy++);
             benchmark::ClobberMemory();
           }
+          call = nullptr; // its threads (ggml's pool) stop before the DRAM roof is read
           setCounters(state, *s, peer.bytes >= 0 ? peer.bytes : s->bytes, m);
         })
         ->UseRealTime()
