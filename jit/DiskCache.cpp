@@ -16,8 +16,10 @@
 #include <llvm/Support/xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <fcntl.h>
 #include <set>
 #include <unistd.h>
 
@@ -261,14 +263,23 @@ std::optional<std::string> DiskCache::load(const DiskCacheKey &key) {
   if (!ready())
     return std::nullopt;
   std::string path = pathOf(key);
-  int fd = -1;
-  if (fs::openFileForRead(path, fd))
+  // Not through a link, and without waiting for a writer: an entry that is a FIFO would block
+  // the open, and a link to a device would be read without end.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0 && errno != ELOOP)
     return std::nullopt; // no entry (or none we may read; a store will replace it)
-  auto closeFd = llvm::make_scope_exit([&] { llvm::sys::Process::SafelyCloseFileDescriptor(fd); });
-  auto buffer = readWhole(fd, path);
+  auto closeFd = llvm::make_scope_exit([&] {
+    if (fd >= 0)
+      llvm::sys::Process::SafelyCloseFileDescriptor(fd);
+  });
+  fs::file_status st;
   std::string problem;
   ParsedEntry parsed;
-  if (!buffer)
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      std::make_error_code(std::errc::io_error);
+  if (fd < 0 || fs::status(fd, st) || st.type() != fs::file_type::regular_file)
+    problem = "it is not a regular file";
+  else if (!(buffer = readWhole(fd, path)))
     problem = fmt::format("cannot read it: {}", buffer.getError().message());
   else
     problem = parseEntry((*buffer)->getBuffer(), &key, parsed);
@@ -338,7 +349,9 @@ void DiskCache::discard(const DiskCacheKey &key, const std::string &reason) {
 std::vector<DiskCacheEntry> DiskCache::list() const {
   std::vector<DiskCacheEntry> entries;
   std::error_code ec;
-  for (fs::directory_iterator it(directory_, ec), end; !ec && it != end; it.increment(ec)) {
+  // Links are not followed: an entry is a regular file of the directory.
+  for (fs::directory_iterator it(directory_, ec, /*FollowSymlinks=*/false), end; !ec && it != end;
+       it.increment(ec)) {
     llvm::StringRef name = llvm::sys::path::filename(it->path());
     if (!isEntryName(name))
       continue;

@@ -196,6 +196,29 @@ TEST(CliRun, SwigluExplicitValuesMatchOracle) {
   }
 }
 
+// A thread count that is not one is said so and the default taken: FRANK_NUM_THREADS=100000 used
+// to create threads for minutes, and 0, -1 or abc passed silently.
+TEST(CliRun, ThreadCountThatIsNotOneIsWarnedAboutAndNotUsed) {
+  std::vector<double> gate = {1, 2, 3, 4, 5, 6}, up = {-1, 0, 1, 2, -3, 0.5};
+  for (const char *threads : {"0", "-1", "abc", "4x", "100000"}) {
+    SCOPED_TRACE(threads);
+    ToolResult r =
+        runTool({"run", kSwiglu, "--no-disk-cache", "--input=1x2x3xf32=" + joinValues(gate),
+                 "--input=1x2x3xf32=" + joinValues(up)},
+                {{"FRANK_NUM_THREADS", threads}});
+    EXPECT_SUCCESS(r);
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("frank-jit: warning: FRANK_NUM_THREADS={} is not a "
+                                             "thread count from 1 to 256; using ",
+                                             threads)));
+    expectClose(parseResult(r.out, 0).values, swigluOracle(gate, up));
+  }
+  ToolResult r =
+      runTool({"run", kSwiglu, "--no-disk-cache", "--input=1x2x3xf32=1", "--input=1x2x3xf32=1"},
+              {{"FRANK_NUM_THREADS", "256"}});
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.err, testing::Not(HasSubstr("FRANK_NUM_THREADS")));
+}
+
 TEST(CliRun, SwigluRandomIsDeterministicPerSeed) {
   auto runSeed = [](const std::string &seed) {
     return runTool(

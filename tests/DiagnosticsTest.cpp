@@ -100,6 +100,14 @@ std::string replaceAll(std::string text, const std::string &from, const std::str
 
 Tensor f32(std::vector<int64_t> shape) { return Tensor::zeros(DType::F32, std::move(shape)); }
 
+/// An i32 tensor holding `values`.
+Tensor i32(std::vector<int64_t> shape, std::vector<int32_t> values) {
+  Tensor t = Tensor::zeros(DType::I32, std::move(shape));
+  for (size_t i = 0; i < values.size(); ++i)
+    t.as<int32_t>()[i] = values[i];
+  return t;
+}
+
 /// An i64 tensor holding `values`.
 Tensor i64(std::vector<int64_t> shape, std::vector<int64_t> values) {
   Tensor t = Tensor::zeros(DType::I64, std::move(shape));
@@ -109,6 +117,50 @@ Tensor i64(std::vector<int64_t> shape, std::vector<int64_t> values) {
 }
 
 // ---- Sources the cases share ----------------------------------------------------------------
+
+// Line 8 divides tensor data; line 14 divides two scalars.
+const char *kDivide =
+    R"(util.func @quotients(%a: tensor<?xi32>, %b: tensor<?xi32>) -> tensor<?xi32> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?xi32>
+  %e = tensor.empty(%n) : tensor<?xi32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+      ins(%a, %b : tensor<?xi32>, tensor<?xi32>) outs(%e : tensor<?xi32>) {
+  ^bb0(%x: i32, %y: i32, %o: i32):
+    %q = arith.divsi %x, %y : i32
+    linalg.yield %q : i32
+  } -> tensor<?xi32>
+  util.return %r : tensor<?xi32>
+}
+util.func @remainder(%a: i32, %b: i32) -> i32 {
+       %r = arith.remui %a, %b : i32
+  util.return %r : i32
+}
+)";
+
+const char *kRuntimeStep = R"(util.func @f(%step: index, %x: f32) -> f32 {
+  %c0 = arith.constant 0 : index
+  %c4 = arith.constant 4 : index
+  %r = scf.for %i = %c0 to %c4 step %step iter_args(%acc = %x) -> (f32) {
+    %s = arith.addf %acc, %x : f32
+    scf.yield %s : f32
+  }
+  util.return %r : f32
+}
+)";
+
+const char *kSliceAt =
+    R"(util.func @f(%t: tensor<?xf32>, %at: index, %size: index) -> tensor<?xf32> {
+       %r = tensor.extract_slice %t[%at] [%size] [1] : tensor<?xf32> to tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+)";
+
+const char *kCast = R"(util.func @f(%t: tensor<?xf32>) -> tensor<4xf32> {
+       %r = tensor.cast %t : tensor<?xf32> to tensor<4xf32>
+  util.return %r : tensor<4xf32>
+}
+)";
 
 // Line 7 holds the generic whose loop dims tie %a and %b together.
 const char *kAdd = R"(util.func @add(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
@@ -487,6 +539,41 @@ const ApiCase kApiCases[] = {
        m.function("pick")({f32({5}), i64({1}, {-7})}, Mode::Generic);
      },
      "t.mlir:20:5", "index -7 is out of bounds for dim 0 of '%t', which has size 5"},
+    // ---- Values that would trap or run past a buffer, known only when the kernel runs.
+    {"divide_by_zero_in_body", kDivide,
+     [](Module &m) {
+       m.function("quotients")({i32({3}, {1, 2, 3}), i32({3}, {1, 0, 1})});
+     },
+     "t.mlir:8:5", "division by zero in 'arith.divsi'"},
+    {"divide_smallest_by_minus_one", kDivide,
+     [](Module &m) {
+       m.function("quotients")({i32({2}, {1, INT32_MIN}), i32({2}, {1, -1})});
+     },
+     "t.mlir:8:5", "'arith.divsi' of -2147483648 by -1 overflows i32"},
+    {"remainder_by_zero_generic", kDivide,
+     [](Module &m) {
+       m.function("remainder")({Scalar{DType::I32, false, 0, 7}, Scalar{DType::I32, false, 0, 0}},
+                               Mode::Generic);
+     },
+     "t.mlir:14:8", "division by zero in 'arith.remui'"},
+    {"scf_for_runtime_step", kRuntimeStep,
+     [](Module &m) {
+       m.function("f")({Scalar::index(-1), Scalar::f32(1)}, Mode::Generic);
+     },
+     "t.mlir:4:3", "'scf.for' needs a positive step, found -1"},
+    {"slice_offset_near_overflow", kSliceAt,
+     [](Module &m) {
+       m.function("f")({f32({5}), Scalar::index(INT64_MAX), Scalar::index(2)}, Mode::Generic);
+     },
+     "t.mlir:2:8", "the slice window starts at 9223372036854775807 in dim 0, which has size 5"},
+    {"slice_size_past_the_end", kSliceAt,
+     [](Module &m) {
+       m.function("f")({f32({5}), Scalar::index(3), Scalar::index(4)}, Mode::Generic);
+     },
+     "t.mlir:2:8", "the slice window ends at 6 in dim 0, which has size 5"},
+    {"cast_to_static_dim_generic", kCast,
+     [](Module &m) { m.function("f")({f32({5})}, Mode::Generic); }, "t.mlir:2:8",
+     "'tensor.cast' to 'tensor<4xf32>' finds 5 where dim 0 is 4"},
 };
 
 class ApiDiagnostics : public testing::TestWithParam<ApiCase> {};

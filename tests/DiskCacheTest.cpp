@@ -23,6 +23,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <regex>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace frank::test {
 namespace {
@@ -285,6 +287,33 @@ TEST(DiskCacheEntries, EntryOfAnotherKeyIsRejected) {
             fmt::format("frank-jit: warning: discarding corrupt cache entry {}: it holds key {}\n",
                         cache.pathOf(mine), theirs.hex()));
   EXPECT_FALSE(fileExists(cache.pathOf(mine)));
+}
+
+// An entry that is a FIFO would block the open until a writer came, and a link to /dev/zero
+// would be read without end: both are discarded at once, as any entry that is not a file.
+TEST(DiskCacheEntries, EntriesThatAreNotRegularFilesAreDiscarded) {
+  for (const char *kind : {"fifo", "link to /dev/zero", "directory"}) {
+    SCOPED_TRACE(kind);
+    TempDir dir;
+    DiskCache cache(dir.path(), jit::kDefaultDiskCacheBytes);
+    DiskCacheKey key = keyOf(kind);
+    const std::string path = cache.pathOf(key);
+    if (std::string(kind) == "fifo")
+      ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+    else if (std::string(kind) == "directory")
+      ASSERT_FALSE(fs::create_directory(path));
+    else
+      ASSERT_EQ(::symlink("/dev/zero", path.c_str()), 0);
+    EXPECT_TRUE(cache.list().empty());
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(cache.load(key).has_value());
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              fmt::format("frank-jit: warning: discarding corrupt cache entry {}: it is not a "
+                          "regular file\n",
+                          path));
+    ASSERT_TRUE(cache.store(key, "d", "o")); // the next store takes its place
+    EXPECT_EQ(cache.load(key), "o");
+  }
 }
 
 void setAge(const std::string &path, int seconds) {

@@ -297,6 +297,51 @@ TEST(EdgeValues, CmpfPredicatesOnSpecialValues) {
 
 // f64 -> f32 -> f64: out-of-range doubles become infinities, NaN stays NaN, subnormal f32 results
 // are kept, not flushed.
+// Integer division where the source guards it: a body's scf.if computes both branches and
+// selects, so the guarded quotient is computed for a zero divisor too. It must neither trap nor
+// stop the kernel (a division the source runs unguarded is an error: DiagnosticsTest), and the
+// points that divide get exact quotients, INT32_MIN / -1 guarded the same way.
+TEST(EdgeValues, GuardedIntegerDivisionDoesNotTrap) {
+  const char *text = R"(
+    func.func @f(%a: tensor<?xi32>, %b: tensor<?xi32>) -> tensor<?xi32> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %a, %c0 : tensor<?xi32>
+      %e = tensor.empty(%n) : tensor<?xi32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>,
+                                            affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%a, %b : tensor<?xi32>, tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%x: i32, %y: i32, %o: i32):
+        %zero = arith.constant 0 : i32
+        %minus1 = arith.constant -1 : i32
+        %divides = arith.cmpi sgt, %y, %zero : i32
+        %q = scf.if %divides -> (i32) {
+          %d = arith.divsi %x, %y : i32
+          %m = arith.remsi %x, %y : i32
+          %s = arith.addi %d, %m : i32
+          scf.yield %s : i32
+        } else {
+          scf.yield %minus1 : i32
+        }
+        linalg.yield %q : i32
+      } -> tensor<?xi32>
+      return %r : tensor<?xi32>
+    })";
+  std::vector<int32_t> a = {7, 7, INT32_MIN, -9, 100, INT32_MIN, 5}, b = {2, 0, -1, 4, 0, 3, 0};
+  const int64_t n = static_cast<int64_t>(a.size());
+  Function fn = context().loadString(text, "edge.mlir").function("f");
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    Tensor q =
+        fn({Tensor::borrow(a.data(), DType::I32, {n}), Tensor::borrow(b.data(), DType::I32, {n})},
+           mode)[0];
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t want = b[i] > 0 ? a[i] / b[i] + a[i] % b[i] : -1;
+      EXPECT_EQ(q.as<int32_t>()[i], want) << a[i] << " by " << b[i];
+    }
+  }
+}
+
 TEST(EdgeValues, TruncfAndExtfKeepSpecialValues) {
   const char *text = R"(
     func.func @f(%x: tensor<?xf64>) -> tensor<?xf64> {

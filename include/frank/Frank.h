@@ -199,7 +199,9 @@ DiskCacheInfo diskCacheInfo(const ContextOptions &options = {});
 size_t clearDiskCache(const ContextOptions &options = {});
 
 /// Threads that kernels' parallel loops use, the caller included. The default is
-/// FRANK_NUM_THREADS, or else the number of hardware threads; 1 runs every kernel serially.
+/// FRANK_NUM_THREADS, or else the number of hardware threads; 1 runs every kernel serially, and
+/// 256 is the most (a FRANK_NUM_THREADS that is not a count from 1 to 256 is warned about and
+/// not used).
 int numThreads();
 void setNumThreads(int threads);
 

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -24,6 +26,10 @@
 #endif
 
 namespace frank::runtime {
+
+// A pool of thousands of threads is a mistake (FRANK_NUM_THREADS=100000 took minutes creating
+// them), not a configuration.
+constexpr int kMaxThreads = 256;
 namespace {
 
 constexpr int kSpinIterations = 200000; // roughly 100 us of spinning before sleeping
@@ -45,7 +51,7 @@ public:
 
   int threads() const { return threads_.load(std::memory_order_relaxed); }
   void setThreads(int n) {
-    n = std::max(1, n);
+    n = std::clamp(n, 1, kMaxThreads);
     std::lock_guard<std::mutex> run(runMutex_); // not while a loop is running
     ensureWorkers(n - 1);
     threads_.store(n, std::memory_order_relaxed);
@@ -83,10 +89,20 @@ public:
 
 private:
   Pool() {
-    int n = static_cast<int>(std::thread::hardware_concurrency());
-    if (const char *env = std::getenv("FRANK_NUM_THREADS"))
-      n = std::atoi(env);
-    threads_.store(std::max(1, n), std::memory_order_relaxed);
+    int n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxThreads);
+    if (const char *env = std::getenv("FRANK_NUM_THREADS"); env && *env) {
+      char *end = nullptr;
+      errno = 0;
+      long wanted = std::strtol(env, &end, 10);
+      if (end != env && *end == '\0' && errno == 0 && wanted >= 1 && wanted <= kMaxThreads)
+        n = static_cast<int>(wanted);
+      else
+        std::fprintf(stderr,
+                     "frank-jit: warning: FRANK_NUM_THREADS=%s is not a thread count from 1 to "
+                     "%d; using %d\n",
+                     env, kMaxThreads, n);
+    }
+    threads_.store(n, std::memory_order_relaxed);
   }
 
   ~Pool() {

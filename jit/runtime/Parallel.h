@@ -16,8 +16,9 @@ void frank_parallel_for(void (*body)(int64_t begin, int64_t end, void *context),
 namespace frank::runtime {
 
 /// Threads used by parallel loops, the caller included: FRANK_NUM_THREADS, else the hardware's.
+/// A FRANK_NUM_THREADS that is not a count from 1 to 256 is warned about and not used.
 int numThreads();
-/// Sets it (1 runs every loop serially); takes effect for the next loop.
+/// Sets it (1 runs every loop serially, at most 256); takes effect for the next loop.
 void setNumThreads(int threads);
 
 } // namespace frank::runtime

@@ -258,14 +258,58 @@ private:
     return it->second;
   }
 
+  // Integer division by zero, and the signed division of the smallest value by -1, trap on the
+  // host. A division that runs where the source runs it is checked first (checkDivision); one
+  // that runs where the source might not (both branches of an scf.if in a body, a table of
+  // hoisted values) divides by 1 in those cases instead (`speculative`), its result unused.
+  static bool isIntegerDivision(OpKind kind) {
+    return kind == OpKind::DivSI || kind == OpKind::DivUI || kind == OpKind::RemSI ||
+           kind == OpKind::RemUI;
+  }
+  static bool isSigned(OpKind kind) { return kind == OpKind::DivSI || kind == OpKind::RemSI; }
+  static Expr smallestInteger(ElemKind type) {
+    return intConst(std::numeric_limits<int64_t>::min() >> (64 - elemBits(type)), type);
+  }
+  // Whether the divisor is a constant that can trap with no dividend.
+  static bool divisionCannotTrap(const Op &op, const Expr &divisor) {
+    auto c = asConstant(divisor);
+    return c && *c != 0 && !(isSigned(op.kind) && *c == -1);
+  }
+
+  // Stops the kernel at `op` when its division would trap.
+  void checkDivision(const Op &op, const std::vector<Expr> &args, std::vector<Stmt> &into) {
+    if (!isIntegerDivision(op.kind) || divisionCannotTrap(op, args[1]))
+      return;
+    const ElemKind type = op.result()->type.elem;
+    auto &checks = out_.program.checks;
+    checks.push_back({op.loc, fmt::format("division by zero in '{}'", op.name())});
+    into.push_back(check(cmp("ne", args[1], intConst(0, type)), static_cast<int>(checks.size()) - 1,
+                         args[0], args[1]));
+    if (!isSigned(op.kind))
+      return;
+    checks.push_back(
+        {op.loc, fmt::format("'{}' of {{}} by {{}} overflows {}", op.name(), elemName(type))});
+    into.push_back(check(binary(OpKind::OrI, cmp("ne", args[0], smallestInteger(type)),
+                                cmp("ne", args[1], intConst(-1, type))),
+                         static_cast<int>(checks.size()) - 1, args[0], args[1]));
+  }
+
   // arith and math ops on already-lowered operands.
-  static Expr scalarExpr(const Op &op, const std::vector<Expr> &args) {
+  static Expr scalarExpr(const Op &op, const std::vector<Expr> &args, bool speculative = false) {
     ElemKind type = op.results.empty() ? ElemKind::F32 : op.result()->type.elem;
     if (op.kind == OpKind::ArithConstant) {
       const Literal &lit = constantValue(op);
       if (lit.kind == Literal::Kind::Float)
         return floatConst(lit.f, type);
       return intConst(lit.i, type);
+    }
+    if (speculative && isIntegerDivision(op.kind) && !divisionCannotTrap(op, args[1])) {
+      Expr traps = cmp("eq", args[1], intConst(0, type));
+      if (isSigned(op.kind))
+        traps = binary(OpKind::OrI, traps,
+                       binary(OpKind::AndI, cmp("eq", args[0], smallestInteger(type)),
+                              cmp("eq", args[1], intConst(-1, type))));
+      return binary(op.kind, args[0], select(traps, intConst(1, type), args[1]));
     }
     if (isArithBinary(op.kind))
       return binary(op.kind, args[0], args[1]);
@@ -292,6 +336,7 @@ private:
       std::vector<Expr> args;
       for (const Value *v : op.operands)
         args.push_back(scalarOf(v));
+      checkDivision(op, args, body);
       Expr e = scalarExpr(op, args);
       // Integers stay expressions so that the host can evaluate the shapes built from them.
       if (op.kind == OpKind::ArithConstant || op.result()->type.isInteger()) {
@@ -896,7 +941,8 @@ private:
               args.push_back(lookupBody(tableValues, operand));
             }
           }
-          Expr e = op->kind == OpKind::LinalgIndex ? at[indexDim(*op)] : scalarExpr(*op, args);
+          Expr e = op->kind == OpKind::LinalgIndex ? at[indexDim(*op)]
+                                                   : scalarExpr(*op, args, /*speculative=*/true);
           tableValues[op->result()] =
               op->kind == OpKind::ArithConstant || op->kind == OpKind::LinalgIndex
                   ? e
@@ -2290,7 +2336,7 @@ private:
   // returns the value its terminator yields (the first one for scf.yield with several).
   Expr lowerScalarBlock(const Block &block, std::unordered_map<const Value *, Expr> &values,
                         const BodyContext &context, std::vector<Stmt> &inner,
-                        std::vector<Expr> *yields = nullptr) {
+                        std::vector<Expr> *yields = nullptr, bool speculative = false) {
     for (auto &bodyOp : block.ops) {
       if (bodyOp->kind == OpKind::LinalgYield || bodyOp->kind == OpKind::ScfYield) {
         std::vector<Expr> out;
@@ -2315,8 +2361,8 @@ private:
         // Both regions are pure scalar code: evaluate both, then select.
         Expr cond = lookupBody(values, bodyOp->operands[0]);
         std::vector<Expr> thenValues, elseValues;
-        lowerScalarBlock(*bodyOp->regions[0], values, context, inner, &thenValues);
-        lowerScalarBlock(*bodyOp->regions[1], values, context, inner, &elseValues);
+        lowerScalarBlock(*bodyOp->regions[0], values, context, inner, &thenValues, true);
+        lowerScalarBlock(*bodyOp->regions[1], values, context, inner, &elseValues, true);
         for (size_t r = 0; r < bodyOp->results.size(); ++r)
           values[bodyOp->result(static_cast<int>(r))] =
               bindLet(bodyOp->result(static_cast<int>(r)),
@@ -2328,7 +2374,9 @@ private:
       std::vector<Expr> args;
       for (const Value *v : bodyOp->operands)
         args.push_back(lookupBody(values, v));
-      Expr e = scalarExpr(*bodyOp, args);
+      if (!speculative)
+        checkDivision(*bodyOp, args, inner);
+      Expr e = scalarExpr(*bodyOp, args, speculative);
       // Only the accumulation itself may be reassociated, and only when specialized.
       bool accumulates = context.reassociate && e->kind == ExprKind::Binary &&
                          (bodyOp->operands[0] == context.accumulator ||
@@ -2414,6 +2462,14 @@ private:
     TensorStorage view{src.buffer, {}};
     if (op.kind == OpKind::TensorCast) {
       view.dims = src.dims;
+      // A cast to a static dim asserts it (specialization checks constants; a runtime extent
+      // is checked when the kernel runs).
+      const Type &to = op.result()->type;
+      for (int64_t d = 0; d < to.rank(); ++d)
+        if (to.shape[d] != kDynamic)
+          requireEqual(
+              op, src.dims[d], intConst(to.shape[d]),
+              fmt::format("'tensor.cast' to '{}' finds {{}} where dim {} is {{}}", to.str(), d));
     } else if (op.kind == OpKind::TensorExpandShape) {
       size_t next = 1;
       for (const Attribute &a : op.attr("static_output_shape").list())
@@ -2499,14 +2555,26 @@ private:
                                              : binary(OpKind::SubI, w.sizes[d], intConst(1));
       Expr extent = add(w.offsets[d], mul(lastStep, intConst(w.strides[d])));
       auto &checks = out_.program.checks;
+      // The start, then the end, compared without overflow: an offset near 2^63 would wrap
+      // offset + size past the check.
+      Expr empty = cmp("eq", w.sizes[d], intConst(0));
+      checks.push_back({op.loc, fmt::format("the slice window starts at {{}} in dim {}, which "
+                                            "has size {{}}",
+                                            d)});
+      Expr starts = binary(OpKind::AndI, cmp("sge", w.offsets[d], intConst(0)),
+                           cmp("slt", w.offsets[d], full.dims[d]));
+      current_->push_back(check(binary(OpKind::OrI, empty, starts),
+                                static_cast<int>(checks.size()) - 1, w.offsets[d], full.dims[d]));
       checks.push_back({op.loc, fmt::format("the slice window ends at {{}} in dim {}, which has "
                                             "size {{}}",
                                             d)});
-      Expr ok = binary(OpKind::AndI, cmp("sge", w.offsets[d], intConst(0)),
-                       cmp("slt", extent, full.dims[d]));
-      if (!asConstant(w.sizes[d]) || *asConstant(w.sizes[d]) == 0)
-        ok = binary(OpKind::OrI, cmp("eq", w.sizes[d], intConst(0)), ok);
-      current_->push_back(check(ok, static_cast<int>(checks.size()) - 1, extent, full.dims[d]));
+      Expr room = binary(
+          OpKind::DivSI,
+          binary(OpKind::SubI, binary(OpKind::SubI, full.dims[d], intConst(1)), w.offsets[d]),
+          intConst(w.strides[d]));
+      Expr fits = binary(OpKind::AndI, cmp("sge", w.sizes[d], intConst(0)),
+                         binary(OpKind::OrI, empty, cmp("sle", lastStep, room)));
+      current_->push_back(check(fits, static_cast<int>(checks.size()) - 1, extent, full.dims[d]));
     }
   }
 
@@ -2655,6 +2723,12 @@ private:
          step = scalarOf(op.operands[2]);
     if (auto c = asConstant(step); c && *c <= 0)
       fail(op.loc, fmt::format("'scf.for' needs a positive step, found {}", *c));
+    if (!asConstant(step)) { // a runtime value (generic mode): checked where the loop starts
+      auto &checks = out_.program.checks;
+      checks.push_back({op.loc, "'scf.for' needs a positive step, found {}"});
+      current_->push_back(check(cmp("sgt", step, intConst(0)), static_cast<int>(checks.size()) - 1,
+                                step, intConst(0)));
+    }
     std::vector<TensorStorage> carries;
     std::vector<std::string> locals;
     for (size_t i = 3; i < op.operands.size(); ++i) {
