@@ -569,6 +569,29 @@ TEST(CliErrors, MalformedMlirPointsAtTheOp) {
   }
 }
 
+// Integer literals are read and printed exactly: through a double, 2^53 + 1 became 2^53 and
+// INT64_MAX became INT64_MIN.
+TEST(CliRun, I64ValuesRoundTripExactly) {
+  std::string path = tempPath("same_i64.mlir"), out = tempPath("same_i64.npy");
+  writeFile(path, "module @m {\n"
+                  "  util.func public @f(%x: tensor<?xi64>) -> tensor<?xi64> {\n"
+                  "    util.return %x : tensor<?xi64>\n"
+                  "  }\n"
+                  "}\n");
+  const std::vector<int64_t> values = {9007199254740993, INT64_MAX, INT64_MIN, -1};
+  const std::string input = "--input=4xi64=9007199254740993,9223372036854775807,"
+                            "-9223372036854775808,-1";
+  ToolResult printed = runTool({"run", path, input});
+  EXPECT_SUCCESS(printed);
+  EXPECT_THAT(printed.out, HasSubstr("4xi64=[9007199254740993 9223372036854775807 "
+                                     "-9223372036854775808 -1]"));
+  EXPECT_SUCCESS(runTool({"run", path, input, "--output=@" + out}));
+  Tensor t = readNpy(out);
+  ASSERT_EQ(t.numel(), 4);
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_EQ(t.as<int64_t>()[i], values[static_cast<size_t>(i)]);
+}
+
 TEST(CliErrors, WrongNumberOfInputs) {
   ToolResult two = runTool(
       {"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1", "--input=4xf32=1"});

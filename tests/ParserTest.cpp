@@ -369,6 +369,23 @@ const DiagCase kDiagCases[] = {
      "frank.config='tiles=4x2': unknown key 'tiles' (pipeline, tile, k-block, pack, prefetch)"},
     {"matmul_unknown_attribute", MATMUL_HEAD "  %r = linalg.matmul {doc = \"x\"} " MATMUL_TAIL,
      "3:23", "unsupported attribute 'doc' on 'linalg.matmul'"},
+    // Contractions compute in one element type; gather's indices are integers.
+    {"matmul_mixed_element_types",
+     "util.func @f(%a: tensor<2x3xf16>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "
+     "tensor<2x2xf32> {\n"
+     "  %r = linalg.matmul ins(%a, %b : tensor<2x3xf16>, tensor<3x2xf32>) outs(%c : "
+     "tensor<2x2xf32>) -> tensor<2x2xf32>\n"
+     "  util.return %r : tensor<2x2xf32>\n}\n",
+     "2:3",
+     "unsupported: 'linalg.matmul' with operand '%a' of type 'tensor<2x3xf16>' into "
+     "'tensor<2x2xf32>': its operands and output must have one element type"},
+    {"gather_float_indices",
+     "util.func @f(%w: tensor<4x3xf32>, %i: tensor<2xf16>, %o: tensor<2x3xf32>) -> "
+     "tensor<2x3xf32> {\n"
+     "  %r = iree_linalg_ext.gather dimension_map = [0] ins(%w, %i : tensor<4x3xf32>, "
+     "tensor<2xf16>) outs(%o : tensor<2x3xf32>) -> tensor<2x3xf32>\n"
+     "  util.return %r : tensor<2x3xf32>\n}\n",
+     "2:3", "'iree_linalg_ext.gather' takes integer indices, not 'tensor<2xf16>'"},
     {"matmul_config_not_a_string",
      MATMUL_HEAD "  %r = linalg.matmul {frank.config = 4} " MATMUL_TAIL, "3:38",
      "expected string as the value of 'frank.config', found '4'"},

@@ -88,6 +88,48 @@ void fillValues(Tensor &t, const std::vector<double> &values) {
   fillWith(t, [&](int64_t i) { return values.size() == 1 ? values[0] : values[size_t(i)]; });
 }
 
+// The range an integer element type holds.
+std::pair<int64_t, int64_t> integerRange(DType dtype) {
+  switch (dtype) {
+  case DType::I1: return {0, 1};
+  case DType::I8: return {INT8_MIN, INT8_MAX};
+  case DType::I16: return {INT16_MIN, INT16_MAX};
+  case DType::I32: return {INT32_MIN, INT32_MAX};
+  default: return {INT64_MIN, INT64_MAX};
+  }
+}
+
+// An integer literal, exactly (a double would round past 2^53), that `dtype` holds.
+int64_t parseInteger(const std::string &token, DType dtype, size_t position,
+                     const std::string &text) {
+  if (token == "true" || token == "false")
+    return token == "true";
+  char *end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(token.c_str(), &end, 10);
+  if (token.empty() || *end != '\0' || errno == ERANGE)
+    bad(position, text,
+        fmt::format("'{}' is not an integer that {} holds", token, dtypeName(dtype)));
+  const auto [least, most] = integerRange(dtype);
+  if (v < least || v > most)
+    bad(position, text, fmt::format("{} does not fit {}", token, dtypeName(dtype)));
+  return v;
+}
+
+// Integer elements from exact values.
+void fillIntegers(Tensor &t, const std::vector<int64_t> &values) {
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    const int64_t v = values.size() == 1 ? values[0] : values[size_t(i)];
+    switch (t.dtype()) {
+    case DType::I1: t.as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DType::I8: t.as<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DType::I16: t.as<int16_t>()[i] = static_cast<int16_t>(v); break;
+    case DType::I32: t.as<int32_t>()[i] = static_cast<int32_t>(v); break;
+    default: t.as<int64_t>()[i] = v; break;
+    }
+  }
+}
+
 // Uniform in [lo, hi): floats, or integers (i1 a fair coin when the range is [0, 2)).
 // Deterministic per seed and position. Drawn straight into the tensor: a list of doubles
 // beside 117 MB of weights took most of a 0.8 s run.
@@ -133,7 +175,10 @@ std::pair<double, double> randomRange(const std::string &value, DType dtype, siz
       }
     }();
     if (lo < least || hi - 1 > most)
-      bad(position, text, fmt::format("random:{} does not fit {}", bounds, dtypeName(dtype)));
+      bad(position, text,
+          dtype == DType::I64 // drawn through doubles: exact up to 2^53
+              ? fmt::format("random:{} is outside the random i64 range [-2^53, 2^53]", bounds)
+              : fmt::format("random:{} does not fit {}", bounds, dtypeName(dtype)));
   }
   return {lo, hi};
 }
@@ -192,23 +237,32 @@ Arg parseInput(const std::string &text, const std::string &declaredType, uint64_
     return t;
   }
   std::vector<double> values;
+  std::vector<int64_t> integers;
+  const bool integral = !isFloat(spec.dtype);
   std::string token;
   for (char c : value + ",") {
     if (c == ',' || c == ' ' || c == '[' || c == ']') {
-      if (!token.empty())
+      if (!token.empty() && integral)
+        integers.push_back(parseInteger(token, spec.dtype, position, text));
+      else if (!token.empty())
         values.push_back(parseNumber(token, position, text));
       token.clear();
     } else {
       token += c;
     }
   }
-  if (values.size() != 1 && static_cast<int64_t>(values.size()) != t.numel())
+  const size_t count = integral ? integers.size() : values.size();
+  if (count != 1 && static_cast<int64_t>(count) != t.numel())
     bad(position, text,
         fmt::format("gives {} values but {} has {} elements (give one value to "
                     "fill, or all of them)",
-                    values.size(), text.substr(0, eq), t.numel()));
-  if (!values.empty() && t.numel() > 0)
-    fillValues(t, values);
+                    count, text.substr(0, eq), t.numel()));
+  if (count > 0 && t.numel() > 0) {
+    if (integral)
+      fillIntegers(t, integers);
+    else
+      fillValues(t, values);
+  }
   (void)declaredType;
   return t;
 }
@@ -261,11 +315,11 @@ std::string formatTensor(const Tensor &t, int64_t maxElements) {
   int64_t shown = 0;
   std::function<void(size_t, int64_t)> rec = [&](size_t dim, int64_t offset) {
     if (dim == shape.size()) {
-      if (shown < maxElements) {
-        double v = elementAt(t, offset);
-        out += isFloat(t.dtype()) ? fmt::format("{:.7g}", v)
-                                  : fmt::format("{}", static_cast<int64_t>(v));
-      }
+      if (shown < maxElements)
+        out += isFloat(t.dtype()) ? fmt::format("{:.7g}", elementAt(t, offset))
+               : t.dtype() == DType::I64
+                   ? fmt::format("{}", t.as<int64_t>()[offset])
+                   : fmt::format("{}", static_cast<int64_t>(elementAt(t, offset)));
       ++shown;
       return;
     }

@@ -131,6 +131,32 @@ std::vector<Type> resultTypesOf(const Op &op) {
   return types;
 }
 
+// The contractions compute in one element type: operands of another (linalg's implicit casts,
+// as f16 x f16 into f32) are not supported, and gather's indices are integers.
+void verifyElementTypes(const Op &op) {
+  std::vector<size_t> same; // operands that must share the output's element type
+  switch (op.kind) {
+  case OpKind::LinalgMatmul:
+  case OpKind::LinalgBatchMatmul: same = {0, 1}; break;
+  case OpKind::Attention: same = {0, 1, 2}; break; // query, key, value
+  case OpKind::Gather: {
+    same = {0};
+    const Type &indices = op.operands[1]->type;
+    if (isFloatElem(indices.elem) || indices.elem == ElemKind::I1)
+      fail(op.loc, fmt::format("'{}' takes integer indices, not '{}'", op.name(), indices.str()));
+    break;
+  }
+  default: return;
+  }
+  const Type &out = op.operands.back()->type;
+  for (size_t i : same)
+    if (op.operands[i]->type.elem != out.elem)
+      fail(op.loc,
+           fmt::format("unsupported: '{}' with operand '%{}' of type '{}' into '{}': its "
+                       "operands and output must have one element type",
+                       op.name(), op.operands[i]->name, op.operands[i]->type.str(), out.str()));
+}
+
 void verifyOp(const Op &op, const RegionContext &context) {
   if (isTensorOp(op.kind) && context.scalarOnly)
     fail(op.loc, fmt::format("'{}' may not appear in a '{}' body", op.name(),
@@ -144,6 +170,7 @@ void verifyOp(const Op &op, const RegionContext &context) {
                                                         : "an 'iree_linalg_ext' region";
     fail(op.loc, fmt::format("'{}' may only end {}", op.name(), where));
   }
+  verifyElementTypes(op);
   switch (op.kind) {
   case OpKind::LinalgIndex:
     if (!context.generic)
