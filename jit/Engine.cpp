@@ -524,6 +524,10 @@ Engine::compile(const loops::Program &program, const CodegenOptions &options,
   std::string error;
   EntryFn entry = impl_->link(program.name,
                               std::vector<std::string_view>(objects.begin(), objects.end()), error);
+  if (const char *custom = std::getenv("FRANK_LLVM_PASSES"); !entry && custom && *custom)
+    // The user's pipeline may drop or rename the kernel's functions (internalize, say).
+    throw Error(fmt::format("error: FRANK_LLVM_PASSES='{}': the kernel does not link after it: {}",
+                            custom, error));
   if (!entry)
     internalError("linking a compiled kernel: " + error);
   lap("link");

@@ -412,6 +412,14 @@ TEST(CliCompile, LlvmPassesReplaceTheKernelPipeline) {
   ToolResult bad = runTool(compileArgs({"--emit=asm"}), {{"FRANK_LLVM_PASSES", "no-such-pass"}});
   EXPECT_FAILURE(bad);
   EXPECT_THAT(bad.err, HasSubstr("error: FRANK_LLVM_PASSES: unknown pass name 'no-such-pass'"));
+  // A pipeline that hides the kernel's functions is the user's error, not an internal one.
+  ToolResult hidden =
+      runTool({"run", kSwiglu, "--no-disk-cache", "--input=1x2x3xf32=1", "--input=1x2x3xf32=1"},
+              {{"FRANK_LLVM_PASSES", "internalize,globaldce"}});
+  EXPECT_FAILURE(hidden);
+  EXPECT_THAT(hidden.err, HasSubstr("error: FRANK_LLVM_PASSES='internalize,globaldce': the kernel "
+                                    "does not link after it"));
+  EXPECT_THAT(hidden.err, Not(HasSubstr("internal compiler error")));
 }
 
 TEST(CliCompile, PrintIrAfterAllShowsEveryPassInOrder) {

@@ -631,6 +631,23 @@ INSTANTIATE_TEST_SUITE_P(Parser, Diagnostics, ::testing::ValuesIn(kDiagCases),
                            return std::string(info.param.name);
                          });
 
+// A byte that does not print is named by its value: a NUL in the message used to end it there.
+TEST(Diagnostics, UnprintableBytesAreNamedByValue) {
+  for (char byte : {'\0', '\x01', '\x7f'}) {
+    std::string text = "util.func @f() {\n  %x = arith.constant 1 : i32";
+    text += byte;
+    text += "\n}\n";
+    try {
+      frank::parseString(text, "t.mlir");
+      ADD_FAILURE() << "accepted byte " << int(byte);
+    } catch (const frank::Error &e) {
+      EXPECT_THAT(e.what(),
+                  testing::StartsWith(fmt::format("t.mlir:2:30: error: unexpected byte 0x{:02x}\n",
+                                                  static_cast<unsigned char>(byte))));
+    }
+  }
+}
+
 TEST(Diagnostics, TableIsLargeAndNamesAreUnique) {
   std::set<std::string> names;
   for (const DiagCase &c : kDiagCases)

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <regex>
 
 namespace cl = llvm::cl;
 using namespace frank;
@@ -165,7 +166,16 @@ int compileCommand() {
   Module module = loadModule(ctx);
   Function fn = lookup(module);
   checkInputCount(fn);
-  std::vector<std::string> types(inputs.begin(), inputs.end());
+  // A type is all that compiling needs, but an input that gives data (values, random or a
+  // .npy file) must be good data: it is read, and its type taken from it.
+  std::vector<std::string> types;
+  auto declared = fn.argumentTypes();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string &input = inputs[i];
+    const bool givesData = input.rfind('@', 0) == 0 || input.find('=') != std::string::npos;
+    types.push_back(givesData ? cli::inputType(cli::parseInput(input, declared[i], seed, i))
+                              : input);
+  }
   if (explain) {
     Kernel k = fn.specialize(types, mode);
     for (const std::string &line : k.explanation())
@@ -231,9 +241,29 @@ int benchCommand(int benchArgc, char **benchArgv) {
   Function fn = lookup(module);
   std::vector<Arg> args = parseInputs(fn);
   std::string format = "console";
-  for (int i = 1; i < benchArgc; ++i)
-    if (std::strncmp(benchArgv[i], "--benchmark_format=", 19) == 0)
-      format = benchArgv[i] + 19;
+  // Values Google Benchmark takes without a word and then fails on, or ignores.
+  for (int i = 1; i < benchArgc; ++i) {
+    const std::string flag = benchArgv[i];
+    const std::string value = flag.substr(flag.find('=') + 1);
+    if (flag.rfind("--benchmark_format=", 0) == 0) {
+      format = value;
+      if (format != "console" && format != "json" && format != "csv")
+        throw Error(fmt::format("error: {}: the format is console, json or csv", flag));
+    }
+    if (flag.rfind("--benchmark_repetitions=", 0) == 0) {
+      char *end = nullptr;
+      const long n = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 1 || n > 1000000)
+        throw Error(fmt::format("error: {}: repetitions are a count from 1", flag));
+    }
+    if (flag.rfind("--benchmark_filter=", 0) == 0) {
+      try {
+        std::regex check(value.rfind('-', 0) == 0 ? value.substr(1) : value); // '-' negates
+      } catch (const std::regex_error &e) {
+        throw Error(fmt::format("error: {}: not a regular expression: {}", flag, e.what()));
+      }
+    }
+  }
   benchmark::Initialize(&benchArgc, benchArgv);
   if (benchArgc > 1)
     throw Error(fmt::format("error: unknown benchmark flag '{}'", benchArgv[1]));

@@ -240,7 +240,10 @@ Token Lexer::next() {
       advance();
     return finish(Tok::BareId);
   }
-  failHere(fmt::format("unexpected character '{}'", c));
+  // A byte that does not print (a NUL would end the message) is named by its value.
+  const auto byte = static_cast<unsigned char>(c);
+  failHere(byte < 0x20 || byte == 0x7f ? fmt::format("unexpected byte 0x{:02x}", byte)
+                                       : fmt::format("unexpected character '{}'", c));
 }
 
 } // namespace frank

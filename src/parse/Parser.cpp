@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -1781,6 +1782,9 @@ std::unique_ptr<ModuleOp> parseString(const std::string &text, const std::string
 }
 
 std::unique_ptr<ModuleOp> parseFile(const std::string &path) {
+  // A directory opens as a stream with nothing in it: an empty module, without a word.
+  if (std::filesystem::is_directory(path))
+    throw Error(fmt::format("{}: error: is a directory, not an .mlir file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(fmt::format("{}: error: cannot open file: {}", path, std::strerror(errno)));
