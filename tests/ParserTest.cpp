@@ -369,6 +369,16 @@ const DiagCase kDiagCases[] = {
      "frank.config='tiles=4x2': unknown key 'tiles' (pipeline, tile, k-block, pack, prefetch)"},
     {"matmul_unknown_attribute", MATMUL_HEAD "  %r = linalg.matmul {doc = \"x\"} " MATMUL_TAIL,
      "3:23", "unsupported attribute 'doc' on 'linalg.matmul'"},
+    // A decimal literal the type cannot hold is an error, not an infinity.
+    {"float_literal_out_of_range_f32",
+     "util.func @f() -> f32 {\n  %x = arith.constant 1e39 : f32\n  util.return %x : f32\n}\n",
+     "2:23", "float literal '1e39' is out of range for 'f32'"},
+    {"float_literal_out_of_range_f64",
+     "util.func @f() -> f64 {\n  %x = arith.constant -1e999 : f64\n  util.return %x : f64\n}\n",
+     "2:24", "float literal '1e999' is out of range for 'f64'"},
+    {"float_literal_out_of_range_f16",
+     "util.func @f() -> f16 {\n  %x = arith.constant 65520.0 : f16\n  util.return %x : f16\n}\n",
+     "2:23", "float literal '65520.0' is out of range for 'f16'"},
     // Contractions compute in one element type; gather's indices are integers.
     {"matmul_mixed_element_types",
      "util.func @f(%a: tensor<2x3xf16>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "

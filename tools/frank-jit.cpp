@@ -199,6 +199,8 @@ int linkCommand() {
 }
 
 int runCommand() {
+  if (printMax < 0)
+    throw Error(fmt::format("error: --print-max-elements={} is not a count", printMax.getValue()));
   Context ctx(contextOptions());
   Module module = loadModule(ctx);
   Function fn = lookup(module);

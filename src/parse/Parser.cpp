@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -340,6 +341,20 @@ static double floatFromBits(const Token &tok, const Type &type, const Location &
   return f;
 }
 
+// A decimal float literal that the type cannot hold (1e999, or 1e39 as f32) is an error, not
+// an infinity: infinities are written in hexadecimal. The bounds are the magnitudes from which
+// round-to-nearest gives infinity.
+static bool fitsFloatType(double value, const Type &type) {
+  double overflow = std::numeric_limits<double>::infinity();
+  switch (type.elem) {
+  case ElemKind::F16: overflow = 65520.0; break;
+  case ElemKind::BF16: overflow = 0x1.ffp127; break;
+  case ElemKind::F32: overflow = 0x1.ffffffp127; break;
+  default: break;
+  }
+  return std::abs(value) < overflow;
+}
+
 Literal Parser::parseNumber(const Type &type) {
   Token sign = cur_;
   bool negative = consumeIf(Tok::Minus);
@@ -351,6 +366,8 @@ Literal Parser::parseNumber(const Type &type) {
       failAt(t, fmt::format("float literal '{}' for non-float type '{}'", t.text, type.str()));
     lit.kind = Literal::Kind::Float;
     lit.f = std::strtod(std::string(t.text).c_str(), nullptr);
+    if (!fitsFloatType(lit.f, type))
+      failAt(t, fmt::format("float literal '{}' is out of range for '{}'", t.text, type.str()));
     if (negative)
       lit.f = -lit.f;
     return lit;
@@ -367,6 +384,8 @@ Literal Parser::parseNumber(const Type &type) {
       lit.f = floatFromBits(t, type, loc(t));
     } else {
       lit.f = std::strtod(std::string(t.text).c_str(), nullptr);
+      if (!fitsFloatType(lit.f, type))
+        failAt(t, fmt::format("float literal '{}' is out of range for '{}'", t.text, type.str()));
       if (negative)
         lit.f = -lit.f;
     }
