@@ -369,6 +369,17 @@ const DiagCase kDiagCases[] = {
      "frank.config='tiles=4x2': unknown key 'tiles' (pipeline, tile, k-block, pack, prefetch)"},
     {"matmul_unknown_attribute", MATMUL_HEAD "  %r = linalg.matmul {doc = \"x\"} " MATMUL_TAIL,
      "3:23", "unsupported attribute 'doc' on 'linalg.matmul'"},
+    {"topk_dimension_out_of_range",
+     "util.func @f(%x: tensor<3x3xf32>, %v: tensor<3x3xf32>, %i: tensor<3x3xi32>) -> "
+     "tensor<3x3xf32> {\n"
+     "  %r:2 = iree_linalg_ext.topk dimension(7) ins(%x : tensor<3x3xf32>) outs(%v, %i : "
+     "tensor<3x3xf32>, tensor<3x3xi32>) {\n"
+     "  ^bb0(%a: f32, %b: f32):\n"
+     "    %c = arith.cmpf ogt, %a, %b : f32\n"
+     "    iree_linalg_ext.yield %c : i1\n"
+     "  } -> tensor<3x3xf32>, tensor<3x3xi32>\n"
+     "  util.return %r#0 : tensor<3x3xf32>\n}\n",
+     "2:41", "topk dimension 7 is out of range for 'tensor<3x3xf32>'"},
     // A decimal literal the type cannot hold is an error, not an infinity.
     {"float_literal_out_of_range_f32",
      "util.func @f() -> f32 {\n  %x = arith.constant 1e39 : f32\n  util.return %x : f32\n}\n",

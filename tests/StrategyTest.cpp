@@ -416,8 +416,9 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("tile=5x1", matmulNest(4, 256, 256)), testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));
+  // Only the reasons of the pipelines tried: a leading "; " was outer's empty one.
   EXPECT_THAT(error("pipeline=contraction.dot", mm),
-              testing::HasSubstr("pipeline contraction.dot does not apply"));
+              testing::HasSubstr("pipeline contraction.dot does not apply: no reduction dim"));
   EXPECT_THAT(error("pipeline=contraction.outer,pack=1", matmulNest(1, 256, 256)),
               testing::HasSubstr("pack=1 needs"));
   EXPECT_THAT(error("tile=4x3", matmulNest(1, 256, 256)),

@@ -807,8 +807,10 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
                     config.pipeline == Pipeline::ContractionChoices ||
                     config.pipeline == Pipeline::ContractionRanks))
       whyNot = "it reads no operand through a gather";
-    else if (!chosen)
-      whyNot = whyDot.empty() ? whyOuter : fmt::format("{}; {}", whyOuter, whyDot);
+    else if (!chosen) // the reasons of the pipelines that were tried
+      whyNot = whyOuter.empty() ? whyDot
+               : whyDot.empty() ? whyOuter
+                                : fmt::format("{}; {}", whyOuter, whyDot);
   }
   if (!chosen) {
     if (wantsContraction)

@@ -1649,12 +1649,14 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     return;
   }
   case OpKind::TopK: {
-    parseDimensionAttr(op);
+    Token d = parseDimensionAttr(op);
     parseInsOuts(op, true);
     int64_t ins = op.attr("num_inputs").integer();
     if ((ins != 1 && ins != 2) || op.operands.size() != static_cast<size_t>(ins) + 2)
       failAt(nameTok, "'iree_linalg_ext.topk' takes values (and optional indices) and two 'outs'");
     const Type &x = op.operands[0]->type;
+    if (op.attr("dimension").integer() >= x.rank())
+      failAt(d, fmt::format("topk dimension {} is out of range for '{}'", d.text, x.str()));
     std::vector<Type> blockTypes{Type::scalar(x.elem), Type::scalar(x.elem)};
     parseRegion(op, true, &blockTypes);
     resultTypes = parseTypeListAfterArrow();
