@@ -68,7 +68,8 @@ TypeSpec parseTypeSpec(const std::string &text) {
     type = text.substr(0, eq);
     spec.value = text.substr(eq + 1);
   }
-  size_t x = type.rfind('x');
+  // The element type follows the last 'x' of the dims; "index" has an 'x' of its own.
+  size_t x = type.size() > 6 && type.ends_with("xindex") ? type.size() - 6 : type.rfind('x');
   std::string elem = type;
   if (x != std::string::npos && type != "index") {
     elem = type.substr(x + 1);

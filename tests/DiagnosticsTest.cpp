@@ -980,6 +980,10 @@ const CliCase kCliCases[] = {
      "frank-jit",
      "--input #0 '2x3xi64=random:9007199254740993:9007199254740999': "
      "random:9007199254740993:9007199254740999 is outside the random i64 range [-2^53, 2^53]"},
+    {"input_tensor_of_index",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=2xindex=1", "--input=2x3xf32=1"},
+     "frank-jit",
+     "--input #0 '2xindex=1': tensors of index are not supported"},
     {"input_bad_type",
      {"run", "{dir}/add.mlir", "--function=add", "--input=2x-xf32=1", "--input=2x3xf32=1"},
      "frank-jit",
