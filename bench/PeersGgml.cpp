@@ -139,9 +139,9 @@ PeerCall rotatingCall(std::shared_ptr<GgmlGraph> graph, std::vector<ggml_tensor 
   };
 }
 
-/// A call of a graph whose leaves all stay.
-PeerCall fixedCall(std::shared_ptr<GgmlGraph> graph) {
-  return [graph](size_t) { graph->compute(); };
+/// A call of a graph whose leaves all stay; `leafData` keeps what they point into alive.
+PeerCall fixedCall(std::shared_ptr<GgmlGraph> graph, std::shared_ptr<const void> leafData = {}) {
+  return [graph, leafData](size_t) { graph->compute(); };
 }
 
 std::vector<int32_t> toInt32(const Tensor &ids) {
@@ -187,7 +187,7 @@ PeerCall ggmlGetRows(const Tensor &weight, const Tensor &indices) {
   std::vector<float> rows =
       oracle::embeddingLookup(weight.as<float>(), vocab, embd, indices.as<int64_t>(), count);
   checkResult("get_rows", graph->result(), std::vector<double>(rows.begin(), rows.end()), 0, 0);
-  return [graph, ids](size_t) { graph->compute(); };
+  return fixedCall(graph, ids);
 }
 
 PeerCall ggmlRope(const Tensor &x, const Tensor &positions, float base, float scale) {
@@ -205,7 +205,7 @@ PeerCall ggmlRope(const Tensor &x, const Tensor &positions, float base, float sc
   checkResult(
       "rope", graph->result(),
       oracle::rope(x.as<float>(), positions.as<int64_t>(), batch, seq, heads, dim, base, scale));
-  return [graph, pos](size_t) { graph->compute(); };
+  return fixedCall(graph, pos);
 }
 
 PeerCall ggmlAttention(const Tensor &q, const Tensor &k, const Tensor &v, float scale,
@@ -233,7 +233,7 @@ PeerCall ggmlAttention(const Tensor &q, const Tensor &k, const Tensor &v, float 
   checkResult("flash_attn_ext", graph->result(),
               oracle::attentionGqa(q.as<float>(), k.as<float>(), v.as<float>(), scale,
                                    {1, seq, kvSeq, heads, kvHeads, dim}, causal));
-  return [graph, mask](size_t) { graph->compute(); };
+  return fixedCall(graph, mask);
 }
 
 PeerCall ggmlMatmul(const Tensor &x, const std::vector<Tensor> &weights) {

@@ -165,18 +165,12 @@ std::pair<double, double> randomRange(const std::string &value, DType dtype, siz
     if (lo != std::floor(lo) || hi != std::floor(hi))
       bad(position, text,
           fmt::format("the bounds of random integers must be integers, not {}", bounds));
-    const auto [least, most] = [&]() -> std::pair<double, double> {
-      switch (dtype) {
-      case DType::I1: return {0, 1};
-      case DType::I8: return {INT8_MIN, INT8_MAX};
-      case DType::I16: return {INT16_MIN, INT16_MAX};
-      case DType::I32: return {INT32_MIN, INT32_MAX};
-      default: return {-0x1p53, 0x1p53};
-      }
-    }();
+    // Random integers are drawn through doubles: exact up to 2^53.
+    const auto [least, most] = dtype == DType::I64 ? std::pair<double, double>{-0x1p53, 0x1p53}
+                                                   : std::pair<double, double>(integerRange(dtype));
     if (lo < least || hi - 1 > most)
       bad(position, text,
-          dtype == DType::I64 // drawn through doubles: exact up to 2^53
+          dtype == DType::I64
               ? fmt::format("random:{} is outside the random i64 range [-2^53, 2^53]", bounds)
               : fmt::format("random:{} does not fit {}", bounds, dtypeName(dtype)));
   }
