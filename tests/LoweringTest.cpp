@@ -616,25 +616,27 @@ ArgSpec f32(std::vector<int64_t> shape) {
   return {Type::tensor(ElemKind::F32, std::move(shape)), {}};
 }
 
-// mul_mat_id at 32 tokens (64 pairs, 8 experts): a 4x4 ranks tile takes the slots in two rank
-// blocks, over k blocks of 512.
+// mul_mat_id at 64 tokens (128 pairs, 8 experts): a 4x4 ranks tile of 16-slot vectors takes
+// the slots in two rank blocks, over k blocks of 256, two k steps at a time.
 loops::Program ranksProgram(int64_t rows, int64_t k) {
   return avx512Program(
       "moe/mul_mat_id.mlir", "mul_mat_id",
-      {f32({rows, k, 8}), f32({k, 2, 32}), {Type::tensor(ElemKind::I32, {2, 32}), {}}});
+      {f32({rows, k, 8}), f32({k, 2, 64}), {Type::tensor(ElemKind::I32, {2, 64}), {}}});
 }
 
 // Each tile prefetches the next tile's rows of its k block while it runs, every line once,
-// spread over all its rank blocks' passes: one line a step, not two in the first pass and the
-// same two again in the second. Over the whole kernel every row but the first tile's is
-// prefetched, each k block of it by the tile before.
+// spread over all its rank blocks' passes: two lines a step (of two k), not four in the first
+// pass and the same four again in the second. Over the whole kernel every row but the first
+// tile's is prefetched, each k block of it by the tile before.
 TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
   const int64_t rows = 64, k = 1024, experts = 8, lineElems = 16, rowElems = k * experts;
+  const int64_t blockK = 256, kBlocks = k / blockK;
   loops::Program program = ranksProgram(rows, k);
   const std::string printed = loops::print(program);
-  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 "
-                                          "k-block=512"));
+  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 "
+                                          "k-block=256"));
   ASSERT_THAT(printed, testing::HasSubstr("for rank_block in 0..2 {"));
+  EXPECT_EQ(count(printed, "prefetch weights["), 2) << printed;
   // A tile is one pass of the m_block loop: (m_part, k_block, m_block).
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> linesOfTile;
   PrefetchWalk([&](int64_t index, const std::map<std::string, int64_t> &env) {
@@ -642,7 +644,7 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
     linesOfTile[{env.at("m_part"), env.at("k_block"), env.at("m_block")}].push_back(index /
                                                                                     lineElems);
   }).run(program.body);
-  ASSERT_EQ(linesOfTile.size(), size_t(rows / 4 * 2)); // 16 m blocks x 2 k blocks
+  ASSERT_EQ(linesOfTile.size(), size_t(rows / 4 * kBlocks)); // 16 m blocks x 4 k blocks
   std::set<int64_t> rowsPrefetched;
   for (const auto &[tile, lines] : linesOfTile) {
     const auto [part, kBlock, mBlock] = tile;
@@ -650,8 +652,8 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
     const int64_t nextRow = std::min((part * 2 + mBlock) * 4 + 4, rows - 4);
     std::vector<int64_t> expected;
     for (int64_t row = nextRow; row < nextRow + 4; ++row)
-      for (int64_t line = 0; line < 512 * experts / lineElems; ++line)
-        expected.push_back((row * rowElems + kBlock * 512 * experts) / lineElems + line);
+      for (int64_t line = 0; line < blockK * experts / lineElems; ++line)
+        expected.push_back((row * rowElems + kBlock * blockK * experts) / lineElems + line);
     EXPECT_EQ(lines, expected); // in order, each once
     for (int64_t row = nextRow; row < nextRow + 4; ++row)
       rowsPrefetched.insert(row);

@@ -144,33 +144,48 @@ TEST(Strategy, GoldenContractions) {
       },
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
-  // S9 at T = 32, 8 experts: the experts are the lanes and the 64 pairs eight vectors of slots
-  // (two blocks of four). Each row loads one vector of weights per k and permutes it for NR
-  // FMAs. With 32 registers, 5 rows fit beside 4 inputs and 4 vectors of choices, and 4 divide
-  // the 3584 rows and leave no short tile. The packed input, for twice the 8 ranks, takes 512
-  // bytes a k: k blocks of 512 keep a block within 256 KiB of L2. With 16 registers (5x2, then
-  // 4x2) a permute per FMA costs more than contraction.gather's padding of the 64 pairs to 15
-  // vectors; 16 pairs, padded to 9 vectors against 2, stay with ranks.
+  // S9 at T = 32, 8 experts: the experts are the lanes. With 16 registers (5x2, then 4x2) a
+  // permute per FMA costs more than contraction.gather's padding of the 64 pairs to 15
+  // vectors; 16 pairs, padded to 9 vectors against 2, stay with ranks. Forced, the 64 pairs
+  // are eight vectors of 8 slots (four blocks of two), and each row loads one vector of
+  // weights per k and permutes it for NR FMAs. The packed input, for twice the 8 ranks, takes
+  // 512 bytes a k: k blocks of 512 keep a block within 256 KiB of L2.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(),
                    "pipeline=contraction.ranks"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
+  // With 16 lanes a vector holds 16 slots, and a row's load its 8 experts at two k steps: the
+  // 64 pairs are four vectors, one block of 4x4 (4 rows beside 4 inputs, 8 vectors of choices
+  // and a row's vector and its permuted copy; 4 divide the 3584 rows). The same 512 bytes a k.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
   // S10's down projection: 3584 = 7 x 512.
   EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=512");
-  // 8 tokens: two ranks, so NR = 2 at most, and 5 rows with 16 registers (4 divide 3584, 5
-  // divide 3600); 6 with 32. The packed input (128 KiB for twice the ranks) needs no k blocks.
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
+  // An odd k cannot go two steps at a time: 8 lanes, eight vectors in two blocks of four.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1023, 8, 2, 32), Target::avx512()),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=341");
+  // Nor a k block of an odd size.
+  EXPECT_THAT(
+      [] {
+        loops::selectStrategy(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512(),
+                              loops::parseConfig("k-block=1"));
+      },
+      testing::ThrowsMessage<Error>(testing::HasSubstr(
+          "k-block 1 is not a multiple of the 2 k steps each step of contraction.ranks takes "
+          "here")));
+  // 8 tokens: two ranks of 8, so NR = 2 at most, and 5 rows with 16 registers (4 divide 3584, 5
+  // divide 3600). With 32 registers, one vector of 16 slots and the most rows L1 allows, 6.
+  // The packed input (128 KiB for twice the ranks) needs no k blocks.
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8)),
             "contraction.ranks m=d0 n=- k=d3 tile=5x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=6x2 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=6x1 lanes=16");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=256");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=256");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
   // registers allow, and k blocks whose 6 x 16 lines of 16 experts take 12 KiB of L1.
@@ -533,49 +548,72 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // At 64 tokens the 128 pairs fill whole tiles of slots, and the ids, the input [32, 2, 64]
   // and the output [64, 2, 64] hold them in order: the tiles read and add to them in place.
   // contraction.ranks by hand: with 16 vector registers the strategy takes contraction.gather
-  // at 64 and 60 tokens.
+  // at 64 and 60 tokens. With 16 lanes a vector holds 16 slots, and a row's load its experts
+  // at two k steps: each step permutes it by the slots' experts, then by those plus 8.
   Context ranks(withConfig("pipeline=contraction.ranks"));
   Module moe = ranks.load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
   const std::string ranksTile = wide ? "4x4" : "4x2", nr = wide ? "4" : "2";
+  // The first slot of the tile's vector n, its lanes, and the tile's first k.
+  const std::string slot = fmt::format("((rank_block * {}) * {})", nr, lanes);
+  const std::string vec = fmt::format("f32x{}", lanes), step = wide ? "(d3 * 2)" : "d3";
+  auto at = [&](const std::string &index) { return fmt::format("[{} : {}]", index, lanes); };
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8\n", ranksTile)));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format(": contraction.ranks m=d0 n=- k=d3 tile={} lanes={}\n",
+                                             ranksTile, lanes)));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("temp "))) << loops;
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "for rank_block in 0..4 {"
-                                             : "for rank_block in 0..8 {"));
-  EXPECT_THAT(loops, testing::HasSubstr("let lanes: i32x8 = ids[((rank_block * " + nr + ") * 8) : 8]"));
-  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = out0[(((m_block * 4) * 128) + "
-                                        "((rank_block * " + nr + ") * 8)) : 8]"));
-  EXPECT_THAT(loops, testing::HasSubstr("let x: f32x8 = input[((d3 * 128) + ((rank_block * " + nr +
-                                        ") * 8)) : 8]"));
-  EXPECT_THAT(loops, testing::HasSubstr("let t: f32x8 = weights[(((m_block * 4) * 256) + (d3 * 8)) : 8]"));
-  EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (permute(t, lanes) * x)"));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         "out0[(((m_block * 4) * 128) + ((rank_block * " + nr + ") * 8)) : 8] = acc"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(wide ? "for rank_block in 0..2 {" : "for rank_block in 0..8 {"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("let lanes: i{} = ids{}", vec.substr(1), at(slot))));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("var acc: {} = out0{}", vec,
+                                                    at("(((m_block * 4) * 128) + " + slot + ")"))));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("let x: {} = input{}", vec,
+                                                    at("((" + step + " * 128) + " + slot + ")"))));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("let t: {} = weights{}", vec,
+                                             at("(((m_block * 4) * 256) + (" + step + " * 8))"))));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("let prod: {} = (permute(t, lanes) * x)", vec)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("out0{} = acc",
+                                                    at("(((m_block * 4) * 128) + " + slot + ")"))));
+  if (wide) { // the next k step: the same row's vector, the lanes plus 8, the next k's input
+    EXPECT_THAT(loops, testing::HasSubstr("let lanes_4: i32x16 = (lanes + broadcast<16>(8:i32))"));
+    EXPECT_THAT(loops, testing::HasSubstr("let x_4: f32x16 = input[((((d3 * 2) + 1) * 128) + " +
+                                          slot + ") : 16]"));
+    EXPECT_THAT(loops, testing::HasSubstr("let prod_16: f32x16 = (permute(t, lanes_4) * x_4)"));
+    EXPECT_THAT(loops, testing::HasSubstr("let sum_16: f32x16 = (acc +[reassoc] prod_16)"));
+  }
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("read each pair's sum back")));
   // The last tile prefetches its own rows, not past the weights. Their 64 lines take two of
-  // the tile's 32-step passes, one a step, and the other passes take turns with them.
-  EXPECT_THAT(loops, testing::HasSubstr("prefetch weights[((minsi(((m_block * 4) + 4), 60) "
-                                        "* 256) + (((remui(rank_block, 2) * 32) + d3) * 16))]"));
+  // the tile's passes (of 32 steps, or 16 of two k steps), one or two lines a step, and the
+  // other passes take turns with them.
+  EXPECT_THAT(
+      loops, testing::HasSubstr(wide ? "prefetch weights[((minsi(((m_block * 4) + 4), 60) * 256) + "
+                                       "(((rank_block * 16) + d3) * 32))]"
+                                     : "prefetch weights[((minsi(((m_block * 4) + 4), 60) "
+                                       "* 256) + (((remui(rank_block, 2) * 32) + d3) * 16))]"));
+  EXPECT_EQ(count(loops, "prefetch weights["), wide ? 2 : 1) << loops;
   // At 60 tokens the 120 pairs take 128 slots: the slots' experts and input go to temporaries,
   // 0 in the padding, and each pair's sum is read back from its slot.
   loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes=8: each slot's choice "
+                         ": contraction.ranks m=d0 n=- k=d3 tile={} lanes={}: each slot's choice "
                          "and input\n",
-                         ranksTile)));
+                         ranksTile, lanes)));
   EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(d2 + (d1 * 60))] = ids[(d2 + (d1 * 60))]"));
   EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(120 + j)] = 0:i32"));
   EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (d2 + (d1 * 60)))] = "
                                         "input[((d2 + (d1 * 60)) + (d3 * 120))]"));
   EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (120 + j))] = 0f"));
   EXPECT_THAT(loops, testing::HasSubstr(
-                         "let lanes: i32x8 = slot_choice[((rank_block * " + nr + ") * 8) : 8]"));
-  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = broadcast<8>(0f)"));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         "by_slot[(((m_block * 4) * 128) + ((rank_block * " + nr + ") * 8)) : 8] = acc"));
+                         fmt::format("let lanes: i{} = slot_choice{}", vec.substr(1), at(slot))));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("var acc: {0} = broadcast<{1}>(0f)", vec, lanes)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("by_slot{} = acc",
+                                                    at("(((m_block * 4) * 128) + " + slot + ")"))));
   EXPECT_THAT(loops, testing::HasSubstr("// read each pair's sum back from its slot"));
   // k blocks by hand: in parallel over 8 parts of the rows, each part's m blocks run once per
   // block, each tile adding to its slots' sums (in place, the output's; in temporaries, 0 in the
@@ -594,18 +632,27 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                          "    // each m block of the part adds the k block's products to its slots\n"
                          "    for k_block in 0..2 {\n"
                          "      for m_block in 0..2 {\n"));
-  EXPECT_THAT(loops, testing::HasSubstr("var acc: f32x8 = out0[(((((m_part * 2) + m_block) * "));
-  EXPECT_THAT(loops, testing::HasSubstr("let x: f32x8 = input[((((k_block * 16) + d3) * 128) + "));
-  EXPECT_THAT(loops, testing::HasSubstr("for d3 in 0..16 {"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         fmt::format("var acc: {} = out0[(((((m_part * 2) + m_block) * ", vec)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "let x: {} = input[((((k_block * 16) + {}) * 128) + ", vec, step)));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "for d3 in 0..8 {" : "for d3 in 0..16 {"));
   EXPECT_THAT(loops,
-              testing::HasSubstr("prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
-                                 "4) + 4), 60) + divui(((remui(rank_block, 2) * 16) + d3), "
-                                 "8)) * 256) + (k_block * 128)) + (remui(((remui(rank_block, "
-                                 "2) * 16) + d3), 8) * 16))]"));
+              testing::HasSubstr(
+                  wide ? "prefetch weights[((((minsi(((((m_part * 2) + m_block) * 4) + 4), 60) + "
+                         "divui((((rank_block * 8) + d3) * 2), 8)) * 256) + (k_block * 128)) + "
+                         "(remui((((rank_block * 8) + d3) * 2), 8) * 16))]"
+                       : "prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
+                         "4) + 4), 60) + divui(((remui(rank_block, 2) * 16) + d3), "
+                         "8)) * 256) + (k_block * 128)) + (remui(((remui(rank_block, "
+                         "2) * 16) + d3), 8) * 16))]"));
   loops = configuredLoops("pipeline=contraction.ranks,k-block=16", {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
-  EXPECT_THAT(loops, testing::HasSubstr(": f32x8 = select(broadcast<8>(cmp.eq(k_block, 0)), "
-                                        "broadcast<8>(0f), by_slot[(((((m_part * 2) + m_block) * "));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((((k_block * 16) + d3) * 128) + "));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         ": {0} = select(broadcast<{1}>(cmp.eq(k_block, 0)), broadcast<{1}>(0f), "
+                         "by_slot[(((((m_part * 2) + m_block) * ",
+                         vec, lanes)));
+  EXPECT_THAT(loops,
+              testing::HasSubstr("packed_input[((((k_block * 16) + " + step + ") * 128) + "));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
   loops = configuredLoops("pipeline=contraction.gather");
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(

@@ -1885,18 +1885,25 @@ private:
                               const std::vector<Expr> &iv, const std::vector<Expr> &extents,
                               int lanes, std::vector<Stmt> &init, std::vector<Stmt> &step,
                               Expr initial = nullptr) {
-    const Value *outArg = g.body().arguments.back().get();
     const ElemKind elem = g.op.result()->type.elem;
-    std::string acc = freshName("acc");
-    values[outArg] = var(acc, elem, lanes);
-    init.push_back(local(acc, initial ? initial : broadcast(floatConst(0, elem), lanes)));
+    Expr acc = var(freshName("acc"), elem, lanes);
+    init.push_back(local(acc->name, initial ? initial : broadcast(floatConst(0, elem), lanes)));
+    accumulateChoiceLanes(g, values, iv, extents, acc, step);
+    return acc;
+  }
+
+  // The body's sum into accumulator `acc` (of choiceLanesAccumulator) in `step`, once more.
+  void accumulateChoiceLanes(GenericView &g, std::unordered_map<const Value *, Expr> &values,
+                             const std::vector<Expr> &iv, const std::vector<Expr> &extents,
+                             const Expr &acc, std::vector<Stmt> &step) {
+    const Value *outArg = g.body().arguments.back().get();
+    values[outArg] = acc;
     BodyContext body{iv, extents, outArg, true};
     choicesChecked_ = true;
-    choiceLanes_ = lanes;
-    step.push_back(assign(acc, lowerScalarBlock(g.body(), values, body, step)));
+    choiceLanes_ = acc->lanes;
+    step.push_back(assign(acc->name, lowerScalarBlock(g.body(), values, body, step)));
     choiceLanes_ = 1;
     choicesChecked_ = false;
-    return var(acc, elem, lanes);
   }
 
   // Whether contraction.ranks' slots can be where the pairs already are: the ids (32-bit), the
@@ -1958,12 +1965,15 @@ private:
     const auto [extract, choiceInput, choices, numChoices, pairDims, pairs, pairCount] =
         gatherParts(g, extents);
     const TensorStorage &ids = storageOf(choices);
-    const int lanes = s.lanes; // numChoices: a lane per choice
+    // Slots per vector: a lane per choice, or twice that, when a vector of a row's choices holds
+    // two k steps' (see tryRanks): each step then takes `steps` of k.
+    const int lanes = s.lanes;
+    const int steps = lanes / int(numChoices);
     const int packInput = pairInputOf(g, choiceInput);
     const int64_t k = extent(s.dimK), rows = extent(s.dimM);
     // The slots: the pairs rounded up to whole tiles of NR vectors; a runtime count of pairs
     // (partial specialization) sizes them at run time.
-    const int64_t tileSlots = s.tileN * numChoices;
+    const int64_t tileSlots = s.tileN * lanes;
     Expr width = intConst((pairs + tileSlots - 1) / tileSlots * tileSlots);
     if (!asConstant(pairCount))
       width =
@@ -2017,8 +2027,10 @@ private:
     // blocks run once per k block, each tile adding the block's products to its slots, so that
     // the block of the packed input stays in cache for all of them.
     const int64_t blockK = s.blockK ? s.blockK : k, kBlocks = k / blockK;
+    const int64_t blockSteps = blockK / steps;
     Expr kBlock = var(freshName("k_block"), ElemKind::Index);
-    Expr kAt = kBlocks > 1 ? add(mul(kBlock, intConst(blockK)), kk) : kk;
+    Expr kOfStep = steps > 1 ? mul(kk, intConst(steps)) : kk;
+    Expr kAt = kBlocks > 1 ? add(mul(kBlock, intConst(blockK)), kOfStep) : kOfStep;
 
     // The rows after the tile's, while it runs, when each row's k steps of C choices are
     // contiguous: a few lines a step, in order, so that memory sees one stream rather than MR
@@ -2044,13 +2056,13 @@ private:
       // line for each of their steps (one when the pairs are counted at run time). With more
       // rank blocks than that, the passes take turns, and later ones prefetch the same lines.
       const int64_t rankBlocks = asConstant(width) ? *asConstant(width) / tileSlots : 1;
-      int64_t passes = std::clamp<int64_t>(tileLines / blockK, 1, rankBlocks);
+      int64_t passes = std::clamp<int64_t>(tileLines / blockSteps, 1, rankBlocks);
       while (rankBlocks % passes != 0)
         --passes;
-      const int64_t linesPerStep = (tileLines + blockK * passes - 1) / (blockK * passes);
+      const int64_t linesPerStep = (tileLines + blockSteps * passes - 1) / (blockSteps * passes);
       Expr pass =
           passes == rankBlocks ? rankBlock : binary(OpKind::RemUI, rankBlock, intConst(passes));
-      Expr stepOfTile = passes > 1 ? add(mul(pass, intConst(blockK)), kk) : kk;
+      Expr stepOfTile = passes > 1 ? add(mul(pass, intConst(blockSteps)), kk) : kk;
       Expr nextRow =
           binary(OpKind::MinSI, add(firstRow, intConst(tileRows)), intConst(rows - tileRows));
       Expr next =
@@ -2071,56 +2083,71 @@ private:
     };
 
     // The tile: MR rows x NR vectors of slots, from rank block `rank_block` on. Each vector of
-    // slots has its choices as lane indices, and each row's C choices at this k are loaded once
-    // and permuted by them.
+    // slots has its choices as lane indices, and each row's C choices at this k (and the next
+    // k's, for two steps) are loaded once and permuted by them (plus C for the next k's).
     auto buildTile = [&](int tileRows, const Expr &firstRow) {
       std::vector<Stmt> init, step, fini;
-      std::vector<Expr> inputs(s.tileN), lanesOf(s.tileN);
+      std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(s.tileN)),
+          lanesOf(steps, std::vector<Expr>(s.tileN));
       auto slotAt = [&](int n) {
-        return mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(numChoices));
+        return mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(lanes));
       };
-      for (int n = 0; n < s.tileN; ++n) {
-        lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
-        inputs[n] = bindLet(g.body().arguments[packInput].get(),
-                            load(input, add(mul(kAt, width), slotAt(n)), elem, lanes), step);
-      }
-      for (int r = 0; r < tileRows; ++r) {
-        Expr row = add(firstRow, intConst(r));
-        Expr choicesOfRow = bindLet(
-            extract->result(),
-            load(weights, add(mul(row, intConst(strideM)), mul(kAt, intConst(strideK))), elem,
-                 lanes),
-            step);
+      for (int h = 0; h < steps; ++h)
         for (int n = 0; n < s.tileN; ++n) {
-          std::vector<Expr> iv = vars;
-          iv[s.dimM] = row;
-          iv[s.dimK] = kAt;
-          std::unordered_map<const Value *, Expr> values;
-          values[g.body().arguments[packInput].get()] = inputs[n];
-          values[g.body().arguments[choiceInput].get()] = intConst(0, choiceElem);
-          values[extract->result()] = permute(choicesOfRow, lanesOf[n]);
-          for (int i = 0; i < g.numInputs(); ++i) {
-            const Value *operand = g.input(i);
-            if (!operand->type.isTensor())
-              values[g.body().arguments[i].get()] = scalarOf(operand);
-            else if (i != packInput && i != choiceInput) // read along no loop dim
-              values[g.body().arguments[i].get()] =
-                  load(storageOf(operand).buffer,
-                       accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
-          }
-          Expr at = add(mul(row, width), slotAt(n));
-          Expr initial = inPlace       ? load(sums, at, elem, lanes)
-                         : kBlocks == 1 ? nullptr
-                                        : select(cmp("eq", kBlock, intConst(0)),
-                                                 broadcast(floatConst(0, elem), lanes),
-                                                 load(sums, at, elem, lanes));
-          Expr acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step, initial);
-          fini.push_back(store(sums, at, acc));
+          lanesOf[h][n] =
+              h == 0 ? bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init)
+                     : bindLet("lanes", add(lanesOf[0][n], intConst(h * numChoices, choiceElem)),
+                               init);
+          inputs[h][n] = bindLet(
+              g.body().arguments[packInput].get(),
+              load(input, add(mul(add(kAt, intConst(h)), width), slotAt(n)), elem, lanes), step);
         }
-      }
+      std::vector<Expr> choicesOfRow(tileRows);
+      for (int r = 0; r < tileRows; ++r)
+        choicesOfRow[r] = bindLet(extract->result(),
+                                  load(weights,
+                                       add(mul(add(firstRow, intConst(r)), intConst(strideM)),
+                                           mul(kAt, intConst(strideK))),
+                                       elem, lanes),
+                                  step);
+      std::vector<Expr> accs(tileRows * s.tileN);
+      for (int h = 0; h < steps; ++h)
+        for (int r = 0; r < tileRows; ++r)
+          for (int n = 0; n < s.tileN; ++n) {
+            Expr row = add(firstRow, intConst(r));
+            std::vector<Expr> iv = vars;
+            iv[s.dimM] = row;
+            iv[s.dimK] = add(kAt, intConst(h));
+            std::unordered_map<const Value *, Expr> values;
+            values[g.body().arguments[packInput].get()] = inputs[h][n];
+            values[g.body().arguments[choiceInput].get()] = intConst(0, choiceElem);
+            values[extract->result()] = permute(choicesOfRow[r], lanesOf[h][n]);
+            for (int i = 0; i < g.numInputs(); ++i) {
+              const Value *operand = g.input(i);
+              if (!operand->type.isTensor())
+                values[g.body().arguments[i].get()] = scalarOf(operand);
+              else if (i != packInput && i != choiceInput) // read along no loop dim
+                values[g.body().arguments[i].get()] =
+                    load(storageOf(operand).buffer,
+                         accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
+            }
+            Expr &acc = accs[r * s.tileN + n];
+            if (h > 0) {
+              accumulateChoiceLanes(g, values, iv, extents, acc, step);
+              continue;
+            }
+            Expr at = add(mul(row, width), slotAt(n));
+            Expr initial = inPlace        ? load(sums, at, elem, lanes)
+                           : kBlocks == 1 ? nullptr
+                                          : select(cmp("eq", kBlock, intConst(0)),
+                                                   broadcast(floatConst(0, elem), lanes),
+                                                   load(sums, at, elem, lanes));
+            acc = choiceLanesAccumulator(g, values, iv, extents, lanes, init, step, initial);
+            fini.push_back(store(sums, at, acc));
+          }
       prefetchNextRows(tileRows, firstRow, step);
       std::vector<Stmt> tile = std::move(init);
-      tile.push_back(loopOver(kk, intConst(blockK), std::move(step)));
+      tile.push_back(loopOver(kk, intConst(blockSteps), std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
       Expr rankBlocks = quotient(width, tileSlots);
       return loopOver(rankBlock, rankBlocks, std::move(tile));

@@ -459,13 +459,22 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
     why = "its rows or its reduction have a runtime extent";
     return std::nullopt;
   }
-  s.lanes = int(choices);
+  // A vector of slots twice the choices wide when the target's vectors are (8 f32 experts on
+  // AVX-512) and a row's choices at k and k + 1 are contiguous: one load then holds both, and
+  // each step permutes it by the slots' choices for k and by those plus C for k + 1, so that
+  // one permute and one FMA serve 2C pairs, and the permutes no longer hold the FMAs back. On
+  // the Zen 4 the inner loop (4x4, warm) ran at 117 GFLOP/s a core this way, against 77 with C
+  // lanes; the 16-lane permute issues beside the FMA.
+  const int64_t k = nest.extents[s.dimK];
+  const bool twoSteps = lanes == 2 * choices && pairs >= lanes && k % 2 == 0 &&
+                        nest.gather->strides[s.dimK] == choices;
+  s.lanes = int(twoSteps ? 2 * choices : choices);
   // With 16 vector registers the tile is 4x2 and its permutes, one per FMA, share the FP pipes
   // with the FMAs: unless grouping the pairs by choice pads them to twice the ranks' vectors or
   // more, contraction.gather's broadcasts do the same work sooner (S9 on Zen 3, ids spread
   // evenly: 32 tokens 9.0 ms against 13.2, the down projection 9.9 against 15.0, 128 tokens 23
   // against 41; at 8 tokens, padded 4x, this pipeline's 6.3 against 7.6).
-  const int64_t ranks = (pairs + choices - 1) / choices;
+  const int64_t ranks = (pairs + s.lanes - 1) / s.lanes;
   const int64_t grouped =
       groupedVectors(pairs, choices, std::max(1, target.vectorBits / nest.elemBits));
   if (target.vectorRegisters < 32 && !forced && grouped < 2 * ranks) {
@@ -475,32 +484,41 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
     return std::nullopt;
   }
   // NR and MR: the tile of most FMAs the registers hold beside NR input vectors, NR vectors of
-  // choices to permute by, a row's vector and its permuted copy, with NR at most the ranks and
+  // choices to permute by (2 NR for two k steps), a row's vector and its permuted copy, with NR
+  // at most the ranks and
   // 4 (on S9 at 32 tokens, 4x4 took 3.7-3.9 ms, 4x2 4.8-4.9, 8x2 4.4) and MR at most
   // kL1Ways - 2: the rows stream side by side, and when they are a multiple of 4 KiB apart their
   // lines share a set of the L1 (7x4: 4.4-4.5 ms).
   const int64_t rows = nest.extents[s.dimM];
-  int most = 0;
+  // Of the tiles, the one of most FMAs a step that go to slots of pairs, not to the padding that
+  // rounds the ranks up to whole tiles (4 ranks of 16 slots: 4x4, not 4x3 and 2 ranks of padding).
+  const int perRank = twoSteps ? 3 : 2;
+  int64_t most = 0;
   for (int nr = 1; nr <= std::min<int64_t>(ranks, 4); ++nr) {
-    const int mr = int(std::min<int64_t>(
-        std::clamp((target.vectorRegisters - 2 * nr - 2) / nr, 1, kL1Ways - 2), rows));
-    if (mr * nr > most * s.tileN) {
-      most = mr;
+    const int mr = rowsDividingTile(
+        int(std::min<int64_t>(
+            std::clamp((target.vectorRegisters - perRank * nr - 2) / nr, 1, kL1Ways - 2), rows)),
+        rows);
+    const int64_t paddedRanks = (ranks + nr - 1) / nr * nr;
+    const int64_t useful = int64_t(mr) * nr * ranks * 1000 / paddedRanks;
+    if (useful > most) {
+      most = useful;
+      s.tileM = mr;
       s.tileN = nr;
     }
   }
-  s.tileM = rowsDividingTile(most, rows);
   // Every m block reads the whole packed input (k x ranks x C), which must stay in L2 beside
   // the weights streaming through it. k blocks that divide k keep a block of it within a
   // quarter of L2 for twice its ranks, and the m blocks then run once per k block. At 32
   // tokens, two rounds: the down projection (k = 3584) took 4.2-4.3 ms in blocks of 512, 4.3-4.5
   // in 256 or 896, 4.8 in 1792 and 5.2 whole; gate (k = 1024) 3.7-3.9 ms in blocks of 512 and
-  // 3.8-4.0 whole.
-  const int64_t k = nest.extents[s.dimK];
+  // 3.8-4.0 whole. Two k steps at a time take blocks of an even size.
   const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
-  const int64_t perK = 2 * slotVectors * choices * (nest.elemBits / 8);
+  const int64_t perK = 2 * slotVectors * s.lanes * (nest.elemBits / 8);
+  const int64_t stepsPerK = s.lanes / choices;
   if (k * perK > kRanksInputBlockBytes && !isRuntime(nest, s.dimK))
-    s.blockK = dividingBlock(k, kRanksInputBlockBytes / perK, 8);
+    s.blockK = stepsPerK * dividingBlock(k / stepsPerK, kRanksInputBlockBytes / perK / stepsPerK,
+                                         8 / stepsPerK);
   return s;
 }
 
@@ -681,6 +699,11 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
         unfit(config, fmt::format("k-block {} does not divide the nest's one "
                                   "reduction dim ({})",
                                   *config.blockK, k));
+      const int64_t steps = s.lanes / nest.gather->choices; // k steps a vector's slots take
+      if (*config.blockK % steps != 0)
+        unfit(config, fmt::format("k-block {} is not a multiple of the {} k steps each step of "
+                                  "contraction.ranks takes here",
+                                  *config.blockK, steps));
       s.blockK = *config.blockK == k ? 0 : *config.blockK; // 0: none
     }
     return;
