@@ -616,8 +616,8 @@ ArgSpec f32(std::vector<int64_t> shape) {
   return {Type::tensor(ElemKind::F32, std::move(shape)), {}};
 }
 
-// mul_mat_id at 64 tokens (128 pairs, 8 experts): a 4x4 ranks tile of 16-slot vectors takes
-// the slots in two rank blocks, over k blocks of 256, two k steps at a time.
+// mul_mat_id at 64 tokens (128 pairs, 8 experts): a 4x2 ranks tile of 16-slot vectors takes
+// the slots in four rank blocks, over k blocks of 256, two k steps at a time.
 loops::Program ranksProgram(int64_t rows, int64_t k) {
   return avx512Program(
       "moe/mul_mat_id.mlir", "mul_mat_id",
@@ -625,18 +625,18 @@ loops::Program ranksProgram(int64_t rows, int64_t k) {
 }
 
 // Each tile prefetches the next tile's rows of its k block while it runs, every line once,
-// spread over all its rank blocks' passes: two lines a step (of two k), not four in the first
-// pass and the same four again in the second. Over the whole kernel every row but the first
+// spread over all its rank blocks' passes: one line a step (of two k), not four in the first
+// pass and the same four again in each of the others. Over the whole kernel every row but the first
 // tile's is prefetched, each k block of it by the tile before.
 TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
   const int64_t rows = 64, k = 1024, experts = 8, lineElems = 16, rowElems = k * experts;
   const int64_t blockK = 256, kBlocks = k / blockK;
   loops::Program program = ranksProgram(rows, k);
   const std::string printed = loops::print(program);
-  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 "
+  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 "
                                           "k-block=256"));
-  ASSERT_THAT(printed, testing::HasSubstr("for rank_block in 0..2 {"));
-  EXPECT_EQ(count(printed, "prefetch weights["), 2) << printed;
+  ASSERT_THAT(printed, testing::HasSubstr("for rank_block in 0..4 {"));
+  EXPECT_EQ(count(printed, "prefetch weights["), 1) << printed;
   // A tile is one pass of the m_block loop: (m_part, k_block, m_block).
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> linesOfTile;
   PrefetchWalk([&](int64_t index, const std::map<std::string, int64_t> &env) {

@@ -156,13 +156,13 @@ TEST(Strategy, GoldenContractions) {
                    "pipeline=contraction.ranks"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
   // With 16 lanes a vector holds 16 slots, and a row's load its 8 experts at two k steps: the
-  // 64 pairs are four vectors, one block of 4x4 (4 rows beside 4 inputs, 8 vectors of choices
-  // and a row's vector and its permuted copy; 4 divide the 3584 rows). The same 512 bytes a k.
+  // 64 pairs are four vectors, two blocks of 4x2 (8 accumulators beside 4 inputs, 4 vectors of
+  // choices, a row's vector and its permuted copy; 4x4 would spill). The same 512 bytes a k.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=512");
   // S10's down projection: 3584 = 7 x 512.
   EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=512");
   // An odd k cannot go two steps at a time: 8 lanes, eight vectors in two blocks of four.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1023, 8, 2, 32), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=341");
@@ -184,8 +184,9 @@ TEST(Strategy, GoldenContractions) {
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=6x1 lanes=16");
+  // 64 tokens: eight vectors of 16 slots; 4x3 would pad them to nine.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=256");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=256");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
   // registers allow, and k blocks whose 6 x 16 lines of 16 experts take 12 KiB of L1.
@@ -257,11 +258,12 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("does not fit"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.gather,k-block=48"),
               testing::HasSubstr("k-block 48 does not divide"));
-  // Pairs need not be whole vectors: 24 pairs, three vectors of slots (two tiles of 5x2 fit
-  // 16 registers, 64 rows take 4), or, forced, contraction.gather with each group padded to
-  // whole vectors. Two rows leave registers for three vectors of slots.
+  // Pairs need not be whole vectors: 24 pairs, three vectors of slots, or, forced,
+  // contraction.gather with each group padded to whole vectors. Two rows leave 16 registers
+  // room for three vectors of slots: 2x3 serves the pairs 6 FMAs a step, in place, where 4x2
+  // (5x2 fits, 64 rows take 4) pads them to four vectors for 6 of its 8.
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(2, 32, 8, 2, 12)),
             "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8");
   EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"), "no error");
@@ -388,6 +390,11 @@ TEST(Strategy, RuntimeExtents) {
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=64");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, true, true, false})),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=64");
+  // With 16 lanes, at most two vectors of slots a rank block, whatever the tokens it was sized
+  // for: a runtime count pads the last one.
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, false, true, false}),
+                   Target::avx512()),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=64");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(r, 128, 8, 2, 32), {true, false, false, false})),
             "row-reduction");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, r, 8, 2, 32), {false, false, false, true})),
@@ -554,7 +561,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   Module moe = ranks.load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
-  const std::string ranksTile = wide ? "4x4" : "4x2", nr = wide ? "4" : "2";
+  const std::string ranksTile = "4x2", nr = "2";
   // The first slot of the tile's vector n, its lanes, and the tile's first k.
   const std::string slot = fmt::format("((rank_block * {}) * {})", nr, lanes);
   const std::string vec = fmt::format("f32x{}", lanes), step = wide ? "(d3 * 2)" : "d3";
@@ -565,7 +572,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                                              ranksTile, lanes)));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("temp "))) << loops;
   EXPECT_THAT(loops,
-              testing::HasSubstr(wide ? "for rank_block in 0..2 {" : "for rank_block in 0..8 {"));
+              testing::HasSubstr(wide ? "for rank_block in 0..4 {" : "for rank_block in 0..8 {"));
   EXPECT_THAT(loops,
               testing::HasSubstr(fmt::format("let lanes: i{} = ids{}", vec.substr(1), at(slot))));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("var acc: {} = out0{}", vec,
@@ -580,22 +587,22 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("out0{} = acc",
                                                     at("(((m_block * 4) * 128) + " + slot + ")"))));
   if (wide) { // the next k step: the same row's vector, the lanes plus 8, the next k's input
-    EXPECT_THAT(loops, testing::HasSubstr("let lanes_4: i32x16 = (lanes + broadcast<16>(8:i32))"));
-    EXPECT_THAT(loops, testing::HasSubstr("let x_4: f32x16 = input[((((d3 * 2) + 1) * 128) + " +
+    EXPECT_THAT(loops, testing::HasSubstr("let lanes_2: i32x16 = (lanes + broadcast<16>(8:i32))"));
+    EXPECT_THAT(loops, testing::HasSubstr("let x_2: f32x16 = input[((((d3 * 2) + 1) * 128) + " +
                                           slot + ") : 16]"));
-    EXPECT_THAT(loops, testing::HasSubstr("let prod_16: f32x16 = (permute(t, lanes_4) * x_4)"));
-    EXPECT_THAT(loops, testing::HasSubstr("let sum_16: f32x16 = (acc +[reassoc] prod_16)"));
+    EXPECT_THAT(loops, testing::HasSubstr("let prod_8: f32x16 = (permute(t, lanes_2) * x_2)"));
+    EXPECT_THAT(loops, testing::HasSubstr("let sum_8: f32x16 = (acc +[reassoc] prod_8)"));
   }
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("read each pair's sum back")));
-  // The last tile prefetches its own rows, not past the weights. Their 64 lines take two of
-  // the tile's passes (of 32 steps, or 16 of two k steps), one or two lines a step, and the
-  // other passes take turns with them.
+  // The last tile prefetches its own rows, not past the weights. Their 64 lines take a line a
+  // step over the tile's passes: all four of 16 steps (of two k each), or two of the eight of
+  // 32 steps, which the other passes take turns with.
   EXPECT_THAT(
       loops, testing::HasSubstr(wide ? "prefetch weights[((minsi(((m_block * 4) + 4), 60) * 256) + "
-                                       "(((rank_block * 16) + d3) * 32))]"
+                                       "(((rank_block * 16) + d3) * 16))]"
                                      : "prefetch weights[((minsi(((m_block * 4) + 4), 60) "
                                        "* 256) + (((remui(rank_block, 2) * 32) + d3) * 16))]"));
-  EXPECT_EQ(count(loops, "prefetch weights["), wide ? 2 : 1) << loops;
+  EXPECT_EQ(count(loops, "prefetch weights["), 1) << loops;
   // At 60 tokens the 120 pairs take 128 slots: the slots' experts and input go to temporaries,
   // 0 in the padding, and each pair's sum is read back from its slot.
   loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
@@ -640,8 +647,8 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops,
               testing::HasSubstr(
                   wide ? "prefetch weights[((((minsi(((((m_part * 2) + m_block) * 4) + 4), 60) + "
-                         "divui((((rank_block * 8) + d3) * 2), 8)) * 256) + (k_block * 128)) + "
-                         "(remui((((rank_block * 8) + d3) * 2), 8) * 16))]"
+                         "divui(((rank_block * 8) + d3), 8)) * 256) + (k_block * 128)) + "
+                         "(remui(((rank_block * 8) + d3), 8) * 16))]"
                        : "prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
                          "4) + 4), 60) + divui(((remui(rank_block, 2) * 16) + d3), "
                          "8)) * 256) + (k_block * 128)) + (remui(((remui(rank_block, "

@@ -484,23 +484,33 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
     return std::nullopt;
   }
   // NR and MR: the tile of most FMAs the registers hold beside NR input vectors, NR vectors of
-  // choices to permute by (2 NR for two k steps), a row's vector and its permuted copy, with NR
-  // at most the ranks and
+  // choices to permute by, a row's vector and its permuted copy (twice the inputs and choices
+  // for two k steps), with NR at most the ranks and
   // 4 (on S9 at 32 tokens, 4x4 took 3.7-3.9 ms, 4x2 4.8-4.9, 8x2 4.4) and MR at most
   // kL1Ways - 2: the rows stream side by side, and when they are a multiple of 4 KiB apart their
   // lines share a set of the L1 (7x4: 4.4-4.5 ms).
   const int64_t rows = nest.extents[s.dimM];
   // Of the tiles, the one of most FMAs a step that go to slots of pairs, not to the padding that
-  // rounds the ranks up to whole tiles (4 ranks of 16 slots: 4x4, not 4x3 and 2 ranks of padding).
-  const int perRank = twoSteps ? 3 : 2;
+  // rounds the ranks up to whole tiles, and a quarter fewer for a tile that pads: the padded
+  // slots cannot be where the pairs are, and packing them and reading their sums back cost the
+  // MoE block at 32 tokens 0.5 ms (of 12) where it had tiles in place. With two k steps, 4x4 (16
+  // accumulators, 8 vectors of choices, 8 inputs) does not fit: its spills, reloaded every step,
+  // ran the MoE block at 32 tokens in 15.1-15.3 ms or 11.2-11.7 depending on where the stack was,
+  // where 4x2 took 10.5-11.1 wherever it was and 8 lanes 11.6-11.9.
+  const int perRank = twoSteps ? 4 : 2;
+  // A runtime count of pairs pads its last rank block whatever the tile: at most two vectors of
+  // 16 slots a block keep the padding small at the counts a prefill sees (the MoE block at 32
+  // tokens: 4x3, sized for 256 tokens, took 17.1 ms, 4x2 12.3-14.2).
+  const int64_t mostRanks = twoSteps && hasRuntimeExtents(nest) ? 2 : 4;
   int64_t most = 0;
-  for (int nr = 1; nr <= std::min<int64_t>(ranks, 4); ++nr) {
+  for (int nr = 1; nr <= std::min<int64_t>(ranks, mostRanks); ++nr) {
     const int mr = rowsDividingTile(
         int(std::min<int64_t>(
             std::clamp((target.vectorRegisters - perRank * nr - 2) / nr, 1, kL1Ways - 2), rows)),
         rows);
     const int64_t paddedRanks = (ranks + nr - 1) / nr * nr;
-    const int64_t useful = int64_t(mr) * nr * ranks * 1000 / paddedRanks;
+    const int64_t useful =
+        int64_t(mr) * nr * ranks * 1000 / paddedRanks * (paddedRanks == ranks ? 4 : 3) / 4;
     if (useful > most) {
       most = useful;
       s.tileM = mr;
