@@ -1762,15 +1762,7 @@ private:
               step);
         values[g.body().arguments[packInput].get()] = b;
         values[g.body().arguments[choiceInput].get()] = load(group, v, ElemKind::I32);
-        for (int i = 0; i < g.numInputs(); ++i) {
-          const Value *operand = g.input(i);
-          if (!operand->type.isTensor())
-            values[g.body().arguments[i].get()] = scalarOf(operand);
-          else if (i != packInput && i != choiceInput) // read along no loop dim
-            values[g.body().arguments[i].get()] =
-                load(storageOf(operand).buffer, accessIndex(g.map(i), iv, storageOf(operand).dims),
-                     operand->type.elem);
-        }
+        bindOtherInputs(g, values, iv, packInput, choiceInput);
         std::string acc = freshName("acc");
         values[outArg] = var(acc, elem, lanes);
         Expr at = add(mul(iv[s.dimM], intConst(slots)), mul(v, intConst(lanes)));
@@ -1864,6 +1856,21 @@ private:
     unpack->bound = minChunk(rows * pairs, rows);
     unpack->comment = "read each pair's sum back from its slot";
     stmts.push_back(unpack);
+  }
+
+  // The body's values of a gather tile's inputs other than the packed one and the choices: the
+  // scalars, and the tensors read along no loop dim of the tile, at `iv`.
+  void bindOtherInputs(GenericView &g, std::unordered_map<const Value *, Expr> &values,
+                       const std::vector<Expr> &iv, int packInput, int choiceInput) {
+    for (int i = 0; i < g.numInputs(); ++i) {
+      const Value *operand = g.input(i);
+      if (!operand->type.isTensor())
+        values[g.body().arguments[i].get()] = scalarOf(operand);
+      else if (i != packInput && i != choiceInput)
+        values[g.body().arguments[i].get()] =
+            load(storageOf(operand).buffer, accessIndex(g.map(i), iv, storageOf(operand).dims),
+                 operand->type.elem);
+    }
   }
 
   // The one tensor input besides the choices, read along the pairs and k: the input of
@@ -2122,15 +2129,7 @@ private:
             values[g.body().arguments[packInput].get()] = inputs[h][n];
             values[g.body().arguments[choiceInput].get()] = intConst(0, choiceElem);
             values[extract->result()] = permute(choicesOfRow[r], lanesOf[h][n]);
-            for (int i = 0; i < g.numInputs(); ++i) {
-              const Value *operand = g.input(i);
-              if (!operand->type.isTensor())
-                values[g.body().arguments[i].get()] = scalarOf(operand);
-              else if (i != packInput && i != choiceInput) // read along no loop dim
-                values[g.body().arguments[i].get()] =
-                    load(storageOf(operand).buffer,
-                         accessIndex(g.map(i), iv, storageOf(operand).dims), operand->type.elem);
-            }
+            bindOtherInputs(g, values, iv, packInput, choiceInput);
             Expr &acc = accs[r * s.tileN + n];
             if (h > 0) {
               accumulateChoiceLanes(g, values, iv, extents, acc, step);

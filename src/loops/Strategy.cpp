@@ -466,8 +466,8 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // the Zen 4 the inner loop (4x4, warm) ran at 117 GFLOP/s a core this way, against 77 with C
   // lanes; the 16-lane permute issues beside the FMA.
   const int64_t k = nest.extents[s.dimK];
-  const bool twoSteps = lanes == 2 * choices && pairs >= lanes && k % 2 == 0 &&
-                        nest.gather->strides[s.dimK] == choices;
+  const bool twoSteps =
+      lanes == 2 * choices && k % 2 == 0 && nest.gather->strides[s.dimK] == choices;
   s.lanes = int(twoSteps ? 2 * choices : choices);
   // With 16 vector registers the tile is 4x2 and its permutes, one per FMA, share the FP pipes
   // with the FMAs: unless grouping the pairs by choice pads them to twice the ranks' vectors or
