@@ -496,7 +496,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // MoE block at 32 tokens 0.5 ms (of 12) where it had tiles in place. With two k steps, 4x4 (16
   // accumulators, 8 vectors of choices, 8 inputs) does not fit: its spills, reloaded every step,
   // ran the MoE block at 32 tokens in 15.1-15.3 ms or 11.2-11.7 depending on where the stack was,
-  // where 4x2 took 10.5-11.1 wherever it was and 8 lanes 11.6-11.9.
+  // where 4x2 took 10.5-12.2 wherever it was and 8 lanes 11.6-12.3.
   const int perRank = twoSteps ? 4 : 2;
   // A runtime count of pairs pads its last rank block whatever the tile: at most two vectors of
   // 16 slots a block keep the padding small at the counts a prefill sees (the MoE block at 32
