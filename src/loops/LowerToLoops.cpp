@@ -2109,19 +2109,20 @@ private:
               g.body().arguments[packInput].get(),
               load(input, add(mul(add(kAt, intConst(h)), width), slotAt(n)), elem, lanes), step);
         }
-      std::vector<Expr> choicesOfRow(tileRows);
-      for (int r = 0; r < tileRows; ++r)
-        choicesOfRow[r] = bindLet(extract->result(),
-                                  load(weights,
-                                       add(mul(add(firstRow, intConst(r)), intConst(strideM)),
-                                           mul(kAt, intConst(strideK))),
-                                       elem, lanes),
-                                  step);
+      std::vector<Expr> rowOf(tileRows), choicesOfRow(tileRows);
+      for (int r = 0; r < tileRows; ++r) {
+        rowOf[r] = add(firstRow, intConst(r));
+        choicesOfRow[r] = bindLet(
+            extract->result(),
+            load(weights, add(mul(rowOf[r], intConst(strideM)), mul(kAt, intConst(strideK))), elem,
+                 lanes),
+            step);
+      }
       std::vector<Expr> accs(tileRows * s.tileN);
       for (int h = 0; h < steps; ++h)
         for (int r = 0; r < tileRows; ++r)
           for (int n = 0; n < s.tileN; ++n) {
-            Expr row = add(firstRow, intConst(r));
+            const Expr &row = rowOf[r];
             std::vector<Expr> iv = vars;
             iv[s.dimM] = row;
             iv[s.dimK] = add(kAt, intConst(h));

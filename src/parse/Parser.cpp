@@ -341,10 +341,10 @@ static double floatFromBits(const Token &tok, const Type &type, const Location &
   return f;
 }
 
-// A decimal float literal that the type cannot hold (1e999, or 1e39 as f32) is an error, not
-// an infinity: infinities are written in hexadecimal. The bounds are the magnitudes from which
-// round-to-nearest gives infinity.
-static bool fitsFloatType(double value, const Type &type) {
+// The value of decimal float literal `tok` (its magnitude) for `type`. A value the type cannot
+// hold (1e999, or 1e39 as f32) is an error, not an infinity: infinities are written in
+// hexadecimal. The bounds are the magnitudes from which round-to-nearest gives infinity.
+static double decimalFloat(const Token &tok, const Type &type, const Location &at) {
   double overflow = std::numeric_limits<double>::infinity();
   switch (type.elem) {
   case ElemKind::F16: overflow = 65520.0; break;
@@ -352,7 +352,10 @@ static bool fitsFloatType(double value, const Type &type) {
   case ElemKind::F32: overflow = 0x1.ffffffp127; break;
   default: break;
   }
-  return std::abs(value) < overflow;
+  const double value = std::strtod(std::string(tok.text).c_str(), nullptr);
+  if (!(std::abs(value) < overflow))
+    fail(at, fmt::format("float literal '{}' is out of range for '{}'", tok.text, type.str()));
+  return value;
 }
 
 Literal Parser::parseNumber(const Type &type) {
@@ -365,9 +368,7 @@ Literal Parser::parseNumber(const Type &type) {
     if (!type.isFloat())
       failAt(t, fmt::format("float literal '{}' for non-float type '{}'", t.text, type.str()));
     lit.kind = Literal::Kind::Float;
-    lit.f = std::strtod(std::string(t.text).c_str(), nullptr);
-    if (!fitsFloatType(lit.f, type))
-      failAt(t, fmt::format("float literal '{}' is out of range for '{}'", t.text, type.str()));
+    lit.f = decimalFloat(t, type, loc(t));
     if (negative)
       lit.f = -lit.f;
     return lit;
@@ -383,9 +384,7 @@ Literal Parser::parseNumber(const Type &type) {
         failAt(t, "a hexadecimal float literal cannot be negated");
       lit.f = floatFromBits(t, type, loc(t));
     } else {
-      lit.f = std::strtod(std::string(t.text).c_str(), nullptr);
-      if (!fitsFloatType(lit.f, type))
-        failAt(t, fmt::format("float literal '{}' is out of range for '{}'", t.text, type.str()));
+      lit.f = decimalFloat(t, type, loc(t));
       if (negative)
         lit.f = -lit.f;
     }
