@@ -4,7 +4,7 @@ frank-shapes times its cases, and written as Google Benchmark JSON so that bench
 them in the same table and plot. The names, FLOP and byte counts match frank-shapes.
 
 Weights of S8, S9 and S10 are cold: each call uses the next of several copies whose total is at
-least twice the L3 (32 MiB here), as frank-shapes does. The mixture-of-experts weights are kept
+least twice the L3 (the size the system reports, as frank-shapes reads it), as frank-shapes does. The mixture-of-experts weights are kept
 expert-major ([X, n_out, n_in]), the layout PyTorch models use, so a call reads only the experts
 it selects.
 
@@ -19,7 +19,19 @@ import statistics
 import sys
 import time
 
-L3_BYTES = 32 << 20
+
+def l3_bytes():
+    """The L3 size the system reports (bench/Machine.h reads the same file), else 32 MiB."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            text = f.read().strip()
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    except (OSError, ValueError, IndexError):
+        return 32 << 20
+
+
+L3_BYTES = l3_bytes()
 
 
 def cold_copies(nbytes):
