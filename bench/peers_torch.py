@@ -4,7 +4,7 @@ frank-shapes times its cases, and written as Google Benchmark JSON so that bench
 them in the same table and plot. The names, FLOP and byte counts match frank-shapes.
 
 Weights of S8, S9 and S10 are cold: each call uses the next of several copies whose total is at
-least twice the L3 (the size the system reports, as frank-shapes reads it), as frank-shapes does. The mixture-of-experts weights are kept
+least twice the L3 the system reports, as frank-shapes does. The mixture-of-experts weights are kept
 expert-major ([X, n_out, n_in]), the layout PyTorch models use, so a call reads only the experts
 it selects.
 
