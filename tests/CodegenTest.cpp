@@ -141,6 +141,46 @@ TEST(Codegen, ShortVectorizedLoopsAreNotInterleaved) {
   }
 }
 
+// An address whose terms change in different loops is summed a loop at a time, outermost
+// first, a GEP each, with its constant last: x[i * 33 + j + 1] is x + i * 33, hoistable out of
+// j's loop, then + (j + 1), which becomes the load's displacement. An address of one loop's
+// terms stays one inbounds GEP. Both compute what they say, past the buffers' first rows.
+TEST(Codegen, AddressesAreSummedOneLoopAtATime) {
+  using namespace loops;
+  const int64_t rows = 8, columns = 32, stride = columns + 1;
+  Program program;
+  program.name = "addresses_by_loop";
+  program.buffers = {
+      {"x", ElemKind::F32, BufferRole::Input, 0, intConst(rows * stride), nullptr},
+      {"y", ElemKind::F32, BufferRole::Output, 0, intConst(rows * columns), nullptr}};
+  program.workspaceBytes = intConst(0);
+  Expr i = var("i", ElemKind::Index), j = var("j", ElemKind::Index);
+  Expr read = load(0, add(add(mul(i, intConst(stride)), j), intConst(1)), ElemKind::F32);
+  program.body = {
+      forLoop("i", intConst(rows), ForKind::Serial,
+              {forLoop("j", intConst(columns), ForKind::Serial,
+                       {store(1, add(mul(i, intConst(columns)), j),
+                              binary(OpKind::MulF, read, floatConst(2, ElemKind::F32)))})})};
+  std::string ir = jit::Engine::instance().emit(program, {}, jit::Output::LLVM);
+  std::smatch outer;
+  ASSERT_TRUE(
+      std::regex_search(ir, outer, std::regex(R"((%[\w.]+) = getelementptr float, ptr %x, i64 %)")))
+      << ir;
+  EXPECT_THAT(ir, testing::ContainsRegex("getelementptr float, ptr " + outer[1].str() + ", i64 %"));
+  // y's index, i * 32 + j, reads both loops too; no address of one loop here to stay inbounds.
+  EXPECT_THAT(ir, testing::Not(testing::HasSubstr("getelementptr inbounds float, ptr %x")));
+  jit::EntryFn kernel = jit::Engine::instance().compile(program, {});
+  std::vector<float> x(rows * stride), y(rows * columns);
+  for (size_t k = 0; k < x.size(); ++k)
+    x[k] = float(k % 61) - 30;
+  void *buffers[] = {x.data(), y.data()};
+  int64_t status[3] = {0, 0, 0};
+  kernel(buffers, nullptr, nullptr, nullptr, status);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < columns; ++c)
+      EXPECT_EQ(y[size_t(r * columns + c)], 2 * x[size_t(r * stride + c + 1)]) << r << ", " << c;
+}
+
 // A contraction.ranks tile permutes each row's vector of choices by each rank's choices with
 // one vpermps per rank and row (4x2 tile with AVX2's 16 registers: 8; with AVX-512's, a 4x2
 // tile of two k steps: 16), where a permute lane by lane would be 8 or 16 extracts and inserts

@@ -16,6 +16,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -414,8 +415,7 @@ private:
     case ExprKind::Cast: return emitCast(*e, emitExpr(e->args[0]));
     case ExprKind::Load: {
       const Buffer &buf = p_.buffers[e->intValue];
-      llvm::Type *mem = memTypeOf(buf.elem);
-      llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[e->intValue], emitExpr(e->args[0]));
+      llvm::Value *ptr = emitAddress(e->intValue, e->args[0], true);
       llvm::Value *v = b_.CreateAlignedLoad(memTypeOf(buf.elem, e->lanes), ptr,
                                             llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return buf.elem == ElemKind::I1 ? b_.CreateTrunc(v, typeOf(ElemKind::I1, e->lanes)) : v;
@@ -459,6 +459,63 @@ private:
     internalError("unknown loop IR expression");
   }
 
+  // The address of element `index` of `buffer`. An index whose terms change in different loops
+  // is summed one loop at a time, outermost first, each partial sum a GEP of its own, with the
+  // constant terms last: LLVM hoists each outer part out of the loops it does not change in, and
+  // the innermost loop's address is a hoisted pointer plus its own terms and a displacement.
+  // (Summed in one index, the innermost loop recomputed the whole sum: S7's 4x4 tile spent 16
+  // integer instructions a step on it beside its 16 FMAs, which share their ports.) The partial
+  // pointers may lie outside the buffer, so a split address is no `inbounds` GEP.
+  llvm::Value *emitAddress(int buffer, const Expr &index, bool inBounds) {
+    llvm::Type *elem = memTypeOf(p_.buffers[buffer].elem);
+    std::vector<Expr> terms;
+    addendsOf(index, terms);
+    std::map<int, std::vector<Expr>> byLoop; // by the scope of the innermost value they read
+    std::vector<Expr> constants;
+    for (const Expr &t : terms)
+      (t->kind == ExprKind::IntConst ? constants : byLoop[innermostScopeOf(t)]).push_back(t);
+    if (byLoop.size() < 2)
+      return inBounds ? b_.CreateInBoundsGEP(elem, bufferPtrs_[buffer], emitExpr(index))
+                      : b_.CreateGEP(elem, bufferPtrs_[buffer], emitExpr(index));
+    byLoop.rbegin()->second.insert(byLoop.rbegin()->second.end(), constants.begin(),
+                                   constants.end());
+    llvm::Value *ptr = bufferPtrs_[buffer];
+    for (auto &[_, group] : byLoop) {
+      llvm::Value *sum = emitExpr(group[0]);
+      for (size_t i = 1; i < group.size(); ++i)
+        sum = b_.CreateAdd(sum, emitExpr(group[i]));
+      ptr = b_.CreateGEP(elem, ptr, sum);
+    }
+    return ptr;
+  }
+
+  static void addendsOf(const Expr &e, std::vector<Expr> &terms) {
+    if (e->kind == ExprKind::Binary && e->op == OpKind::AddI) {
+      addendsOf(e->args[0], terms);
+      addendsOf(e->args[1], terms);
+      return;
+    }
+    terms.push_back(e);
+  }
+
+  // The innermost scope whose value `e` reads: 0 for parameters and constants; a load or a
+  // mutable local may change anywhere, so the current scope.
+  int innermostScopeOf(const Expr &e) {
+    const int current = int(scopes_.size()) - 1;
+    if (e->kind == ExprKind::Load)
+      return current;
+    int scope = 0;
+    if (e->kind == ExprKind::Var)
+      for (int i = current; i >= 0; --i)
+        if (auto found = scopes_[size_t(i)].find(e->name); found != scopes_[size_t(i)].end()) {
+          scope = llvm::isa<llvm::AllocaInst>(found->second) ? current : i;
+          break;
+        }
+    for (const Expr &arg : e->args)
+      scope = std::max(scope, innermostScopeOf(arg));
+    return scope;
+  }
+
   void emitBlock(const std::vector<Stmt> &stmts) {
     scopes_.emplace_back();
     for (const Stmt &s : stmts)
@@ -487,20 +544,17 @@ private:
     case StmtKind::Assign: b_.CreateStore(emitExpr(s->value), storageOfLocal(s->name)); return;
     case StmtKind::Store: {
       const Buffer &buf = p_.buffers[s->buffer];
-      llvm::Type *mem = memTypeOf(buf.elem);
       llvm::Value *value = emitExpr(s->value);
       if (buf.elem == ElemKind::I1)
         value = b_.CreateZExt(value, memTypeOf(buf.elem, s->value->lanes));
-      llvm::Value *ptr = b_.CreateInBoundsGEP(mem, bufferPtrs_[s->buffer], emitExpr(s->index));
+      llvm::Value *ptr = emitAddress(s->buffer, s->index, true);
       b_.CreateAlignedStore(value, ptr, llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
       return;
     }
     case StmtKind::Prefetch: {
       // For reading, into L2 (locality 2: prefetcht1); a plain GEP, as the index may run past
       // the buffer.
-      const Buffer &buf = p_.buffers[s->buffer];
-      llvm::Value *ptr =
-          b_.CreateGEP(memTypeOf(buf.elem), bufferPtrs_[s->buffer], emitExpr(s->index));
+      llvm::Value *ptr = emitAddress(s->buffer, s->index, false);
       b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ptr->getType()},
                          {ptr, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
       return;
