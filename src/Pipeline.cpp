@@ -4,6 +4,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "loops/FuseLoops.h"
+#include "loops/ReciprocalDivisors.h"
 #include "loops/ShareBodies.h"
 #include "transforms/CollapseBeforeCopy.h"
 #include "transforms/FoldCopies.h"
@@ -111,6 +112,13 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
     t = clock::now();
     loops::fuseLoops(kernel.program);
     afterLoops("fuse-loops", t);
+  }
+  if (options.mode == Mode::Specialized) {
+    t = clock::now();
+    loops::reciprocalDivisors(kernel.program);
+    afterLoops("reciprocal-divisors", t);
+  }
+  if (options.mode == Mode::Specialized && options.fuse) {
     t = clock::now();
     loops::shareBodies(kernel.program);
     afterLoops("share-bodies", t);

@@ -23,7 +23,10 @@ void foldReciprocalProducts(llvm::Module &module) {
       auto *one = div && div->getOpcode() == llvm::Instruction::FDiv
                       ? llvm::dyn_cast<llvm::ConstantFP>(div->getOperand(0))
                       : nullptr;
-      if (!one || !one->isExactlyValue(1.0) || !div->hasOneUse() || !div->hasAllowContract())
+      // A reciprocal computed in another block was hoisted out of a loop on purpose
+      // (loops/ReciprocalDivisors.h).
+      if (!one || !one->isExactlyValue(1.0) || !div->hasOneUse() || !div->hasAllowContract() ||
+          div->getParent() != mul->getParent())
         continue;
       auto *quotient =
           llvm::BinaryOperator::CreateFDiv(mul->getOperand(1 - side), div->getOperand(1), "", mul);
