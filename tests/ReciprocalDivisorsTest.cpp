@@ -17,7 +17,7 @@ namespace {
 
 using namespace frank::loops;
 
-constexpr int64_t kRows = 8, kColumns = 64;
+constexpr int64_t kRows = 8, kColumns = 512; // 4096 divisions a call
 
 Expr rowMajor(Expr row, Expr column) { return add(mul(row, intConst(kColumns)), column); }
 
@@ -56,9 +56,9 @@ TEST(ReciprocalDivisors, LoopDividingByItsRowsValueMultiplies) {
                                  "    if andi(cmp.oge(absf(divisor), 1.1754943508222875e-38f), "
                                  "cmp.ole(absf(divisor), 8.507059173023462e+37f)) {\n"))
       << text;
-  EXPECT_THAT(text, testing::HasSubstr("let q: f32 = (x[((i * 64) + j)] * reciprocal)")) << text;
-  EXPECT_THAT(text, testing::HasSubstr("} else {\n      for j in 0..64 vectorized {\n"
-                                       "        let q: f32 = (x[((i * 64) + j)] / s)"))
+  EXPECT_THAT(text, testing::HasSubstr("let q: f32 = (x[((i * 512) + j)] * reciprocal)")) << text;
+  EXPECT_THAT(text, testing::HasSubstr("} else {\n      for j in 0..512 vectorized {\n"
+                                       "        let q: f32 = (x[((i * 512) + j)] / s)"))
       << text;
 }
 
@@ -67,6 +67,13 @@ TEST(ReciprocalDivisors, LetsOfTheLoopAreComputedBeforeIt) {
   Program p = dividing([](Expr i, Expr) { return load(1, i, ElemKind::F32); });
   EXPECT_EQ(reciprocalDivisors(p), 1);
   EXPECT_THAT(print(p), testing::HasSubstr("let divisor: f32 = d[i]\n")) << print(p);
+}
+
+// 8 rows of 64 divide 512 elements a call: too few to pay for a second loop.
+TEST(ReciprocalDivisors, ShortLoopsStay) {
+  Program p = dividing(rowDivisor);
+  p.body[0]->body[1]->value = intConst(64);
+  EXPECT_EQ(reciprocalDivisors(p), 0) << print(p);
 }
 
 TEST(ReciprocalDivisors, DivisorsTheLoopChangesStay) {

@@ -1,6 +1,7 @@
 // Divisions by values a loop does not change as products with their reciprocals (see
 // ReciprocalDivisors.h).
 #include "loops/ReciprocalDivisors.h"
+#include "loops/Strategy.h"
 
 #include <cmath>
 #include <map>
@@ -118,22 +119,30 @@ private:
   std::map<std::string, Expr> lets_;
 };
 
+constexpr int64_t kMinIterations = 4096;
+
 class Rewriter {
 public:
   explicit Rewriter(const Program &program) { collectNames(program.body, used_); }
 
-  void rewrite(std::vector<Stmt> &stmts) {
+  // `runs`: how many times a call runs `stmts`, a runtime extent counting kNominalExtent.
+  void rewrite(std::vector<Stmt> &stmts, int64_t runs = 1) {
     for (size_t i = 0; i < stmts.size(); ++i) {
       Stmt &s = stmts[i];
       if (s->kind != StmtKind::For) {
-        rewrite(s->body);
-        rewrite(s->elseBody);
+        rewrite(s->body, runs);
+        rewrite(s->elseBody, runs);
         continue;
       }
+      const int64_t iterations = saturatingMul(runs, asConstant(s->value).value_or(kNominalExtent));
       if (containsLoop(s->body) || s->forKind == ForKind::Parallel) {
-        rewrite(s->body);
+        rewrite(s->body, iterations);
         continue;
       }
+      // A loop that runs its body a few times a call divides a few vectors: a second copy of
+      // it would cost more to compile than the divisions (rope's 64 frequencies).
+      if (iterations < kMinIterations)
+        continue;
       std::vector<Stmt> versioned = version(*s);
       if (versioned.empty())
         continue;
