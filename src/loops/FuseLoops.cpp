@@ -285,24 +285,12 @@ Expr substitute(const Expr &e, const std::string &from, const Expr &to) {
     return add(args[0], args[1]);
   if (e->kind == ExprKind::Binary && e->type == ElemKind::Index && e->op == OpKind::MulI)
     return mul(args[0], args[1]);
-  auto copy = std::make_shared<ExprNode>(*e);
-  copy->args = std::move(args);
-  return copy;
+  return withArgs(e, std::move(args));
 }
 
 std::vector<Stmt> substitute(const std::vector<Stmt> &stmts, const std::string &from,
                              const Expr &to) {
-  std::vector<Stmt> out;
-  for (const Stmt &s : stmts) {
-    auto copy = std::make_shared<StmtNode>(*s);
-    copy->value = substitute(s->value, from, to);
-    copy->index = substitute(s->index, from, to);
-    copy->bound = substitute(s->bound, from, to);
-    copy->body = substitute(s->body, from, to);
-    copy->elseBody = substitute(s->elseBody, from, to);
-    out.push_back(std::move(copy));
-  }
-  return out;
+  return rewriteExprs(stmts, [&](const Expr &e) { return substitute(e, from, to); });
 }
 
 std::vector<Stmt> rename(const std::vector<Stmt> &stmts, const std::string &from,

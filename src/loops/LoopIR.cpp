@@ -259,6 +259,28 @@ Stmt check(Expr condition, int id, Expr observed, Expr bound) {
   return makeStmt(std::move(n));
 }
 
+std::vector<Stmt> rewriteExprs(const std::vector<Stmt> &stmts,
+                               const std::function<Expr(const Expr &)> &rewrite) {
+  auto rewritten = [&](const Expr &e) { return e ? rewrite(e) : e; };
+  std::vector<Stmt> out;
+  for (const Stmt &s : stmts) {
+    auto copy = std::make_shared<StmtNode>(*s);
+    copy->value = rewritten(s->value);
+    copy->index = rewritten(s->index);
+    copy->bound = rewritten(s->bound);
+    copy->body = rewriteExprs(s->body, rewrite);
+    copy->elseBody = rewriteExprs(s->elseBody, rewrite);
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+Expr withArgs(const Expr &e, std::vector<Expr> args) {
+  auto copy = std::make_shared<ExprNode>(*e);
+  copy->args = std::move(args);
+  return copy;
+}
+
 // ---- Printing ----------------------------------------------------------------------------
 
 static const char *infixOf(OpKind op) {

@@ -32,6 +32,7 @@
 
 #include "ir/IR.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,8 @@ Expr select(Expr c, Expr a, Expr b);
 Expr cast(OpKind op, Expr a, ElemKind to);
 Expr load(int buffer, Expr index, ElemKind type, int lanes = 1);
 Expr broadcast(Expr scalar, int lanes);
+/// A copy of `e`'s node with other operands.
+Expr withArgs(const Expr &e, std::vector<Expr> args);
 /// The sum of a vector's lanes, in any order.
 Expr reduceAdd(Expr vector);
 /// The sums of N vectors' lanes as an N-lane vector (N a power of two, at most their lanes),
@@ -149,6 +152,10 @@ Stmt ifThen(Expr condition, std::vector<Stmt> body, std::vector<Stmt> elseBody =
 Stmt prefetch(int buffer, Expr index);
 /// Stops the kernel with check `id` unless `condition`; reports `observed` and `bound`.
 Stmt check(Expr condition, int id, Expr observed, Expr bound);
+/// Copies of `stmts` and the statements they hold, each expression they hold (value, index,
+/// bound; null stays null) replaced by `rewrite` of it.
+std::vector<Stmt> rewriteExprs(const std::vector<Stmt> &stmts,
+                               const std::function<Expr(const Expr &)> &rewrite);
 
 enum class BufferRole : uint8_t { Input, Output, Temp };
 

@@ -45,12 +45,6 @@ void collectNames(const std::vector<Stmt> &stmts, std::set<std::string> &names) 
   forEachExpr(stmts, [&](const Expr &e) { collectNames(e, names); });
 }
 
-Expr withArgs(const Expr &e, std::vector<Expr> args) {
-  auto copy = std::make_shared<ExprNode>(*e);
-  copy->args = std::move(args);
-  return copy;
-}
-
 // One innermost loop: which of its expressions keep their value across its iterations, and its
 // divisions by such values rewritten as products with reciprocals bound before it.
 class LoopDivisors {
@@ -167,7 +161,8 @@ private:
     if (reciprocals.empty())
       return {};
     auto multiplying = std::make_shared<StmtNode>(loop);
-    multiplying->body = rewritten(loop.body, divisors, reciprocals);
+    multiplying->body =
+        rewriteExprs(loop.body, [&](const Expr &e) { return rewritten(e, divisors, reciprocals); });
     auto dividing = std::make_shared<StmtNode>(loop);
     before.push_back(ifThen(normal, {multiplying}, {dividing}));
     return before;
@@ -196,8 +191,6 @@ private:
 
   Expr rewritten(const Expr &e, LoopDivisors &divisors,
                  const std::map<std::string, Expr> &reciprocals) {
-    if (!e)
-      return e;
     std::vector<Expr> args;
     for (const Expr &a : e->args)
       args.push_back(rewritten(a, divisors, reciprocals));
@@ -208,21 +201,6 @@ private:
       return binary(OpKind::MulF, args[0], reciprocal, e->reassoc);
     }
     return e->args.empty() ? e : withArgs(e, std::move(args));
-  }
-
-  std::vector<Stmt> rewritten(const std::vector<Stmt> &stmts, LoopDivisors &divisors,
-                              const std::map<std::string, Expr> &reciprocals) {
-    std::vector<Stmt> out;
-    for (const Stmt &s : stmts) {
-      auto copy = std::make_shared<StmtNode>(*s);
-      copy->value = rewritten(s->value, divisors, reciprocals);
-      copy->index = rewritten(s->index, divisors, reciprocals);
-      copy->bound = rewritten(s->bound, divisors, reciprocals);
-      copy->body = rewritten(s->body, divisors, reciprocals);
-      copy->elseBody = rewritten(s->elseBody, divisors, reciprocals);
-      out.push_back(copy);
-    }
-    return out;
   }
 
   std::string fresh(const std::string &base) {

@@ -96,9 +96,7 @@ Expr TreeWalk::expr(const Expr &e, bool vectorizedExtent) {
   write(')');
   if (!changed)
     return e;
-  auto copy = std::make_shared<ExprNode>(*e);
-  copy->args = std::move(args);
-  return copy;
+  return withArgs(e, std::move(args));
 }
 
 void TreeWalk::name(const std::string &n) {
