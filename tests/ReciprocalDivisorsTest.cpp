@@ -69,6 +69,17 @@ TEST(ReciprocalDivisors, LetsOfTheLoopAreComputedBeforeIt) {
   EXPECT_THAT(print(p), testing::HasSubstr("let divisor: f32 = d[i]\n")) << print(p);
 }
 
+// With a runtime extent, the divisor is read before the loop only if the loop runs.
+TEST(ReciprocalDivisors, RuntimeExtentsGuardTheDivisors) {
+  Program p = dividing(rowDivisor);
+  p.body[0]->value = intConst(16); // 16 rows of a nominal 256: 4096
+  p.body[0]->body[1]->value = dimParam(0);
+  EXPECT_EQ(reciprocalDivisors(p), 1);
+  EXPECT_THAT(print(p), testing::HasSubstr("    if cmp.sgt(dims[0], 0) {\n"
+                                           "      let divisor: f32 = s\n"))
+      << print(p);
+}
+
 // 8 rows of 64 divide 512 elements a call: too few to pay for a second loop.
 TEST(ReciprocalDivisors, ShortLoopsStay) {
   Program p = dividing(rowDivisor);

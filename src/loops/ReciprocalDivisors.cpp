@@ -165,6 +165,10 @@ private:
         rewriteExprs(loop.body, [&](const Expr &e) { return rewritten(e, divisors, reciprocals); });
     auto dividing = std::make_shared<StmtNode>(loop);
     before.push_back(ifThen(normal, {multiplying}, {dividing}));
+    // The divisors are read before the loop: with a runtime extent, only if it runs at all (an
+    // empty row's divisor may lie past its buffer).
+    if (!asConstant(loop.value))
+      return {ifThen(cmp("sgt", loop.value, intConst(0)), std::move(before))};
     return before;
   }
 

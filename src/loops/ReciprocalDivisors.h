@@ -6,8 +6,9 @@
 // x * (1 / d) is within 1.5 ulp of x / d, and has the same special values, when 1 / d is a
 // normal number: for |d| from 2^-126 to 2^126 (f32; 2^-1022 to 2^1022 for f64). The loop is
 // therefore versioned: it multiplies when every such divisor is in that range and divides, as
-// written, otherwise (a zero, infinite, NaN, tiny or huge divisor). Specialized programs only:
-// generic kernels evaluate floats as written.
+// written, otherwise (a zero, infinite, NaN, tiny or huge divisor). The divisors are read
+// before the loop, so a loop of a runtime extent is versioned inside a test that it runs at
+// all. Specialized programs only: generic kernels evaluate floats as written.
 #pragma once
 
 #include "loops/LoopIR.h"
