@@ -3,6 +3,7 @@
 #include "ir/Clone.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "loops/ForwardCopies.h"
 #include "loops/FuseLoops.h"
 #include "loops/ReciprocalDivisors.h"
 #include "loops/ShareBodies.h"
@@ -109,6 +110,9 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
   };
   afterLoops("lower-to-loops", t);
   if (options.mode == Mode::Specialized && options.fuse) {
+    t = clock::now();
+    loops::forwardCopies(kernel.program);
+    afterLoops("forward-copies", t);
     t = clock::now();
     loops::fuseLoops(kernel.program);
     afterLoops("fuse-loops", t);

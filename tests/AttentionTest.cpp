@@ -96,6 +96,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGqaTest,
                                               modeName(std::get<1>(info.param)));
                          });
 
+// At S5, the query's move into grouped order and the output's move back cannot fold into the
+// tensor program (each merges the group member with the position); forward-copies removes both
+// copies: the Q·Kᵀ tile reads `query` and the P·V tile writes `out0` in place.
+TEST(AttentionGqa, PrefillReadsTheQueryAndWritesTheOutputInPlace) {
+  Function fn = attentionModule().function("attention_gqa");
+  std::string loops =
+      fn.emit(Stage::Loops, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("linalg.transpose"))) << loops;
+  EXPECT_THAT(loops, testing::HasSubstr("let in_1: f32 = query["));
+  EXPECT_THAT(loops, testing::HasSubstr("(((m_block_1 % 32) * 4) * 4096)) : 16] = acc_22"));
+}
+
 class AttentionCausalTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};
 
 TEST_P(AttentionCausalTest, MatchesOracle) {
