@@ -3,6 +3,7 @@
 #include "ir/Clone.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "loops/ContractTemporaries.h"
 #include "loops/ForwardCopies.h"
 #include "loops/FuseLoops.h"
 #include "loops/ReciprocalDivisors.h"
@@ -116,6 +117,9 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
     t = clock::now();
     loops::fuseLoops(kernel.program);
     afterLoops("fuse-loops", t);
+    t = clock::now();
+    loops::contractTemporaries(kernel.program);
+    afterLoops("contract-temporaries", t);
   }
   if (options.mode == Mode::Specialized) {
     t = clock::now();

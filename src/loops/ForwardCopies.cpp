@@ -11,42 +11,6 @@ namespace {
 
 // ---- Index arithmetic ------------------------------------------------------------------------
 
-// An index as sum(coef * atom) + constant; `ok` is false when some part is not of that form.
-struct Linear {
-  std::vector<std::pair<int64_t, Expr>> terms;
-  int64_t constant = 0;
-  bool ok = true;
-};
-
-void collect(const Expr &e, int64_t scale, Linear &out) {
-  if (auto c = asConstant(e)) {
-    out.constant += *c * scale;
-    return;
-  }
-  if (e->kind == ExprKind::Binary && e->op == OpKind::AddI) {
-    collect(e->args[0], scale, out);
-    collect(e->args[1], scale, out);
-    return;
-  }
-  if (e->kind == ExprKind::Binary && e->op == OpKind::MulI)
-    for (int i = 0; i < 2; ++i)
-      if (auto c = asConstant(e->args[i])) {
-        collect(e->args[1 - i], scale * *c, out);
-        return;
-      }
-  if (e->kind == ExprKind::Var && e->lanes == 1) {
-    out.terms.push_back({scale, e});
-    return;
-  }
-  out.ok = false;
-}
-
-Linear linear(const Expr &e) {
-  Linear l;
-  collect(e, 1, l);
-  return l;
-}
-
 // Loop variables and their constant extents; -1 for a name bound twice or not by a constant loop.
 using Extents = std::map<std::string, int64_t>;
 
@@ -73,7 +37,7 @@ struct Digit {
 // innermost first; nullopt otherwise.
 std::optional<std::vector<Digit>> denseLayout(const Expr &index, const Extents &extents,
                                               int64_t size) {
-  Linear l = linear(index);
+  LinearIndex l = linearIndex(index);
   if (!l.ok || l.constant != 0)
     return std::nullopt;
   std::vector<Digit> digits;
@@ -100,7 +64,7 @@ std::optional<std::vector<Digit>> denseLayout(const Expr &index, const Extents &
 // nullopt when some digit's terms could exceed its radix (a carry this does not model).
 std::optional<std::vector<Expr>> split(const Expr &index, int lanes,
                                        const std::vector<Digit> &digits, const Extents &extents) {
-  Linear l = linear(index);
+  LinearIndex l = linearIndex(index);
   if (!l.ok || l.constant < 0)
     return std::nullopt;
   const size_t n = digits.size();
@@ -148,7 +112,7 @@ std::optional<std::vector<Expr>> split(const Expr &index, int lanes,
 }
 
 // Whether every variable of `index` is one of the digits.
-bool onlyDigits(const Linear &index, const std::vector<Digit> &digits) {
+bool onlyDigits(const LinearIndex &index, const std::vector<Digit> &digits) {
   return index.ok && std::all_of(index.terms.begin(), index.terms.end(), [&](const auto &term) {
            return std::any_of(digits.begin(), digits.end(),
                               [&](const Digit &d) { return d.var == term.second->name; });
@@ -156,7 +120,7 @@ bool onlyDigits(const Linear &index, const std::vector<Digit> &digits) {
 }
 
 // `index` (linear in the digits' variables) at the given digit values.
-Expr substitute(const Linear &index, const std::vector<Digit> &digits,
+Expr substitute(const LinearIndex &index, const std::vector<Digit> &digits,
                 const std::vector<Expr> &values) {
   Expr sum = intConst(index.constant);
   for (const auto &[coef, atom] : index.terms) {
@@ -217,35 +181,6 @@ void findCopyNests(std::vector<Stmt> &body, std::vector<CopyNest> &out) {
 
 // ---- Accesses ----------------------------------------------------------------------------------
 
-void forEachExpr(const Expr &e, const std::function<void(const Expr &)> &visit) {
-  if (!e)
-    return;
-  visit(e);
-  for (const Expr &a : e->args)
-    forEachExpr(a, visit);
-}
-
-Expr mapLoads(const Expr &e, const std::function<Expr(const Expr &)> &rewrite) {
-  if (!e)
-    return e;
-  std::vector<Expr> args;
-  bool changed = false;
-  for (const Expr &a : e->args) {
-    args.push_back(mapLoads(a, rewrite));
-    changed |= args.back() != a;
-  }
-  Expr self = changed ? withArgs(e, std::move(args)) : e;
-  return self->kind == ExprKind::Load ? rewrite(self) : self;
-}
-
-void forEachStmt(std::vector<Stmt> &body, const std::function<void(StmtNode &)> &visit) {
-  for (const Stmt &s : body) {
-    visit(*s);
-    forEachStmt(s->body, visit);
-    forEachStmt(s->elseBody, visit);
-  }
-}
-
 // One access of a buffer: a load (in an expression), a store or a prefetch.
 struct Access {
   StmtNode *stmt; // the store or prefetch, or the statement whose expression loads
@@ -282,7 +217,7 @@ bool forwardReads(Program &p, const CopyNest &copy, const Extents &extents) {
   if (!size)
     return false;
   auto digits = denseLayout(copy.toIndex, extents, *size);
-  Linear from = linear(copy.fromIndex);
+  LinearIndex from = linearIndex(copy.fromIndex);
   if (!digits || !onlyDigits(from, *digits))
     return false;
   for (const Access &a : accessesOf(p.body, copy.to)) {
@@ -326,7 +261,7 @@ bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
   if (!size)
     return false;
   auto digits = denseLayout(copy.fromIndex, extents, *size);
-  Linear to = linear(copy.toIndex);
+  LinearIndex to = linearIndex(copy.toIndex);
   if (!digits || !onlyDigits(to, *digits))
     return false;
   for (const Access &a : accessesOf(p.body, copy.from)) {
@@ -350,7 +285,7 @@ bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
 // both sides (a copy that only repeats or transposes values is left to the strategy).
 bool preservesRows(const CopyNest &copy, const Extents &extents) {
   auto rowVar = [&](const Expr &index) -> std::string {
-    for (const auto &[coef, atom] : linear(index).terms)
+    for (const auto &[coef, atom] : linearIndex(index).terms)
       if (coef == 1 && extents.count(atom->name) && extents.at(atom->name) != 1)
         return atom->name;
     return {};

@@ -197,6 +197,35 @@ Expr quotient(Expr a, int64_t divisor) {
   return binary(OpKind::DivSI, std::move(a), intConst(divisor));
 }
 
+static void collectLinear(const Expr &e, int64_t scale, LinearIndex &out) {
+  if (auto c = asConstant(e)) {
+    out.constant += *c * scale;
+    return;
+  }
+  if (e->kind == ExprKind::Binary && e->op == OpKind::AddI) {
+    collectLinear(e->args[0], scale, out);
+    collectLinear(e->args[1], scale, out);
+    return;
+  }
+  if (e->kind == ExprKind::Binary && e->op == OpKind::MulI)
+    for (int i = 0; i < 2; ++i)
+      if (auto c = asConstant(e->args[i])) {
+        collectLinear(e->args[1 - i], scale * *c, out);
+        return;
+      }
+  if (e->kind == ExprKind::Var && e->lanes == 1) {
+    out.terms.push_back({scale, e});
+    return;
+  }
+  out.ok = false;
+}
+
+LinearIndex linearIndex(const Expr &index) {
+  LinearIndex l;
+  collectLinear(index, 1, l);
+  return l;
+}
+
 static Stmt makeStmt(StmtNode node) { return std::make_shared<StmtNode>(std::move(node)); }
 
 Stmt block(std::vector<Stmt> body) {
@@ -273,6 +302,35 @@ std::vector<Stmt> rewriteExprs(const std::vector<Stmt> &stmts,
     out.push_back(std::move(copy));
   }
   return out;
+}
+
+void forEachExpr(const Expr &e, const std::function<void(const Expr &)> &visit) {
+  if (!e)
+    return;
+  visit(e);
+  for (const Expr &a : e->args)
+    forEachExpr(a, visit);
+}
+
+Expr mapLoads(const Expr &e, const std::function<Expr(const Expr &)> &rewrite) {
+  if (!e)
+    return e;
+  std::vector<Expr> args;
+  bool changed = false;
+  for (const Expr &a : e->args) {
+    args.push_back(mapLoads(a, rewrite));
+    changed |= args.back() != a;
+  }
+  Expr self = changed ? withArgs(e, std::move(args)) : e;
+  return self->kind == ExprKind::Load ? rewrite(self) : self;
+}
+
+void forEachStmt(std::vector<Stmt> &body, const std::function<void(StmtNode &)> &visit) {
+  for (const Stmt &s : body) {
+    visit(*s);
+    forEachStmt(s->body, visit);
+    forEachStmt(s->elseBody, visit);
+  }
 }
 
 Expr withArgs(const Expr &e, std::vector<Expr> args) {

@@ -117,6 +117,15 @@ int64_t saturatingMul(int64_t a, int64_t b);
 Expr quotient(Expr a, int64_t divisor);
 std::optional<int64_t> asConstant(const Expr &e);
 
+/// An index as sum(coef * variable) + constant, or `ok` false when it is not of that form
+/// (products of two variables, divisions, loads). A variable may appear in several terms.
+struct LinearIndex {
+  std::vector<std::pair<int64_t, Expr>> terms; // coefficient, scalar Var
+  int64_t constant = 0;
+  bool ok = true;
+};
+LinearIndex linearIndex(const Expr &index);
+
 enum class StmtKind : uint8_t { Block, For, Let, Local, Assign, Store, If, Check, Prefetch };
 enum class ForKind : uint8_t { Serial, Parallel, Vectorize };
 
@@ -156,6 +165,14 @@ Stmt check(Expr condition, int id, Expr observed, Expr bound);
 /// bound; null stays null) replaced by `rewrite` of it.
 std::vector<Stmt> rewriteExprs(const std::vector<Stmt> &stmts,
                                const std::function<Expr(const Expr &)> &rewrite);
+
+/// Calls `visit` on `e` and every expression under it.
+void forEachExpr(const Expr &e, const std::function<void(const Expr &)> &visit);
+/// `e` with each load under it (innermost first) replaced by `rewrite` of it; unchanged parts are
+/// shared.
+Expr mapLoads(const Expr &e, const std::function<Expr(const Expr &)> &rewrite);
+/// Calls `visit` on every statement of `body` and the statements they hold, outer first.
+void forEachStmt(std::vector<Stmt> &body, const std::function<void(StmtNode &)> &visit);
 
 enum class BufferRole : uint8_t { Input, Output, Temp };
 

@@ -1,0 +1,145 @@
+// Contracting temporaries to one row per loop (see ContractTemporaries.h).
+#include "loops/ContractTemporaries.h"
+
+#include <algorithm>
+#include <map>
+
+namespace frank::loops {
+namespace {
+
+// One access of a buffer and the loops around it, outermost first.
+struct Access {
+  std::vector<const StmtNode *> loops;
+  Expr index;
+  int lanes;
+};
+
+using Accesses = std::map<int, std::vector<Access>>;
+
+void collectAccesses(const std::vector<Stmt> &body, std::vector<const StmtNode *> &loops,
+                     Accesses &out) {
+  for (const Stmt &s : body) {
+    if (s->kind == StmtKind::Store || s->kind == StmtKind::Prefetch)
+      out[s->buffer].push_back({loops, s->index, s->kind == StmtKind::Store ? s->value->lanes : 1});
+    // A loop's extent and bound are evaluated outside it.
+    for (const Expr *e : {&s->value, &s->index, &s->bound})
+      forEachExpr(*e, [&](const Expr &x) {
+        if (x->kind == ExprKind::Load)
+          out[static_cast<int>(x->intValue)].push_back({loops, x->args[0], x->lanes});
+      });
+    if (s->kind == StmtKind::For)
+      loops.push_back(s.get());
+    collectAccesses(s->body, loops, out);
+    if (s->kind == StmtKind::For)
+      loops.pop_back();
+    collectAccesses(s->elseBody, loops, out);
+  }
+}
+
+// The loop of `access` named `var`, innermost first, and its depth; -1 when none is.
+int depthOf(const Access &access, const std::string &var) {
+  for (size_t d = access.loops.size(); d-- > 0;)
+    if (access.loops[d]->name == var)
+      return static_cast<int>(d);
+  return -1;
+}
+
+// Whether every access indexes `S * row + inner + outer` for the loop at `depth` (see the
+// header); `rowStride` receives S.
+bool rowsOfTheirOwn(const std::vector<Access> &accesses, size_t depth, int64_t &rowStride) {
+  const StmtNode &loop = *accesses[0].loops[depth];
+  auto extent = asConstant(loop.value);
+  if (loop.forKind != ForKind::Serial || !extent)
+    return false;
+  std::optional<std::map<std::string, int64_t>> sharedOuter;
+  rowStride = -1;
+  for (const Access &a : accesses) {
+    LinearIndex l = linearIndex(a.index);
+    if (!l.ok || l.constant < 0)
+      return false;
+    std::map<std::string, int64_t> coef;
+    for (const auto &[c, v] : l.terms)
+      coef[v->name] += c;
+    auto row = coef.find(loop.name);
+    if (row == coef.end() || row->second <= 0 || (rowStride >= 0 && row->second != rowStride))
+      return false;
+    rowStride = row->second;
+    int64_t innerMost = l.constant + a.lanes - 1;
+    std::map<std::string, int64_t> outer;
+    for (const auto &[var, c] : coef) {
+      const int d = depthOf(a, var);
+      if (var == loop.name || c == 0)
+        continue;
+      if (d < 0 || c < 0)
+        return false;
+      if (d < static_cast<int>(depth)) {
+        if (c % saturatingMul(rowStride, *extent) != 0)
+          return false;
+        outer[var] = c;
+        continue;
+      }
+      auto inner = asConstant(a.loops[size_t(d)]->value);
+      if (!inner || *inner <= 0)
+        return false;
+      innerMost += saturatingMul(c, *inner - 1);
+    }
+    if (innerMost >= rowStride || (sharedOuter && *sharedOuter != outer))
+      return false;
+    sharedOuter = outer;
+  }
+  return true;
+}
+
+// `index` without its terms in `var`.
+Expr withoutTerm(const Expr &index, const std::string &var) {
+  LinearIndex l = linearIndex(index);
+  Expr sum = intConst(0);
+  for (const auto &[c, v] : l.terms)
+    if (v->name != var)
+      sum = add(sum, mul(v, intConst(c)));
+  return add(sum, intConst(l.constant));
+}
+
+void dropRowTerm(Program &p, int buffer, const std::string &var) {
+  forEachStmt(p.body, [&](StmtNode &s) {
+    if ((s.kind == StmtKind::Store || s.kind == StmtKind::Prefetch) && s.buffer == buffer)
+      s.index = withoutTerm(s.index, var);
+    for (Expr *e : {&s.value, &s.index, &s.bound})
+      *e = mapLoads(*e, [&](const Expr &x) {
+        return x->intValue == buffer ? load(buffer, withoutTerm(x->args[0], var), x->type, x->lanes)
+                                     : x;
+      });
+  });
+}
+
+} // namespace
+
+int contractTemporaries(Program &program) {
+  Accesses accesses;
+  std::vector<const StmtNode *> loops;
+  collectAccesses(program.body, loops, accesses);
+  int contracted = 0;
+  for (const auto &[buffer, list] : accesses) {
+    if (program.buffers[size_t(buffer)].role != BufferRole::Temp)
+      continue;
+    // The loops around every access.
+    size_t common = list[0].loops.size();
+    for (const Access &a : list) {
+      size_t d = 0;
+      while (d < common && d < a.loops.size() && a.loops[d] == list[0].loops[d])
+        ++d;
+      common = d;
+    }
+    for (size_t depth = common; depth-- > 0;) {
+      int64_t rowStride = 0;
+      if (rowsOfTheirOwn(list, depth, rowStride)) {
+        dropRowTerm(program, buffer, list[0].loops[depth]->name);
+        ++contracted;
+        break;
+      }
+    }
+  }
+  return contracted;
+}
+
+} // namespace frank::loops

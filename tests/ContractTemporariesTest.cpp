@@ -1,0 +1,143 @@
+// contract-temporaries: which temporaries keep one row per loop (golden tests on hand-built
+// loop IR, no JIT), and, compiled, that a contracted program computes what the original did.
+#include "loops/ContractTemporaries.h"
+#include "Engine.h"
+#include "TestSupport.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace frank::test {
+namespace {
+
+using namespace frank::loops;
+
+// x, y are [P, R, C] = [2, 4, 16]; per row r of part p (the parallel loop), a softmax-like
+// chain: s = 2 x, m = max(s), y = s - m, with s [P, R, C] and m [P, R] temporaries.
+constexpr int64_t kP = 2, kR = 4, kC = 16, kSize = kP * kR * kC;
+enum Buf { X, Y, S, M };
+
+Expr v(const char *name) { return var(name, ElemKind::Index); }
+Expr f(const char *name) { return var(name, ElemKind::F32); }
+Expr c(int64_t value) { return intConst(value); }
+Expr element(const char *column) {
+  return add(add(mul(v("p"), c(kR * kC)), mul(v("r"), c(kC))), v(column));
+}
+Expr rowOf() { return add(mul(v("p"), c(kR)), v("r")); }
+// Part p's row r is part p + 1's row r - 1.
+Expr overlapping(const char *column) {
+  return add(add(mul(v("p"), c(kC)), mul(v("r"), c(kC))), v(column));
+}
+
+struct Indices {
+  std::function<Expr(const char *column)> scaledRead = element;  // s in the max and the output
+  std::function<Expr()> maxRead = rowOf;                         // m in the output
+  std::function<Expr(const char *column)> scaledWrite = element; // s in the scaling
+};
+
+Program rowChain(const Indices &at = {}, ForKind rows = ForKind::Serial) {
+  Program p;
+  p.name = "row_chain";
+  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, c(kSize), nullptr},
+               {"y", ElemKind::F32, BufferRole::Output, 0, c(kSize), nullptr},
+               {"s", ElemKind::F32, BufferRole::Temp, 0, c(kSize), c(0)},
+               {"m", ElemKind::F32, BufferRole::Temp, 0, c(kP * kR), c(kSize * 4)}};
+  p.workspaceBytes = c((kSize + kP * kR) * 4);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<Stmt> row = {
+      forLoop("c", c(kC), ForKind::Vectorize,
+              {store(S, at.scaledWrite("c"),
+                     binary(OpKind::MulF, load(X, element("c"), ElemKind::F32),
+                            floatConst(2, ElemKind::F32)))}),
+      store(M, rowOf(), floatConst(-inf, ElemKind::F32)),
+      local("acc", load(M, rowOf(), ElemKind::F32)),
+      forLoop("k", c(kC), ForKind::Vectorize,
+              {assign("acc", binary(OpKind::MaximumF, f("acc"),
+                                    load(S, at.scaledRead("k"), ElemKind::F32)))}),
+      store(M, rowOf(), f("acc")),
+      forLoop("j", c(kC), ForKind::Vectorize,
+              {store(Y, element("j"),
+                     binary(OpKind::SubF, load(S, at.scaledRead("j"), ElemKind::F32),
+                            load(M, at.maxRead(), ElemKind::F32)))})};
+  p.body = {forLoop("p", c(kP), ForKind::Parallel, {forLoop("r", c(kR), rows, std::move(row))})};
+  p.body[0]->bound = c(1);
+  p.body[0]->body[0]->bound = c(1); // printed for a parallel loop of rows
+  return p;
+}
+
+TEST(ContractTemporaries, RowsOfTheirOwnAreReused) {
+  Program p = rowChain();
+  EXPECT_EQ(contractTemporaries(p), 2);
+  const std::string text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("s[((p * 64) + c)] = (x[(((p * 64) + (r * 16)) + c)] * 2f)"))
+      << text;
+  EXPECT_THAT(text, testing::HasSubstr("m[(p * 4)] = -inff")) << text;
+  EXPECT_THAT(text, testing::HasSubstr("(s[((p * 64) + j)] - m[(p * 4)])")) << text;
+}
+
+// Each case shares one temporary between iterations of the row loop (or runs the rows in
+// parallel): that temporary keeps its rows, the other still contracts.
+TEST(ContractTemporaries, TemporariesSharedAcrossIterationsStay) {
+  Program readAfterTheLoop = rowChain();
+  // y[p, 0, 0] reads the last row's maximum after the rows are done.
+  readAfterTheLoop.body[0]->body.push_back(store(
+      Y, mul(v("p"), c(kR * kC)), load(M, add(mul(v("p"), c(kR)), c(kR - 1)), ElemKind::F32)));
+  struct Case {
+    const char *what;
+    Program program;
+    int contracted;
+    const char *kept; // an access that keeps its row
+  };
+  const std::vector<Case> cases = {
+      {"the previous row's maximum read", rowChain({element, [] { return add(rowOf(), c(-1)); }}),
+       1, "m[(((p * 4) + r) + -1)]"},
+      {"a read past the row's end",
+       rowChain({[](const char *column) { return add(element(column), c(1)); }, rowOf}), 1,
+       "s[((((p * 64) + (r * 16)) + k) + 1)]"},
+      {"another part's rows read",
+       rowChain({[](const char *column) { return add(mul(v("r"), c(kC)), v(column)); }, rowOf}), 1,
+       "s[((r * 16) + k)]"},
+      {"parts' rows overlapping", rowChain({overlapping, rowOf, overlapping}), 1,
+       "s[(((p * 16) + (r * 16)) + c)]"},
+      {"a maximum read after the rows", readAfterTheLoop, 1, "m[((p * 4) + r)] = -inff"},
+      {"rows in parallel", rowChain({}, ForKind::Parallel), 0, "s[(((p * 64) + (r * 16)) + c)]"},
+  };
+  for (const Case &k : cases) {
+    Program p = k.program;
+    EXPECT_EQ(contractTemporaries(p), k.contracted) << k.what;
+    EXPECT_THAT(print(p), testing::HasSubstr(k.kept)) << k.what << "\n" << print(p);
+  }
+}
+
+std::vector<float> run(const Program &p, const std::vector<float> &x) {
+  jit::EntryFn kernel = jit::Engine::instance().compile(p, {});
+  std::vector<float> workspace(kSize + kP * kR, 0.0f), y(kSize, -1.0f);
+  void *buffers[] = {const_cast<float *>(x.data()), y.data()};
+  int64_t status[3] = {0, 0, 0};
+  kernel(buffers, nullptr, nullptr, workspace.data(), status);
+  return y;
+}
+
+TEST(ContractTemporaries, ContractedProgramComputesTheSame) {
+  std::vector<float> x(kSize);
+  for (int64_t i = 0; i < kSize; ++i)
+    x[size_t(i)] = float((i * 37) % 23) - 11.0f;
+  Program contracted = rowChain();
+  contracted.name = "row_chain_contracted";
+  ASSERT_EQ(contractTemporaries(contracted), 2);
+  std::vector<float> y = run(contracted, x);
+  // The oracle: y[p, r, :] = 2 x[p, r, :] - max(2 x[p, r, :]).
+  for (int64_t row = 0; row < kP * kR; ++row) {
+    float most = -std::numeric_limits<float>::infinity();
+    for (int64_t col = 0; col < kC; ++col)
+      most = std::max(most, 2.0f * x[size_t(row * kC + col)]);
+    for (int64_t col = 0; col < kC; ++col)
+      EXPECT_EQ(y[size_t(row * kC + col)], 2.0f * x[size_t(row * kC + col)] - most)
+          << row << " " << col;
+  }
+}
+
+} // namespace
+} // namespace frank::test
