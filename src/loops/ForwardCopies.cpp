@@ -208,17 +208,25 @@ bool writesTo(std::vector<Stmt> &body, int buffer) {
   return false;
 }
 
+// The digits of a copy's `index` into the temporary `buffer`, when it walks all of it densely
+// and the copy's other index names no loop but them.
+std::optional<std::vector<Digit>> copyDigits(const Program &p, int buffer, const Expr &index,
+                                             const LinearIndex &other, const Extents &extents) {
+  auto size = asConstant(p.buffers[buffer].numElements);
+  if (p.buffers[buffer].role != BufferRole::Temp || !size)
+    return std::nullopt;
+  auto digits = denseLayout(index, extents, *size);
+  if (!digits || !onlyDigits(other, *digits))
+    return std::nullopt;
+  return digits;
+}
+
 // Reads of `copy.to` read `copy.from` instead: the copy fills a temporary from a buffer nothing
 // writes.
 bool forwardReads(Program &p, const CopyNest &copy, const Extents &extents) {
-  if (p.buffers[copy.to].role != BufferRole::Temp || writesTo(p.body, copy.from))
-    return false;
-  auto size = asConstant(p.buffers[copy.to].numElements);
-  if (!size)
-    return false;
-  auto digits = denseLayout(copy.toIndex, extents, *size);
   LinearIndex from = linearIndex(copy.fromIndex);
-  if (!digits || !onlyDigits(from, *digits))
+  auto digits = copyDigits(p, copy.to, copy.toIndex, from, extents);
+  if (!digits || writesTo(p.body, copy.from))
     return false;
   for (const Access &a : accessesOf(p.body, copy.to)) {
     if (a.stmt == copy.store)
@@ -252,18 +260,13 @@ bool forwardReads(Program &p, const CopyNest &copy, const Extents &extents) {
 // Writes of `copy.from` write `copy.to` instead: the copy empties a temporary nothing else reads
 // into a buffer nothing else touches.
 bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
-  if (p.buffers[copy.from].role != BufferRole::Temp)
+  LinearIndex to = linearIndex(copy.toIndex);
+  auto digits = copyDigits(p, copy.from, copy.fromIndex, to, extents);
+  if (!digits)
     return false;
   for (const Access &a : accessesOf(p.body, copy.to))
     if (a.stmt != copy.store)
       return false;
-  auto size = asConstant(p.buffers[copy.from].numElements);
-  if (!size)
-    return false;
-  auto digits = denseLayout(copy.fromIndex, extents, *size);
-  LinearIndex to = linearIndex(copy.toIndex);
-  if (!digits || !onlyDigits(to, *digits))
-    return false;
   for (const Access &a : accessesOf(p.body, copy.from)) {
     if (a.load == copy.load)
       continue;
