@@ -59,12 +59,15 @@ bool rowsOfTheirOwn(const std::vector<Access> &accesses, size_t depth, int64_t &
       return false;
     std::map<std::string, int64_t> coef;
     for (const auto &[c, v] : l.terms)
-      coef[v->name] += c;
+      if (__builtin_add_overflow(coef[v->name], c, &coef[v->name]))
+        return false;
     auto row = coef.find(loop.name);
     if (row == coef.end() || row->second <= 0 || (rowStride >= 0 && row->second != rowStride))
       return false;
     rowStride = row->second;
-    int64_t innerMost = l.constant + a.lanes - 1;
+    int64_t innerMost = 0;
+    if (__builtin_add_overflow(l.constant, a.lanes - 1, &innerMost))
+      return false;
     std::map<std::string, int64_t> outer;
     for (const auto &[var, c] : coef) {
       const int d = depthOf(a, var);
@@ -81,7 +84,8 @@ bool rowsOfTheirOwn(const std::vector<Access> &accesses, size_t depth, int64_t &
       auto inner = asConstant(a.loops[size_t(d)]->value);
       if (!inner || *inner <= 0)
         return false;
-      innerMost += saturatingMul(c, *inner - 1);
+      if (__builtin_add_overflow(innerMost, saturatingMul(c, *inner - 1), &innerMost))
+        return false;
     }
     if (innerMost >= rowStride || (sharedOuter && *sharedOuter != outer))
       return false;

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace frank::loops {
 namespace {
@@ -49,9 +50,10 @@ std::optional<std::vector<Digit>> denseLayout(const Expr &index, const Extents &
   }
   std::sort(digits.begin(), digits.end(),
             [](const Digit &a, const Digit &b) { return a.stride < b.stride; });
+  std::set<std::string> vars;
   int64_t stride = 1;
   for (size_t i = 0; i < digits.size(); ++i) {
-    if (digits[i].stride != stride || (i > 0 && digits[i].var == digits[i - 1].var))
+    if (digits[i].stride != stride || !vars.insert(digits[i].var).second)
       return std::nullopt;
     stride = saturatingMul(stride, digits[i].extent);
   }

@@ -198,8 +198,11 @@ Expr quotient(Expr a, int64_t divisor) {
 }
 
 static void collectLinear(const Expr &e, int64_t scale, LinearIndex &out) {
+  int64_t scaled = 0;
   if (auto c = asConstant(e)) {
-    out.constant += *c * scale;
+    if (__builtin_mul_overflow(*c, scale, &scaled) ||
+        __builtin_add_overflow(out.constant, scaled, &out.constant))
+      out.ok = false;
     return;
   }
   if (e->kind == ExprKind::Binary && e->op == OpKind::AddI) {
@@ -210,7 +213,10 @@ static void collectLinear(const Expr &e, int64_t scale, LinearIndex &out) {
   if (e->kind == ExprKind::Binary && e->op == OpKind::MulI)
     for (int i = 0; i < 2; ++i)
       if (auto c = asConstant(e->args[i])) {
-        collectLinear(e->args[1 - i], scale * *c, out);
+        if (__builtin_mul_overflow(scale, *c, &scaled))
+          out.ok = false;
+        else
+          collectLinear(e->args[1 - i], scaled, out);
         return;
       }
   if (e->kind == ExprKind::Var && e->lanes == 1) {
