@@ -84,6 +84,16 @@ TEST(ContractTemporaries, TemporariesSharedAcrossIterationsStay) {
   // y[p, 0, 0] reads the last row's maximum after the rows are done.
   readAfterTheLoop.body[0]->body.push_back(store(
       Y, mul(v("p"), c(kR * kC)), load(M, add(mul(v("p"), c(kR)), c(kR - 1)), ElemKind::F32)));
+  // A loop q outside the parts whose rows land on the next part's: q * 64 + p * 64.
+  Program aliased = [] {
+    Indices at;
+    at.scaledRead = at.scaledWrite = [](const char *column) {
+      return add(element(column), mul(v("q"), c(kR * kC)));
+    };
+    Program p = rowChain(at);
+    p.body = {forLoop("q", c(2), ForKind::Serial, p.body)};
+    return p;
+  }();
   struct Case {
     const char *what;
     Program program;
@@ -103,6 +113,7 @@ TEST(ContractTemporaries, TemporariesSharedAcrossIterationsStay) {
        "s[(((p * 16) + (r * 16)) + c)]"},
       {"a maximum read after the rows", readAfterTheLoop, 1, "m[((p * 4) + r)] = -inff"},
       {"rows in parallel", rowChain({}, ForKind::Parallel), 0, "s[(((p * 64) + (r * 16)) + c)]"},
+      {"two loops outside stepping by the same rows", aliased, 1, "(q * 64))] = (x["},
   };
   for (const Case &k : cases) {
     Program p = k.program;

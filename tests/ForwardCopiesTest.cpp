@@ -151,10 +151,16 @@ TEST(ForwardCopies, CopiesThatCannotBeForwardedStay) {
     EXPECT_EQ(forwardCopies(p), 0) << what;
     EXPECT_EQ(print(p), before) << what;
   }
-  // The written temporary is also read outside the copy: the copy stays.
-  Program p = writesThroughCopy();
-  p.body.push_back(store(Y, c(0), load(T, c(5), ElemKind::F32)));
-  EXPECT_EQ(forwardCopies(p), 0) << print(p);
+  // The written temporary is also read outside the copy, or written again after it: the copy
+  // stays.
+  Program readElsewhere = writesThroughCopy(), writtenAfter = writesThroughCopy();
+  readElsewhere.body.push_back(store(Y, c(0), load(T, c(5), ElemKind::F32)));
+  writtenAfter.body.push_back(store(T, c(5), floatConst(0, ElemKind::F32)));
+  for (Program *p : {&readElsewhere, &writtenAfter}) {
+    const std::string before = print(*p);
+    EXPECT_EQ(forwardCopies(*p), 0) << before;
+    EXPECT_EQ(print(*p), before);
+  }
 }
 
 std::vector<float> run(const Program &p, const std::vector<float> &x) {

@@ -51,7 +51,7 @@ bool rowsOfTheirOwn(const std::vector<Access> &accesses, size_t depth, int64_t &
   auto extent = asConstant(loop.value);
   if (loop.forKind != ForKind::Serial || !extent)
     return false;
-  std::optional<std::map<std::string, int64_t>> sharedOuter;
+  std::optional<std::map<std::string, std::pair<int64_t, int64_t>>> sharedOuter;
   rowStride = -1;
   for (const Access &a : accesses) {
     LinearIndex l = linearIndex(a.index);
@@ -68,28 +68,38 @@ bool rowsOfTheirOwn(const std::vector<Access> &accesses, size_t depth, int64_t &
     int64_t innerMost = 0;
     if (__builtin_add_overflow(l.constant, a.lanes - 1, &innerMost))
       return false;
-    std::map<std::string, int64_t> outer;
+    std::map<std::string, std::pair<int64_t, int64_t>> outer; // coefficient, loop extent
     for (const auto &[var, c] : coef) {
       const int d = depthOf(a, var);
       if (var == loop.name || c == 0)
         continue;
       if (d < 0 || c < 0)
         return false;
+      auto values = asConstant(a.loops[size_t(d)]->value);
+      if (!values || *values <= 0)
+        return false;
       if (d < static_cast<int>(depth)) {
-        if (c % saturatingMul(rowStride, *extent) != 0)
-          return false;
-        outer[var] = c;
+        outer[var] = {c, *values};
         continue;
       }
-      auto inner = asConstant(a.loops[size_t(d)]->value);
-      if (!inner || *inner <= 0)
-        return false;
-      if (__builtin_add_overflow(innerMost, saturatingMul(c, *inner - 1), &innerMost))
+      if (__builtin_add_overflow(innerMost, saturatingMul(c, *values - 1), &innerMost))
         return false;
     }
     if (innerMost >= rowStride || (sharedOuter && *sharedOuter != outer))
       return false;
     sharedOuter = outer;
+  }
+  // Each outer term steps past all the rows and the smaller outer terms, so that different
+  // iterations outside never share a row.
+  std::vector<std::pair<int64_t, int64_t>> steps;
+  for (const auto &[var, step] : *sharedOuter)
+    steps.push_back(step);
+  std::sort(steps.begin(), steps.end());
+  int64_t reach = saturatingMul(rowStride, *extent);
+  for (const auto &[c, values] : steps) {
+    if (c % saturatingMul(rowStride, *extent) != 0 || c < reach)
+      return false;
+    reach = saturatingMul(c, values);
   }
   return true;
 }

@@ -8,8 +8,9 @@
 // Sound when the loop holds every access of the temporary and its iterations cannot see each
 // other's rows: each access is `S * i + inner + outer` for the loop's variable i, the same S,
 // an inner part (loops inside it, constants, vector lanes) within [0, S), and the same outer
-// part for all accesses, each of its terms a multiple of S times the loop's extent. An
-// iteration then reads only what it wrote itself (reading a row before writing it reads an
+// part for all accesses, each of its terms a multiple of S times the loop's extent that steps
+// past the rows and the smaller outer terms. Different iterations then never share a row, and
+// an iteration reads only what it wrote itself (reading a row before writing it reads an
 // unwritten temporary either way). Specialized programs only.
 #pragma once
 

@@ -35,11 +35,11 @@ struct Digit {
 };
 
 // The digits of a store index that walks `size` elements densely (strides 1, e0, e0 e1, ...),
-// innermost first; nullopt otherwise.
+// innermost first; nullopt otherwise (a copy of one element, with no loop in its index, too).
 std::optional<std::vector<Digit>> denseLayout(const Expr &index, const Extents &extents,
                                               int64_t size) {
   LinearIndex l = linearIndex(index);
-  if (!l.ok || l.constant != 0)
+  if (!l.ok || l.constant != 0 || l.terms.empty())
     return std::nullopt;
   std::vector<Digit> digits;
   for (const auto &[coef, atom] : l.terms) {
@@ -259,8 +259,8 @@ bool forwardReads(Program &p, const CopyNest &copy, const Extents &extents) {
   return true;
 }
 
-// Writes of `copy.from` write `copy.to` instead: the copy empties a temporary nothing else reads
-// into a buffer nothing else touches.
+// Writes of `copy.from` write `copy.to` instead: the copy empties a temporary nothing else reads,
+// written before it, into a buffer nothing else touches.
 bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
   LinearIndex to = linearIndex(copy.toIndex);
   auto digits = copyDigits(p, copy.from, copy.fromIndex, to, extents);
@@ -269,6 +269,11 @@ bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
   for (const Access &a : accessesOf(p.body, copy.to))
     if (a.stmt != copy.store)
       return false;
+  // Every write comes before the copy in its block, as the copy read the last of them.
+  auto &owner = *copy.owner;
+  std::vector<Stmt> before(owner.begin(), std::find(owner.begin(), owner.end(), copy.root));
+  if (accessesOf(before, copy.from).size() + 1 != accessesOf(p.body, copy.from).size())
+    return false;
   for (const Access &a : accessesOf(p.body, copy.from)) {
     if (a.load == copy.load)
       continue;

@@ -5,8 +5,9 @@
 //
 // - when the copy fills a temporary from a buffer nothing writes, every read of the
 //   temporary reads the source at the corresponding element instead;
-// - when the copy empties a temporary nothing else reads into a buffer nothing else touches,
-//   every write of the temporary writes the destination at the corresponding element instead.
+// - when the copy empties a temporary nothing else reads, written only before it, into a buffer
+//   nothing else touches, every write of the temporary writes the destination at the
+//   corresponding element instead.
 //
 // The copy's store must walk its buffer in a dense mixed-radix order (each loop a digit, the
 // innermost of stride 1), so that an index into it splits back into the loop values that
