@@ -7,37 +7,8 @@
 namespace frank::loops {
 namespace {
 
-// One access of a buffer and the loops around it, outermost first.
-struct Access {
-  std::vector<const StmtNode *> loops;
-  Expr index;
-  int lanes;
-};
-
-using Accesses = std::map<int, std::vector<Access>>;
-
-void collectAccesses(const std::vector<Stmt> &body, std::vector<const StmtNode *> &loops,
-                     Accesses &out) {
-  for (const Stmt &s : body) {
-    if (s->kind == StmtKind::Store || s->kind == StmtKind::Prefetch)
-      out[s->buffer].push_back({loops, s->index, s->kind == StmtKind::Store ? s->value->lanes : 1});
-    // A loop's extent and bound are evaluated outside it.
-    for (const Expr *e : {&s->value, &s->index, &s->bound})
-      forEachExpr(*e, [&](const Expr &x) {
-        if (x->kind == ExprKind::Load)
-          out[static_cast<int>(x->intValue)].push_back({loops, x->args[0], x->lanes});
-      });
-    if (s->kind == StmtKind::For)
-      loops.push_back(s.get());
-    collectAccesses(s->body, loops, out);
-    if (s->kind == StmtKind::For)
-      loops.pop_back();
-    collectAccesses(s->elseBody, loops, out);
-  }
-}
-
 // The loop of `access` named `var`, innermost first, and its depth; -1 when none is.
-int depthOf(const Access &access, const std::string &var) {
+int depthOf(const BufferAccess &access, const std::string &var) {
   for (size_t d = access.loops.size(); d-- > 0;)
     if (access.loops[d]->name == var)
       return static_cast<int>(d);
@@ -46,15 +17,15 @@ int depthOf(const Access &access, const std::string &var) {
 
 // Whether every access indexes `S * row + inner + outer` for the loop at `depth` (see the
 // header); `rowStride` receives S.
-bool rowsOfTheirOwn(const std::vector<Access> &accesses, size_t depth, int64_t &rowStride) {
+bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int64_t &rowStride) {
   const StmtNode &loop = *accesses[0].loops[depth];
   auto extent = asConstant(loop.value);
   if (loop.forKind != ForKind::Serial || !extent)
     return false;
   std::optional<std::map<std::string, std::pair<int64_t, int64_t>>> sharedOuter;
   rowStride = -1;
-  for (const Access &a : accesses) {
-    LinearIndex l = linearIndex(a.index);
+  for (const BufferAccess &a : accesses) {
+    LinearIndex l = linearIndex(a.index());
     if (!l.ok || l.constant < 0)
       return false;
     std::map<std::string, int64_t> coef;
@@ -66,7 +37,7 @@ bool rowsOfTheirOwn(const std::vector<Access> &accesses, size_t depth, int64_t &
       return false;
     rowStride = row->second;
     int64_t innerMost = 0;
-    if (__builtin_add_overflow(l.constant, a.lanes - 1, &innerMost))
+    if (__builtin_add_overflow(l.constant, a.lanes() - 1, &innerMost))
       return false;
     std::map<std::string, std::pair<int64_t, int64_t>> outer; // coefficient, loop extent
     for (const auto &[var, c] : coef) {
@@ -129,16 +100,14 @@ void dropRowTerm(Program &p, int buffer, const std::string &var) {
 } // namespace
 
 int contractTemporaries(Program &program) {
-  Accesses accesses;
-  std::vector<const StmtNode *> loops;
-  collectAccesses(program.body, loops, accesses);
   int contracted = 0;
-  for (const auto &[buffer, list] : accesses) {
-    if (program.buffers[size_t(buffer)].role != BufferRole::Temp)
+  for (size_t buffer = 0; buffer < program.buffers.size(); ++buffer) {
+    std::vector<BufferAccess> list = accessesOf(program.body, int(buffer));
+    if (program.buffers[buffer].role != BufferRole::Temp || list.empty())
       continue;
     // The loops around every access.
     size_t common = list[0].loops.size();
-    for (const Access &a : list) {
+    for (const BufferAccess &a : list) {
       size_t d = 0;
       while (d < common && d < a.loops.size() && a.loops[d] == list[0].loops[d])
         ++d;
@@ -147,7 +116,7 @@ int contractTemporaries(Program &program) {
     for (size_t depth = common; depth-- > 0;) {
       int64_t rowStride = 0;
       if (rowsOfTheirOwn(list, depth, rowStride)) {
-        dropRowTerm(program, buffer, list[0].loops[depth]->name);
+        dropRowTerm(program, int(buffer), list[0].loops[depth]->name);
         ++contracted;
         break;
       }

@@ -183,31 +183,10 @@ void findCopyNests(std::vector<Stmt> &body, std::vector<CopyNest> &out) {
 
 // ---- Accesses ----------------------------------------------------------------------------------
 
-// One access of a buffer: a load (in an expression), a store or a prefetch.
-struct Access {
-  StmtNode *stmt; // the store or prefetch, or the statement whose expression loads
-  const ExprNode *load;
-};
-
-std::vector<Access> accessesOf(std::vector<Stmt> &body, int buffer) {
-  std::vector<Access> out;
-  forEachStmt(body, [&](StmtNode &s) {
-    if ((s.kind == StmtKind::Store || s.kind == StmtKind::Prefetch) && s.buffer == buffer)
-      out.push_back({&s, nullptr});
-    for (const Expr *e : {&s.value, &s.index, &s.bound})
-      forEachExpr(*e, [&](const Expr &x) {
-        if (x->kind == ExprKind::Load && x->intValue == buffer)
-          out.push_back({&s, x.get()});
-      });
-  });
-  return out;
-}
-
-bool writesTo(std::vector<Stmt> &body, int buffer) {
-  for (const Access &a : accessesOf(body, buffer))
-    if (!a.load && a.stmt->kind == StmtKind::Store)
-      return true;
-  return false;
+bool writesTo(const std::vector<Stmt> &body, int buffer) {
+  auto accesses = accessesOf(body, buffer);
+  return std::any_of(accesses.begin(), accesses.end(),
+                     [](const BufferAccess &a) { return a.isStore(); });
 }
 
 // The digits of a copy's `index` into the temporary `buffer`, when it walks all of it densely
@@ -230,13 +209,10 @@ bool forwardReads(Program &p, const CopyNest &copy, const Extents &extents) {
   auto digits = copyDigits(p, copy.to, copy.toIndex, from, extents);
   if (!digits || writesTo(p.body, copy.from))
     return false;
-  for (const Access &a : accessesOf(p.body, copy.to)) {
+  for (const BufferAccess &a : accessesOf(p.body, copy.to)) {
     if (a.stmt == copy.store)
       continue;
-    if (!a.load && a.stmt->kind == StmtKind::Store)
-      return false;
-    Expr index = a.load ? a.load->args[0] : a.stmt->index;
-    if (!split(index, a.load ? a.load->lanes : 1, *digits, extents))
+    if (a.isStore() || !split(a.index(), a.lanes(), *digits, extents))
       return false;
   }
   auto moved = [&](const Expr &index) {
@@ -266,7 +242,7 @@ bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
   auto digits = copyDigits(p, copy.from, copy.fromIndex, to, extents);
   if (!digits)
     return false;
-  for (const Access &a : accessesOf(p.body, copy.to))
+  for (const BufferAccess &a : accessesOf(p.body, copy.to))
     if (a.stmt != copy.store)
       return false;
   // Every write comes before the copy in its block, as the copy read the last of them.
@@ -274,12 +250,10 @@ bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
   std::vector<Stmt> before(owner.begin(), std::find(owner.begin(), owner.end(), copy.root));
   if (accessesOf(before, copy.from).size() + 1 != accessesOf(p.body, copy.from).size())
     return false;
-  for (const Access &a : accessesOf(p.body, copy.from)) {
+  for (const BufferAccess &a : accessesOf(p.body, copy.from)) {
     if (a.load == copy.load)
       continue;
-    if (a.load || a.stmt->kind != StmtKind::Store)
-      return false;
-    if (!split(a.stmt->index, a.stmt->value->lanes, *digits, extents))
+    if (!a.isStore() || !split(a.index(), a.lanes(), *digits, extents))
       return false;
   }
   forEachStmt(p.body, [&](StmtNode &s) {

@@ -331,12 +331,44 @@ Expr mapLoads(const Expr &e, const std::function<Expr(const Expr &)> &rewrite) {
   return self->kind == ExprKind::Load ? rewrite(self) : self;
 }
 
-void forEachStmt(std::vector<Stmt> &body, const std::function<void(StmtNode &)> &visit) {
+void forEachStmt(const std::vector<Stmt> &body, const std::function<void(StmtNode &)> &visit) {
   for (const Stmt &s : body) {
     visit(*s);
     forEachStmt(s->body, visit);
     forEachStmt(s->elseBody, visit);
   }
+}
+
+int BufferAccess::lanes() const {
+  if (load)
+    return load->lanes;
+  return stmt->kind == StmtKind::Store ? stmt->value->lanes : 1;
+}
+
+static void collectAccesses(const std::vector<Stmt> &body, int buffer,
+                            std::vector<const StmtNode *> &loops, std::vector<BufferAccess> &out) {
+  for (const Stmt &s : body) {
+    if ((s->kind == StmtKind::Store || s->kind == StmtKind::Prefetch) && s->buffer == buffer)
+      out.push_back({s.get(), nullptr, loops});
+    for (const Expr &e : {s->value, s->index, s->bound})
+      forEachExpr(e, [&](const Expr &x) {
+        if (x->kind == ExprKind::Load && x->intValue == buffer)
+          out.push_back({s.get(), x.get(), loops});
+      });
+    if (s->kind == StmtKind::For)
+      loops.push_back(s.get());
+    collectAccesses(s->body, buffer, loops, out);
+    if (s->kind == StmtKind::For)
+      loops.pop_back();
+    collectAccesses(s->elseBody, buffer, loops, out);
+  }
+}
+
+std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer) {
+  std::vector<BufferAccess> out;
+  std::vector<const StmtNode *> loops;
+  collectAccesses(body, buffer, loops, out);
+  return out;
 }
 
 Expr withArgs(const Expr &e, std::vector<Expr> args) {

@@ -172,7 +172,21 @@ void forEachExpr(const Expr &e, const std::function<void(const Expr &)> &visit);
 /// shared.
 Expr mapLoads(const Expr &e, const std::function<Expr(const Expr &)> &rewrite);
 /// Calls `visit` on every statement of `body` and the statements they hold, outer first.
-void forEachStmt(std::vector<Stmt> &body, const std::function<void(StmtNode &)> &visit);
+void forEachStmt(const std::vector<Stmt> &body, const std::function<void(StmtNode &)> &visit);
+
+/// One access of a buffer: a load in a statement's expression, a store or a prefetch.
+struct BufferAccess {
+  StmtNode *stmt;                      // the store or prefetch, or the statement that loads
+  const ExprNode *load;                // the load; null for a store or prefetch
+  std::vector<const StmtNode *> loops; // the loops around it, outermost first
+  const Expr &index() const { return load ? load->args[0] : stmt->index; }
+  /// Elements it touches from `index()` on.
+  int lanes() const;
+  bool isStore() const { return !load && stmt->kind == StmtKind::Store; }
+};
+/// The accesses of `buffer` in `body`, in program order. A loop's extent and bound are read
+/// outside it.
+std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer);
 
 enum class BufferRole : uint8_t { Input, Output, Temp };
 

@@ -18,14 +18,14 @@ bool containsLoop(const std::vector<Stmt> &stmts) {
   return false;
 }
 
-template <typename Visit> void forEachExpr(const std::vector<Stmt> &stmts, const Visit &visit) {
-  for (const Stmt &s : stmts) {
-    for (const Expr &e : {s->value, s->index, s->bound})
+// Calls `visit` on each expression the statements hold directly (value, index, bound).
+void forEachStmtExpr(const std::vector<Stmt> &stmts,
+                     const std::function<void(const Expr &)> &visit) {
+  forEachStmt(stmts, [&](StmtNode &s) {
+    for (const Expr &e : {s.value, s.index, s.bound})
       if (e)
         visit(e);
-    forEachExpr(s->body, visit);
-    forEachExpr(s->elseBody, visit);
-  }
+  });
 }
 
 void collectNames(const Expr &e, std::set<std::string> &names) {
@@ -35,14 +35,13 @@ void collectNames(const Expr &e, std::set<std::string> &names) {
     collectNames(a, names);
 }
 
+// Every name the statements bind or read.
 void collectNames(const std::vector<Stmt> &stmts, std::set<std::string> &names) {
-  for (const Stmt &s : stmts) {
-    if (!s->name.empty())
-      names.insert(s->name);
-    collectNames(s->body, names);
-    collectNames(s->elseBody, names);
-  }
-  forEachExpr(stmts, [&](const Expr &e) { collectNames(e, names); });
+  forEachStmt(stmts, [&](StmtNode &s) {
+    if (!s.name.empty())
+      names.insert(s.name);
+  });
+  forEachStmtExpr(stmts, [&](const Expr &e) { collectNames(e, names); });
 }
 
 // One innermost loop: which of its expressions keep their value across its iterations, and its
@@ -157,7 +156,8 @@ private:
     std::map<std::string, Expr> reciprocals; // by the printed divisor
     std::vector<Stmt> before;
     Expr normal;
-    forEachExpr(loop.body, [&](const Expr &e) { find(e, divisors, reciprocals, before, normal); });
+    forEachStmtExpr(loop.body,
+                    [&](const Expr &e) { find(e, divisors, reciprocals, before, normal); });
     if (reciprocals.empty())
       return {};
     auto multiplying = std::make_shared<StmtNode>(loop);
