@@ -3,6 +3,7 @@
 #include "Pipeline.h"
 #include "codegen/ColdCode.h"
 #include "codegen/MathFunctions.h"
+#include "codegen/MaximumReductions.h"
 #include "codegen/SplitKernel.h"
 #include "ir/Diagnostics.h"
 #include "runtime/Parallel.h"
@@ -324,8 +325,9 @@ struct Engine::Impl {
     return module;
   }
 
-  // The kernel passes with `machine`'s cost model, then the math functions' bodies. Cold
-  // functions are optimized as the rest, then left to the code generator's quick path.
+  // The kernel passes with `machine`'s cost model, the vectorizer's horizontal maxima through
+  // integers, then the math functions' bodies. Cold functions are optimized as the rest, then
+  // left to the code generator's quick path.
   void optimize(llvm::Module &module, llvm::TargetMachine &machine, bool useVectorMath) {
     settleColdFunctions(module);
     llvm::LoopAnalysisManager lam;
@@ -354,6 +356,7 @@ struct Engine::Impl {
     if (auto error = builder.parsePassPipeline(passes, kernelPasses()))
       throw Error("error: FRANK_LLVM_PASSES: " + llvm::toString(std::move(error)));
     passes.run(module, mam);
+    lowerMaximumReductions(module);
     compileColdFunctionsQuickly(module);
     defineMathFunctions(module, avx512Math);
   }

@@ -4,6 +4,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "loops/ContractTemporaries.h"
+#include "loops/DistributeRows.h"
 #include "loops/ForwardCopies.h"
 #include "loops/FuseLoops.h"
 #include "loops/ReciprocalDivisors.h"
@@ -117,6 +118,9 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
     t = clock::now();
     loops::fuseLoops(kernel.program);
     afterLoops("fuse-loops", t);
+    t = clock::now();
+    loops::distributeRows(kernel.program);
+    afterLoops("distribute-rows", t);
     t = clock::now();
     loops::contractTemporaries(kernel.program);
     afterLoops("contract-temporaries", t);

@@ -266,33 +266,6 @@ bool canFuse(const StmtNode &a, const StmtNode &b) {
   return true;
 }
 
-// Replaces variable `from` by `to` (another variable, or a constant).
-Expr substitute(const Expr &e, const std::string &from, const Expr &to) {
-  if (!e)
-    return e;
-  if (e->kind == ExprKind::Var && e->name == from)
-    return to;
-  std::vector<Expr> args;
-  bool changed = false;
-  for (const Expr &a : e->args) {
-    args.push_back(substitute(a, from, to));
-    changed |= args.back() != a;
-  }
-  if (!changed)
-    return e;
-  // Index arithmetic folds again (0 * 32 + x is x).
-  if (e->kind == ExprKind::Binary && e->type == ElemKind::Index && e->op == OpKind::AddI)
-    return add(args[0], args[1]);
-  if (e->kind == ExprKind::Binary && e->type == ElemKind::Index && e->op == OpKind::MulI)
-    return mul(args[0], args[1]);
-  return withArgs(e, std::move(args));
-}
-
-std::vector<Stmt> substitute(const std::vector<Stmt> &stmts, const std::string &from,
-                             const Expr &to) {
-  return rewriteExprs(stmts, [&](const Expr &e) { return substitute(e, from, to); });
-}
-
 std::vector<Stmt> rename(const std::vector<Stmt> &stmts, const std::string &from,
                          const std::string &to) {
   return substitute(stmts, from, var(to, ElemKind::Index));

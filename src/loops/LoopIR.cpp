@@ -3,9 +3,11 @@
 #include "ir/IntegerSemantics.h"
 #include "ir/Ops.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
+#include <map>
 
 namespace frank::loops {
 
@@ -567,6 +569,98 @@ int64_t evaluate(const Expr &e, const int64_t *dims, const uint64_t *scalars) {
   default: break;
   }
   internalError("cannot evaluate a shape expression on the host: " + print(e));
+}
+
+Expr substitute(const Expr &e, const std::string &from, const Expr &to) {
+  if (!e)
+    return e;
+  if (e->kind == ExprKind::Var && e->name == from)
+    return to;
+  std::vector<Expr> args;
+  bool changed = false;
+  for (const Expr &a : e->args) {
+    args.push_back(substitute(a, from, to));
+    changed |= args.back() != a;
+  }
+  if (!changed)
+    return e;
+  // Index arithmetic folds again (0 * 32 + x is x).
+  if (e->kind == ExprKind::Binary && e->type == ElemKind::Index && e->op == OpKind::AddI)
+    return add(args[0], args[1]);
+  if (e->kind == ExprKind::Binary && e->type == ElemKind::Index && e->op == OpKind::MulI)
+    return mul(args[0], args[1]);
+  return withArgs(e, std::move(args));
+}
+
+std::vector<Stmt> substitute(const std::vector<Stmt> &stmts, const std::string &from,
+                             const Expr &to) {
+  return rewriteExprs(stmts, [&](const Expr &e) { return substitute(e, from, to); });
+}
+
+// The depth of the loop of `access` named `var`, innermost first; -1 when none is.
+static int depthOf(const BufferAccess &access, const std::string &var) {
+  for (size_t d = access.loops.size(); d-- > 0;)
+    if (access.loops[d]->name == var)
+      return static_cast<int>(d);
+  return -1;
+}
+
+bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int64_t &rowStride) {
+  const StmtNode &loop = *accesses[0].loops[depth];
+  auto extent = asConstant(loop.value);
+  if (loop.forKind != ForKind::Serial || !extent)
+    return false;
+  std::optional<std::map<std::string, std::pair<int64_t, int64_t>>> sharedOuter;
+  rowStride = -1;
+  for (const BufferAccess &a : accesses) {
+    LinearIndex l = linearIndex(a.index());
+    if (!l.ok || l.constant < 0)
+      return false;
+    std::map<std::string, int64_t> coef;
+    for (const auto &[c, v] : l.terms)
+      if (__builtin_add_overflow(coef[v->name], c, &coef[v->name]))
+        return false;
+    auto row = coef.find(loop.name);
+    if (row == coef.end() || row->second <= 0 || (rowStride >= 0 && row->second != rowStride))
+      return false;
+    rowStride = row->second;
+    int64_t innerMost = 0;
+    if (__builtin_add_overflow(l.constant, a.lanes() - 1, &innerMost))
+      return false;
+    std::map<std::string, std::pair<int64_t, int64_t>> outer; // coefficient, loop extent
+    for (const auto &[var, c] : coef) {
+      const int d = depthOf(a, var);
+      if (var == loop.name || c == 0)
+        continue;
+      if (d < 0 || c < 0)
+        return false;
+      auto values = asConstant(a.loops[size_t(d)]->value);
+      if (!values || *values <= 0)
+        return false;
+      if (d < static_cast<int>(depth)) {
+        outer[var] = {c, *values};
+        continue;
+      }
+      if (__builtin_add_overflow(innerMost, saturatingMul(c, *values - 1), &innerMost))
+        return false;
+    }
+    if (innerMost >= rowStride || (sharedOuter && *sharedOuter != outer))
+      return false;
+    sharedOuter = outer;
+  }
+  // Each outer term steps past all the rows and the smaller outer terms, so that different
+  // iterations outside never share a row.
+  std::vector<std::pair<int64_t, int64_t>> steps;
+  for (const auto &[var, step] : *sharedOuter)
+    steps.push_back(step);
+  std::sort(steps.begin(), steps.end());
+  int64_t reach = saturatingMul(rowStride, *extent);
+  for (const auto &[c, values] : steps) {
+    if (c % saturatingMul(rowStride, *extent) != 0 || c < reach)
+      return false;
+    reach = saturatingMul(c, values);
+  }
+  return true;
 }
 
 } // namespace frank::loops

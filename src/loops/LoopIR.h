@@ -187,6 +187,18 @@ struct BufferAccess {
 /// The accesses of `buffer` in `body`, in program order. A loop's extent and bound are read
 /// outside it.
 std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer);
+/// Whether the iterations of the loop at `depth` around every access (a serial loop of constant
+/// extent) each touch a row of their own: each access is `S * i + inner + outer` for the loop's
+/// variable i, the same S (`rowStride` receives it), an inner part (loops inside it, constants,
+/// vector lanes) within [0, S), and the same outer part for all accesses, each of its terms a
+/// multiple of S times the loop's extent that steps past the rows and the smaller outer terms.
+bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int64_t &rowStride);
+
+/// `e` with variable `from` replaced by `to` (another variable, a constant, an index expression);
+/// index sums and products fold again (0 * 32 + x is x).
+Expr substitute(const Expr &e, const std::string &from, const Expr &to);
+std::vector<Stmt> substitute(const std::vector<Stmt> &stmts, const std::string &from,
+                             const Expr &to);
 
 enum class BufferRole : uint8_t { Input, Output, Temp };
 

@@ -1,0 +1,168 @@
+// distribute-rows: which row loops run their statement groups over blocks of rows (golden tests
+// on hand-built loop IR, no JIT), and, compiled, that a distributed program computes what the
+// original did.
+#include "loops/DistributeRows.h"
+#include "Engine.h"
+#include "TestSupport.h"
+#include "loops/ContractTemporaries.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace frank::test {
+namespace {
+
+using namespace frank::loops;
+
+// x, y are [P, R, C] = [2, 8, 16]; per row r of part p (the parallel loop), a softmax-like
+// chain: s = 2 x, m = max(s), y = s - m, with s [P, R, C] and m [P, R] temporaries.
+constexpr int64_t kP = 2, kR = 8, kC = 16, kSize = kP * kR * kC;
+enum Buf { X, Y, S, M };
+
+Expr v(const char *name) { return var(name, ElemKind::Index); }
+Expr f(const char *name) { return var(name, ElemKind::F32); }
+Expr c(int64_t value) { return intConst(value); }
+// Element `column` of row r of part p, for parts of `rows` rows.
+Expr element(const char *column, int64_t rows = kR) {
+  return add(add(mul(v("p"), c(rows * kC)), mul(v("r"), c(kC))), v(column));
+}
+Expr rowOf(int64_t rows = kR) { return add(mul(v("p"), c(rows)), v("r")); }
+
+// The row's statements: scale, start the maximum, reduce into it, subtract it.
+std::vector<Stmt> softmaxLikeRow(
+    const std::function<Expr()> &maxRead = [] { return rowOf(); }, int64_t rows = kR) {
+  auto element = [&](const char *column) { return test::element(column, rows); };
+  auto rowOf = [&] { return test::rowOf(rows); };
+  const double inf = std::numeric_limits<double>::infinity();
+  return {forLoop("c", c(kC), ForKind::Vectorize,
+                  {store(S, element("c"),
+                         binary(OpKind::MulF, load(X, element("c"), ElemKind::F32),
+                                floatConst(2, ElemKind::F32)))}),
+          store(M, rowOf(), floatConst(-inf, ElemKind::F32)),
+          local("acc", load(M, rowOf(), ElemKind::F32)),
+          forLoop("k", c(kC), ForKind::Vectorize,
+                  {assign("acc", binary(OpKind::MaximumF, f("acc"),
+                                        load(S, element("k"), ElemKind::F32)))}),
+          store(M, rowOf(), f("acc")),
+          forLoop("j", c(kC), ForKind::Vectorize,
+                  {store(Y, element("j"),
+                         binary(OpKind::SubF, load(S, element("j"), ElemKind::F32),
+                                load(M, maxRead(), ElemKind::F32)))})};
+}
+
+Program rowProgram(std::vector<Stmt> row, ForKind rows = ForKind::Serial, int64_t extent = kR) {
+  Program p;
+  p.name = "row_chain";
+  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, c(kSize), nullptr},
+               {"y", ElemKind::F32, BufferRole::Output, 0, c(kSize), nullptr},
+               {"s", ElemKind::F32, BufferRole::Temp, 0, c(kSize), c(0)},
+               {"m", ElemKind::F32, BufferRole::Temp, 0, c(kP * kR), c(kSize * 4)}};
+  p.workspaceBytes = c((kSize + kP * kR) * 4);
+  p.body = {
+      forLoop("p", c(kP), ForKind::Parallel, {forLoop("r", c(extent), rows, std::move(row))})};
+  p.body[0]->bound = c(1);
+  p.body[0]->body[0]->bound = c(1); // printed for a parallel loop of rows
+  return p;
+}
+
+TEST(DistributeRows, ShortRowsRunGroupByGroupOverBlocksOfFour) {
+  Program p = rowProgram(softmaxLikeRow());
+  EXPECT_EQ(distributeRows(p), 1);
+  const std::string text = print(p);
+  // Four groups: the scaling, the maximum's start, its reduction (the local and its loop read
+  // together), the subtraction.
+  EXPECT_THAT(text, testing::HasSubstr("for r_block in 0..2 {\n      for r in 0..4 {\n        "
+                                       "for c in 0..16 vectorized {"))
+      << text;
+  EXPECT_EQ(count(text, "for r in 0..4 {"), 4) << text;
+  EXPECT_THAT(text, testing::HasSubstr("      for r in 0..4 {\n        var acc: f32 = "
+                                       "m[((p * 8) + ((r_block * 4) + r))]\n        for k"))
+      << text;
+  // contract-temporaries then keeps a block of rows of each temporary.
+  EXPECT_EQ(contractTemporaries(p), 2);
+  const std::string contracted = print(p);
+  EXPECT_THAT(contracted, testing::HasSubstr("s[(((p * 128) + (r * 16)) + c)] = (x["))
+      << contracted;
+  EXPECT_THAT(contracted, testing::HasSubstr("m[((p * 8) + r)] = -inff")) << contracted;
+}
+
+// Each case must keep its row loop whole.
+TEST(DistributeRows, LoopsThatAreNotIndependentShortRowsStay) {
+  // A loop of 16 trips around the subtraction: 256 a row.
+  std::vector<Stmt> longRow = softmaxLikeRow();
+  longRow.back() = forLoop("t", c(16), ForKind::Serial, {longRow.back()});
+  // A maximum carried from row to row: the local is declared outside the row loop.
+  std::vector<Stmt> carried = softmaxLikeRow();
+  carried.erase(carried.begin() + 2);
+  Program carriedAcross = rowProgram(carried);
+  carriedAcross.body[0]->body.insert(carriedAcross.body[0]->body.begin(),
+                                     local("acc", floatConst(0, ElemKind::F32)));
+  // Groups that pass nothing on: y = 2 x, and m = sum(x) apart.
+  std::vector<Stmt> apart = {
+      forLoop("c", c(kC), ForKind::Vectorize,
+              {store(Y, element("c"),
+                     binary(OpKind::MulF, load(X, element("c"), ElemKind::F32),
+                            floatConst(2, ElemKind::F32)))}),
+      local("acc", floatConst(0, ElemKind::F32)),
+      forLoop("k", c(kC), ForKind::Vectorize,
+              {assign("acc", binary(OpKind::AddF, f("acc"), load(X, element("k"), ElemKind::F32),
+                                    /*reassoc=*/true))}),
+      store(M, rowOf(), f("acc"))};
+  std::vector<Stmt> checked = softmaxLikeRow();
+  checked.insert(checked.begin() + 1, check(cmp("slt", v("r"), c(kR)), 0, v("r"), c(kR)));
+  struct Case {
+    const char *what;
+    Program program;
+  };
+  const std::vector<Case> cases = {
+      {"the previous row's maximum read",
+       rowProgram(softmaxLikeRow([] { return add(rowOf(), c(-1)); }))},
+      {"rows in parallel", rowProgram(softmaxLikeRow(), ForKind::Parallel)},
+      {"rows of 256 trips", rowProgram(longRow)},
+      {"six rows, no whole block",
+       rowProgram(softmaxLikeRow([] { return rowOf(6); }, 6), ForKind::Serial, 6)},
+      {"an accumulator declared outside the rows", carriedAcross},
+      {"groups that pass nothing on", rowProgram(apart)},
+      {"a check among the rows' statements", rowProgram(checked)},
+  };
+  for (const Case &k : cases) {
+    Program p = k.program;
+    const std::string before = print(p);
+    EXPECT_EQ(distributeRows(p), 0) << k.what;
+    EXPECT_EQ(print(p), before) << k.what;
+  }
+}
+
+std::vector<float> run(const Program &p, const std::vector<float> &x) {
+  jit::EntryFn kernel = jit::Engine::instance().compile(p, {});
+  std::vector<float> workspace(kSize + kP * kR, 0.0f), y(kSize, -1.0f);
+  void *buffers[] = {const_cast<float *>(x.data()), y.data()};
+  int64_t status[3] = {0, 0, 0};
+  kernel(buffers, nullptr, nullptr, workspace.data(), status);
+  return y;
+}
+
+TEST(DistributeRows, DistributedProgramComputesTheSame) {
+  std::vector<float> x(kSize);
+  for (int64_t i = 0; i < kSize; ++i)
+    x[size_t(i)] = float((i * 37) % 23) - 11.0f;
+  Program distributed = rowProgram(softmaxLikeRow());
+  distributed.name = "row_chain_distributed";
+  ASSERT_EQ(distributeRows(distributed), 1);
+  ASSERT_EQ(contractTemporaries(distributed), 2);
+  std::vector<float> y = run(distributed, x);
+  // The oracle: y[p, r, :] = 2 x[p, r, :] - max(2 x[p, r, :]).
+  for (int64_t row = 0; row < kP * kR; ++row) {
+    float most = -std::numeric_limits<float>::infinity();
+    for (int64_t col = 0; col < kC; ++col)
+      most = std::max(most, 2.0f * x[size_t(row * kC + col)]);
+    for (int64_t col = 0; col < kC; ++col)
+      EXPECT_EQ(y[size_t(row * kC + col)], 2.0f * x[size_t(row * kC + col)] - most)
+          << row << " " << col;
+  }
+}
+
+} // namespace
+} // namespace frank::test
