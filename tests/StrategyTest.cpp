@@ -58,12 +58,19 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
   // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it: to 6x4
-  // by FMAs per load, then to 4x4, which divides the 128 rows and leaves no tile over to compile.
+  // by FMAs per load. Its panel (64 KiB) streams from L2 for every m block, so the 6 rows stay,
+  // with a 2x4 tile for the 2 rows left over.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
-            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 k-block=256 pack=#1");
-  // 130 rows: 5 divides them, 6 does not.
-  EXPECT_EQ(choose(matmulNest(130, 4096, 4096), Target::avx512()),
-            "contraction.outer m=d0 n=d1 k=d2 tile=5x4 lanes=16 k-block=256 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
+  // A k of 128 (32 KiB panels, read from L1) shrinks the rows to a size that divides them and
+  // leaves no tile over to compile: 4 of 128 rows, 5 of 130.
+  EXPECT_EQ(choose(matmulNest(128, 128, 4096), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 pack=#1");
+  EXPECT_EQ(choose(matmulNest(130, 128, 4096), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=5x4 lanes=16 pack=#1");
+  // So does a k block set by hand that fits the panel in L1.
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512(), "k-block=128"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 k-block=128 pack=#1");
   // One row (GEMV): B streams by rows, four rows a step, each of two parts summing half of
   // them into a partial output of its own. Where a vector is a whole cache line, eight rows a
   // step, each prefetching its line of the next step's rows; `prefetch=` sets how many steps
@@ -517,18 +524,18 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
                                              : "// pack this block's 128x32 panel of '%w'"));
   // Two panel slots per n block: the m blocks pack the next k block's panel into the other,
-  // a chunk of rows after each tile, prefetched before it (wide: 32 tiles of 4 rows, 8 rows a
-  // chunk; narrow: 64 tiles of 2 rows, 2 rows a chunk).
+  // a chunk of rows after each tile, prefetched before it (wide: 21 tiles of 6 rows, the first
+  // 16 of them 16 rows a chunk; narrow: 64 tiles of 2 rows, 2 rows a chunk).
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[2097152]"
                                              : "temp packed_w: f32[1048576]"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 8 rows of the next k block's panel\n"
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 16 rows of the next k block's panel\n"
                                              : "// prefetch 2 rows of the next k block's panel\n"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "if andi(cmp.slt((k_block + 1), 16), "
-                                               "cmp.slt(m_block, 32)) {\n"
+                                               "cmp.slt(m_block, 16)) {\n"
                                              : "if andi(cmp.slt((k_block + 1), 32), "
                                                "cmp.slt(m_block, 64)) {\n"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch w[((n_block * 64) + ((((k_block + 1) * "
-                                               "256) + ((m_block * 8) + row_1)) * 4096))]\n"
+                                               "256) + ((m_block * 16) + row_1)) * 4096))]\n"
                                              : "prefetch w[((n_block * 32) + ((((k_block + 1) * "
                                                "128) + ((m_block * 2) + row_1)) * 4096))]\n"));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));

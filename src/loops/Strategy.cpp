@@ -122,6 +122,10 @@ int64_t groupedVectors(int64_t pairs, int64_t choices, int64_t lanes) {
 
 namespace {
 
+// The largest B panel a tile reads from L1 again for every m block (a Xeon's or a Zen 4's L1
+// holds 48 or 32 KiB).
+constexpr int64_t kL1PanelBytes = 32 << 10;
+
 // Of `mr` rows and the sizes down to two thirds of it, the largest that divides `rows`, or `mr`.
 // A leftover tile costs as much to compile as the main one and saves almost nothing at run
 // time: attention at S5 compiles 6x4 tiles with their 2x4 leftover in 39 ms and 4x4 tiles in 33,
@@ -139,7 +143,8 @@ int rowsDividingTile(int mr, int64_t rows) {
 // counts the registers a tile needs beyond its accumulators; a load of the m side costs
 // `rowLoadCost` vector loads.
 void chooseTile(Strategy &s, int64_t rows, int64_t cols, int registers, int maxN,
-                const std::function<int(int, int)> &extra, double rowLoadCost = 1.0) {
+                const std::function<int(int, int)> &extra, double rowLoadCost = 1.0,
+                bool divideRows = true) {
   double best = -1;
   auto perLoad = [&](int64_t mr, int nr) {
     return double(mr * nr) / (rowLoadCost * double(mr) + double(nr));
@@ -158,7 +163,8 @@ void chooseTile(Strategy &s, int64_t rows, int64_t cols, int registers, int maxN
         s.tileN = nr;
       }
     }
-  s.tileM = rowsDividingTile(s.tileM, rows);
+  if (divideRows)
+    s.tileM = rowsDividingTile(s.tileM, rows);
 }
 
 int64_t extentOr1(const NestShape &nest, int dim) { return dim < 0 ? 1 : nest.extents[dim]; }
@@ -186,6 +192,25 @@ bool constantBesidesM(const NestShape &nest, int dimM) {
     if (nest.runtime[d] && int(d) != dimM)
       return false;
   return true;
+}
+
+// An outer tile streams its B panel through L1 once per m block. A panel larger than L1 comes
+// from L2 each time, and the more rows a tile has, the fewer times, so its rows stay as the
+// tile's FMAs per load chose them, with a leftover tile for the rows they do not divide: S7
+// (panels of 256 x 64 floats, 64 KiB) runs 14.9-15.4 ms with 6x4 tiles and their 2x4 leftover
+// against 15.0-16.1 with 4x4 on the 2-core Xeon (six alternating `frank-jit bench` runs, 6x4
+// faster in five), the same on the Zen 4, and compiles in 13-14 ms either way. A panel that fits
+// (attention's, k of 128: 32 KiB) stays in L1, and the rows shrink to a size that divides them: the
+// leftover tile would cost more than it saves (S5 0.98-0.99 ms with 4x4 against 1.02-1.03 with 6x4
+// on the Xeon).
+void divideRowsUnlessPanelStreams(const NestShape &nest, Strategy &s) {
+  if (s.pipeline != Pipeline::ContractionOuter)
+    return;
+  const int64_t panelK = s.blockK ? s.blockK : s.dimK >= 0 ? extentOr1(nest, s.dimK) : 1;
+  const int64_t panelBytes =
+      saturatingMul(panelK, int64_t(s.tileN) * s.lanes * (nest.elemBits / 8));
+  if (panelBytes <= kL1PanelBytes || isRuntime(nest, s.dimK))
+    s.tileM = rowsDividingTile(s.tileM, extentOr1(nest, s.dimM));
 }
 
 // The parallel dim other than `exclude` with the smallest non-zero output stride.
@@ -256,7 +281,8 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   // (on S7, 2x4 beats 6x2 by 13% although 6x2 has more FMAs per load).
   chooseTile(
       s, extentOr1(nest, s.dimM), nest.extents[n] / lanes, target.vectorRegisters, 4,
-      [](int, int nr) { return nr + 1; }, 1.5);
+      [](int, int nr) { return nr + 1; }, 1.5, /*divideRows=*/false);
+  divideRowsUnlessPanelStreams(nest, s);
   // Packing B transposed pays when several m blocks share its panels and k is short, where
   // contraction.dot spends as much on summing its lanes as on the products (S5's Q x K^T, k of
   // 128: 98 against 68 GFLOP/s on one core, as matmul against matmul_transpose_b at 512x128x128).
@@ -865,6 +891,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   }
   if (!config.empty())
     applyOverride(nest, *chosen, config);
+  if (config.blockK && !config.tileM)
+    divideRowsUnlessPanelStreams(nest, *chosen); // with the k block set by hand
   return *chosen;
 }
 
