@@ -21,6 +21,15 @@ namespace {
 
 using namespace loops;
 
+// Software prefetches of rows far apart (a panel's rows of B, 16 KiB apart in S7; keys at decode,
+// 4 KiB apart) ask for one line in this many: the L2's own prefetchers bring the rest of a
+// short row (the other line of its 128-byte pair, the next lines of the page) without taking an
+// L1 fill buffer each, which the tile's loads need. On the 2-core Xeon, S7 took 14.4-15.5 ms
+// prefetching each row's first line against 15.1-15.8 prefetching all 4 and 15.6-16.4 with
+// none; attention at decode (S6) 84.2-86.7 µs with one prefetch per 512-byte key against
+// 92.2-96.8 with 8 and 84.2-85.2 with none (alternating runs, one process each).
+constexpr int64_t kLinesPerPrefetch = 8;
+
 struct TensorStorage {
   int buffer = -1;
   std::vector<Expr> dims;
@@ -1341,13 +1350,12 @@ private:
               binary(OpKind::AndI, hasNext, cmp("slt", mBlock, intConst(panelK / chunkRows)));
           Expr chunk = mul(mBlock, intConst(chunkRows));
           Expr prefetchRow = var(freshName("row"), ElemKind::Index);
-          std::vector<Stmt> prefetches;
-          for (int c = 0; c < s.tileN; ++c) {
-            std::vector<Expr> iv = vars;
-            iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
-            iv[s.dimK] = kAt(next, add(chunk, prefetchRow));
-            prefetches.push_back(prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims)));
-          }
+          // The row's first line: its panel row is at most kLinesPerPrefetch lines.
+          std::vector<Expr> iv = vars;
+          iv[s.dimN] = mul(panel, intConst(panelRow));
+          iv[s.dimK] = kAt(next, add(chunk, prefetchRow));
+          std::vector<Stmt> prefetches = {
+              prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims))};
           prefetchChunk.push_back(ifThen(when, {forLoop(prefetchRow->name, intConst(chunkRows),
                                                         ForKind::Serial, std::move(prefetches))}));
           prefetchChunk.back()->comment =
@@ -1618,7 +1626,7 @@ private:
       name = g.input(i)->name;
       const int lineElems = 64 / std::max(1, elemBits(g.input(i)->type.elem) / 8);
       for (int c = 0; c < s.tileN; ++c)
-        for (int64_t line = 0; line < k; line += lineElems) {
+        for (int64_t line = 0; line < k; line += kLinesPerPrefetch * lineElems) {
           std::vector<Expr> iv = vars;
           iv[s.dimN] =
               add(mul(add(nBlock, intConst(s.prefetchAhead)), intConst(s.tileN)), intConst(c));

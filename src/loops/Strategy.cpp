@@ -297,9 +297,11 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
 
 // dot: B's rows (read along k, one per column n) that are short and far apart, as keys are at
 // decode (512 bytes of a head every 4 KiB), give the hardware prefetcher no stream to follow:
-// each tile then waits on its rows from L3. Prefetching every line of the rows a few n blocks
+// each tile then waits on its rows from L3. Prefetching the rows a few n blocks
 // ahead hides that: attention at decode (S6) on a Zen 3 runs 0.134 ms prefetching 2, 4 or 8
-// blocks ahead, 0.138 ms at 16 and 0.147 ms without (medians of 15 alternating rounds). Long
+// blocks ahead, 0.138 ms at 16 and 0.147 ms without (medians of 15 alternating rounds). The rows'
+// first lines are enough (kLinesPerPrefetch in LowerToLoops.cpp); on the Xeon, every line of
+// them took the L1 fill buffers the tile needs, and S6 ran slower than without. Long
 // rows stream by themselves, and would need a prefetch per line. With more than one m block the
 // rows are read again from cache by the next: attention at prefill over a runtime length (S5
 // partly specialized, Zen 4) runs 1.62-1.63 ms without the prefetches, 1.68-1.76 with them;
