@@ -29,21 +29,21 @@ float ieee(float a, float b, bool least) {
   return (a > b) != least ? a : b;
 }
 
-std::string reduction(const char *op, const char *init) {
+std::string reduction(const char *op, const char *init, const char *type = "f32") {
   return fmt::format(R"(
-    func.func @f(%x: tensor<?x?xf32>) -> tensor<?xf32> {{
+    func.func @f(%x: tensor<?x?x{2}>) -> tensor<?x{2}> {{
       %c0 = arith.constant 0 : index
-      %n = tensor.dim %x, %c0 : tensor<?x?xf32>
-      %init = arith.constant {} : f32
-      %e = tensor.empty(%n) : tensor<?xf32>
-      %f = linalg.fill ins(%init : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
-      %r = linalg.reduce ins(%x : tensor<?x?xf32>) outs(%f : tensor<?xf32>) dimensions = [1] (%in: f32, %acc: f32) {{
-        %v = {} %in, %acc : f32
-        linalg.yield %v : f32
+      %n = tensor.dim %x, %c0 : tensor<?x?x{2}>
+      %init = arith.constant {0} : {2}
+      %e = tensor.empty(%n) : tensor<?x{2}>
+      %f = linalg.fill ins(%init : {2}) outs(%e : tensor<?x{2}>) -> tensor<?x{2}>
+      %r = linalg.reduce ins(%x : tensor<?x?x{2}>) outs(%f : tensor<?x{2}>) dimensions = [1] (%in: {2}, %acc: {2}) {{
+        %v = {1} %in, %acc : {2}
+        linalg.yield %v : {2}
       }}
-      return %r : tensor<?xf32>
+      return %r : tensor<?x{2}>
     }})",
-                     init, op);
+                     init, op, type);
 }
 
 // Rows of `cols` values, each a trap for one way of getting the order wrong.
@@ -113,6 +113,35 @@ INSTANTIATE_TEST_SUITE_P(Rows, MaximumReductionTest,
                            return fmt::format("{}_{}", std::get<0>(info.param) ? "min" : "max",
                                               std::get<1>(info.param));
                          });
+
+// Doubles take 64-bit integers: -0 below +0, negatives reversed, a NaN with its sign bit.
+TEST(MaximumReduction, DoublesMatchIeeeBitForBit) {
+  const int64_t cols = 40;
+  std::vector<std::vector<double>> rows = {std::vector<double>(cols, -0.0),
+                                           std::vector<double>(cols, -2.0),
+                                           std::vector<double>(cols, 1.0)};
+  rows[0][17] = 0.0;
+  rows[1][cols - 1] = -0.5;
+  rows[2][9] = std::bit_cast<double>(0xFFF8000000000001ull);
+  std::vector<double> x;
+  for (const auto &r : rows)
+    x.insert(x.end(), r.begin(), r.end());
+  for (bool least : {false, true}) {
+    SCOPED_TRACE(least ? "min" : "max");
+    Function fn =
+        context()
+            .loadString(reduction(least ? "arith.minimumf" : "arith.maximumf",
+                                  least ? "0x7FF0000000000000" : "0xFFF0000000000000", "f64"),
+                        "reduce.mlir")
+            .function("f");
+    Tensor y = fn({Tensor::borrow(x.data(), DType::F64, {int64_t(rows.size()), cols})})[0];
+    const double want[2][3] = {{0.0, -0.5, 0.0}, {-0.0, -2.0, 0.0}};
+    for (size_t r = 0; r < 2; ++r)
+      EXPECT_EQ(std::bit_cast<uint64_t>(y.as<double>()[r]), std::bit_cast<uint64_t>(want[least][r]))
+          << "row " << r << ": " << y.as<double>()[r];
+    EXPECT_TRUE(std::isnan(y.as<double>()[2]));
+  }
+}
 
 // The vectorized reduction's last step is an integer one: no expansion of `maximum` is left.
 TEST(MaximumReduction, HorizontalStepIsAnIntegerMaximum) {

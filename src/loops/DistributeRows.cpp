@@ -86,6 +86,18 @@ std::vector<size_t> groupStarts(const std::vector<Stmt> &body) {
   return starts;
 }
 
+// The statements of each group of `body`.
+std::vector<std::vector<Stmt>> groupsOf(const std::vector<Stmt> &body,
+                                        const std::vector<size_t> &starts) {
+  std::vector<std::vector<Stmt>> groups;
+  for (size_t g = 0; g < starts.size(); ++g) {
+    const size_t end = g + 1 < starts.size() ? starts[g + 1] : body.size();
+    groups.emplace_back(body.begin() + std::ptrdiff_t(starts[g]),
+                        body.begin() + std::ptrdiff_t(end));
+  }
+  return groups;
+}
+
 // Whether the groups of `loop` pass each row on through temporaries and may run over a block of
 // rows one after the other: a buffer that two groups touch, one writing it, exists, and each such
 // buffer gives every row a part of its own.
@@ -95,10 +107,7 @@ bool chainedByRows(const Program &program, const StmtNode &loop,
   for (size_t buffer = 0; buffer < program.buffers.size(); ++buffer) {
     int touching = 0;
     bool written = false;
-    for (size_t g = 0; g < starts.size(); ++g) {
-      const size_t end = g + 1 < starts.size() ? starts[g + 1] : loop.body.size();
-      std::vector<Stmt> group(loop.body.begin() + std::ptrdiff_t(starts[g]),
-                              loop.body.begin() + std::ptrdiff_t(end));
+    for (const std::vector<Stmt> &group : groupsOf(loop.body, starts)) {
       std::vector<BufferAccess> accesses = accessesOf(group, int(buffer));
       touching += !accesses.empty();
       written |= std::any_of(accesses.begin(), accesses.end(),
@@ -140,13 +149,9 @@ void distribute(Program &program, StmtNode &loop, const std::vector<size_t> &sta
   const Expr row = add(mul(var(blockName, ElemKind::Index), intConst(kRowsPerBlock)),
                        var(loop.name, ElemKind::Index));
   std::vector<Stmt> groups;
-  for (size_t g = 0; g < starts.size(); ++g) {
-    const size_t end = g + 1 < starts.size() ? starts[g + 1] : loop.body.size();
-    std::vector<Stmt> group(loop.body.begin() + std::ptrdiff_t(starts[g]),
-                            loop.body.begin() + std::ptrdiff_t(end));
+  for (const std::vector<Stmt> &group : groupsOf(loop.body, starts))
     groups.push_back(forLoop(loop.name, intConst(kRowsPerBlock), ForKind::Serial,
                              substitute(group, loop.name, row)));
-  }
   loop.value = intConst(*asConstant(loop.value) / kRowsPerBlock);
   loop.name = blockName;
   loop.body = std::move(groups);

@@ -29,6 +29,8 @@ using namespace loops;
 // none; attention at decode (S6) 84.2-86.7 µs with one prefetch per 512-byte key against
 // 92.2-96.8 with 8 and 84.2-85.2 with none (alternating runs, one process each).
 constexpr int64_t kLinesPerPrefetch = 8;
+// Elements of `elem` in a 64-byte cache line.
+int64_t lineElemsOf(ElemKind elem) { return 64 / std::max(1, elemBits(elem) / 8); }
 
 struct TensorStorage {
   int buffer = -1;
@@ -1624,7 +1626,7 @@ private:
         continue;
       const TensorStorage &t = storageOf(g.input(i));
       name = g.input(i)->name;
-      const int lineElems = 64 / std::max(1, elemBits(g.input(i)->type.elem) / 8);
+      const int64_t lineElems = lineElemsOf(g.input(i)->type.elem);
       for (int c = 0; c < s.tileN; ++c)
         for (int64_t line = 0; line < k; line += kLinesPerPrefetch * lineElems) {
           std::vector<Expr> iv = vars;
@@ -2059,7 +2061,7 @@ private:
     const NestShape::Gather gathered = *gatherOf(g);
     const int64_t strideM = gathered.strides[s.dimM], strideK = gathered.strides[s.dimK];
     const int weights = storageOf(extract->operands[0]).buffer;
-    const int64_t lineElems = 64 / (elemBits(elem) / 8);
+    const int64_t lineElems = lineElemsOf(elem);
     Expr mBlock = var(freshName("m_block"), ElemKind::Index);
     Expr rankBlock = var(freshName("rank_block"), ElemKind::Index);
     auto prefetchNextRows = [&](int tileRows, const Expr &firstRow, std::vector<Stmt> &step) {
