@@ -1,7 +1,7 @@
 // contract-temporaries: which temporaries keep one row per loop (golden tests on hand-built
 // loop IR, no JIT), and, compiled, that a contracted program computes what the original did.
 #include "loops/ContractTemporaries.h"
-#include "Engine.h"
+#include "LoopProgramSupport.h"
 #include "TestSupport.h"
 
 #include <gmock/gmock.h>
@@ -122,15 +122,6 @@ TEST(ContractTemporaries, TemporariesSharedAcrossIterationsStay) {
   }
 }
 
-std::vector<float> run(const Program &p, const std::vector<float> &x) {
-  jit::EntryFn kernel = jit::Engine::instance().compile(p, {});
-  std::vector<float> workspace(kSize + kP * kR, 0.0f), y(kSize, -1.0f);
-  void *buffers[] = {const_cast<float *>(x.data()), y.data()};
-  int64_t status[3] = {0, 0, 0};
-  kernel(buffers, nullptr, nullptr, workspace.data(), status);
-  return y;
-}
-
 TEST(ContractTemporaries, ContractedProgramComputesTheSame) {
   std::vector<float> x(kSize);
   for (int64_t i = 0; i < kSize; ++i)
@@ -138,16 +129,9 @@ TEST(ContractTemporaries, ContractedProgramComputesTheSame) {
   Program contracted = rowChain();
   contracted.name = "row_chain_contracted";
   ASSERT_EQ(contractTemporaries(contracted), 2);
-  std::vector<float> y = run(contracted, x);
+  std::vector<float> y = runLoopProgram(contracted, x, kSize, kSize + kP * kR);
   // The oracle: y[p, r, :] = 2 x[p, r, :] - max(2 x[p, r, :]).
-  for (int64_t row = 0; row < kP * kR; ++row) {
-    float most = -std::numeric_limits<float>::infinity();
-    for (int64_t col = 0; col < kC; ++col)
-      most = std::max(most, 2.0f * x[size_t(row * kC + col)]);
-    for (int64_t col = 0; col < kC; ++col)
-      EXPECT_EQ(y[size_t(row * kC + col)], 2.0f * x[size_t(row * kC + col)] - most)
-          << row << " " << col;
-  }
+  expectTwiceMinusRowMax(x, y, kC);
 }
 
 } // namespace

@@ -2,7 +2,7 @@
 // on hand-built loop IR, no JIT), and, compiled, that a distributed program computes what the
 // original did.
 #include "loops/DistributeRows.h"
-#include "Engine.h"
+#include "LoopProgramSupport.h"
 #include "TestSupport.h"
 #include "loops/ContractTemporaries.h"
 
@@ -135,15 +135,6 @@ TEST(DistributeRows, LoopsThatAreNotIndependentShortRowsStay) {
   }
 }
 
-std::vector<float> run(const Program &p, const std::vector<float> &x) {
-  jit::EntryFn kernel = jit::Engine::instance().compile(p, {});
-  std::vector<float> workspace(kSize + kP * kR, 0.0f), y(kSize, -1.0f);
-  void *buffers[] = {const_cast<float *>(x.data()), y.data()};
-  int64_t status[3] = {0, 0, 0};
-  kernel(buffers, nullptr, nullptr, workspace.data(), status);
-  return y;
-}
-
 TEST(DistributeRows, DistributedProgramComputesTheSame) {
   std::vector<float> x(kSize);
   for (int64_t i = 0; i < kSize; ++i)
@@ -152,16 +143,9 @@ TEST(DistributeRows, DistributedProgramComputesTheSame) {
   distributed.name = "row_chain_distributed";
   ASSERT_EQ(distributeRows(distributed), 1);
   ASSERT_EQ(contractTemporaries(distributed), 2);
-  std::vector<float> y = run(distributed, x);
+  std::vector<float> y = runLoopProgram(distributed, x, kSize, kSize + kP * kR);
   // The oracle: y[p, r, :] = 2 x[p, r, :] - max(2 x[p, r, :]).
-  for (int64_t row = 0; row < kP * kR; ++row) {
-    float most = -std::numeric_limits<float>::infinity();
-    for (int64_t col = 0; col < kC; ++col)
-      most = std::max(most, 2.0f * x[size_t(row * kC + col)]);
-    for (int64_t col = 0; col < kC; ++col)
-      EXPECT_EQ(y[size_t(row * kC + col)], 2.0f * x[size_t(row * kC + col)] - most)
-          << row << " " << col;
-  }
+  expectTwiceMinusRowMax(x, y, kC);
 }
 
 } // namespace

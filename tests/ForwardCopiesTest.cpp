@@ -2,7 +2,7 @@
 // hand-built loop IR, no JIT), and, compiled, that the forwarded programs compute what the copies
 // did, element for element.
 #include "loops/ForwardCopies.h"
-#include "Engine.h"
+#include "LoopProgramSupport.h"
 #include "TestSupport.h"
 
 #include <gmock/gmock.h>
@@ -163,15 +163,6 @@ TEST(ForwardCopies, CopiesThatCannotBeForwardedStay) {
   }
 }
 
-std::vector<float> run(const Program &p, const std::vector<float> &x) {
-  jit::EntryFn kernel = jit::Engine::instance().compile(p, {});
-  std::vector<float> workspace(kSize, -1.0f), y(kSize, -1.0f);
-  void *buffers[] = {const_cast<float *>(x.data()), y.data()};
-  int64_t status[3] = {0, 0, 0};
-  kernel(buffers, nullptr, nullptr, workspace.data(), status);
-  return y;
-}
-
 // Compiled, with an oracle of the permutation: y[g * S + s, d] = 2 * x[s, g, d], and
 // y[s, g, d] = x[g * S + s, d] + 1.
 TEST(ForwardCopies, ForwardedProgramsComputeWhatTheCopiesDid) {
@@ -181,7 +172,8 @@ TEST(ForwardCopies, ForwardedProgramsComputeWhatTheCopiesDid) {
   Program reads = readsThroughCopy(), writes = writesThroughCopy();
   ASSERT_EQ(forwardCopies(reads), 1);
   ASSERT_EQ(forwardCopies(writes), 1);
-  std::vector<float> yReads = run(reads, x), yWrites = run(writes, x);
+  std::vector<float> yReads = runLoopProgram(reads, x, kSize, kSize, -1.0f),
+                     yWrites = runLoopProgram(writes, x, kSize, kSize, -1.0f);
   for (int64_t g = 0; g < kG; ++g)
     for (int64_t s = 0; s < kS; ++s)
       for (int64_t d = 0; d < kD; ++d) {
