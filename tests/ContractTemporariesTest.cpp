@@ -19,9 +19,6 @@ using namespace frank::loops;
 constexpr int64_t kP = 2, kR = 4, kC = 16, kSize = kP * kR * kC;
 enum Buf { X, Y, S, M };
 
-Expr v(const char *name) { return var(name, ElemKind::Index); }
-Expr f(const char *name) { return var(name, ElemKind::F32); }
-Expr c(int64_t value) { return intConst(value); }
 Expr element(const char *column) {
   return add(add(mul(v("p"), c(kR * kC)), mul(v("r"), c(kC))), v(column));
 }

@@ -21,9 +21,6 @@ using namespace frank::loops;
 constexpr int64_t kP = 2, kR = 8, kC = 16, kSize = kP * kR * kC;
 enum Buf { X, Y, S, M };
 
-Expr v(const char *name) { return var(name, ElemKind::Index); }
-Expr f(const char *name) { return var(name, ElemKind::F32); }
-Expr c(int64_t value) { return intConst(value); }
 // Element `column` of row r of part p, for parts of `rows` rows.
 Expr element(const char *column, int64_t rows = kR) {
   return add(add(mul(v("p"), c(rows * kC)), mul(v("r"), c(kC))), v(column));

@@ -18,8 +18,6 @@ using namespace frank::loops;
 constexpr int64_t kS = 4, kG = 2, kD = 8, kSize = kS * kG * kD;
 enum Buf { X, T, Y };
 
-Expr v(const char *name) { return var(name, ElemKind::Index); }
-Expr c(int64_t value) { return intConst(value); }
 Expr sum(std::vector<Expr> terms) {
   Expr s = c(0);
   for (Expr &t : terms)

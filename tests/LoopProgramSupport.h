@@ -12,6 +12,11 @@
 
 namespace frank::test {
 
+/// Short constructors for hand-built loop IR: an index variable, an f32 variable, an index.
+inline loops::Expr v(const char *name) { return loops::var(name, ElemKind::Index); }
+inline loops::Expr f(const char *name) { return loops::var(name, ElemKind::F32); }
+inline loops::Expr c(int64_t value) { return loops::intConst(value); }
+
 /// Compiles `program` (one input, one output) and runs it on `x` with a workspace of
 /// `workspaceElems` floats filled with `workspaceFill`; returns its output of `outputElems`
 /// floats, -1 where it writes nothing.
