@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <regex>
 #include <string>
 
@@ -250,6 +252,49 @@ TEST(Codegen, PermutePicksLanesByIndexWithAndWithoutVpermps) {
         for (int i = 0; i < lanes; ++i)
           EXPECT_EQ(f32 ? double(outf[i]) : out[i], 10.0 + index[i]) << "lane " << i;
       }
+}
+
+// transposeInRegisters: L rows of L lanes (L of 2 to 16, f32 and f64) come out as the columns,
+// bit for bit, through log2(L) rounds of L two-vector shuffles; the shuffles print with their
+// lanes.
+TEST(Codegen, ShufflesTransposeASquareInRegisters) {
+  for (ElemKind elem : {ElemKind::F32, ElemKind::F64})
+    for (int lanes : {2, 4, 8, 16}) {
+      SCOPED_TRACE(fmt::format("{} x {}", elemName(elem), lanes));
+      using namespace loops;
+      Program program;
+      program.name = fmt::format("transpose_{}_{}", elemName(elem), lanes);
+      program.buffers = {{"m", elem, BufferRole::Input, 0, intConst(lanes * lanes), nullptr},
+                         {"t", elem, BufferRole::Output, 0, intConst(lanes * lanes), nullptr}};
+      program.workspaceBytes = intConst(0);
+      std::vector<Expr> rows;
+      for (int j = 0; j < lanes; ++j)
+        rows.push_back(load(0, intConst(j * lanes), elem, lanes));
+      int names = 0;
+      rows = transposeInRegisters(rows, program.body,
+                                  [&] { return fmt::format("swapped_{}", names++); });
+      EXPECT_EQ(names, lanes * std::countr_zero(unsigned(lanes)));
+      for (int i = 0; i < lanes; ++i)
+        program.body.push_back(store(1, intConst(i * lanes), rows[size_t(i)]));
+      if (lanes == 4) {
+        EXPECT_THAT(print(program), testing::HasSubstr("shuffle(m[0 : 4], m[8 : 4], [0 1 4 5])"))
+            << print(program);
+      }
+      jit::EntryFn kernel = jit::Engine::instance().compile(program, {});
+      std::vector<double> m(size_t(lanes * lanes)), t(m.size(), -1);
+      std::vector<float> mf(m.size()), tf(m.size(), -1);
+      for (size_t i = 0; i < m.size(); ++i)
+        m[i] = mf[i] = float(i) + 0.25f;
+      const bool f32 = elem == ElemKind::F32;
+      void *buffers[] = {f32 ? (void *)mf.data() : m.data(), f32 ? (void *)tf.data() : t.data()};
+      int64_t status[3] = {0, 0, 0};
+      kernel(buffers, nullptr, nullptr, nullptr, status);
+      for (int i = 0; i < lanes; ++i)
+        for (int j = 0; j < lanes; ++j)
+          EXPECT_EQ(f32 ? double(tf[size_t(i * lanes + j)]) : t[size_t(i * lanes + j)],
+                    m[size_t(j * lanes + i)])
+              << i << ", " << j;
+    }
 }
 
 // swiglu's u * (1 / (1 + exp(-u))), the reciprocal used once, becomes u / (1 + exp(-u)) in a

@@ -115,6 +115,22 @@ TEST(ShareBodies, LeavesAloneWhatCodegenCannotShareCheaply) {
   };
   p.body = {manyOffsets("i", 0, 2, 0), manyOffsets("k", 1, 3, 100)};
   unchanged(p);
+  // Shuffles of other lanes: another body, though all else differs only in constants.
+  auto shuffledRows = [](const std::string &i, int in, int out, int64_t columns,
+                         std::vector<int> picks) {
+    Expr row = mul(var(i, ElemKind::Index), intConst(columns));
+    Stmt loop = forLoop(
+        i, intConst(kRows), ForKind::Parallel,
+        {store(out, row,
+               shuffle(load(in, row, ElemKind::F32, 4),
+                       load(in, add(row, intConst(4)), ElemKind::F32, 4), std::move(picks)))});
+    loop->bound = intConst(kRows / 4);
+    return loop;
+  };
+  p.body = {shuffledRows("i", 0, 2, 8, {0, 4, 1, 5}), shuffledRows("k", 1, 3, 12, {0, 4, 1, 5})};
+  EXPECT_EQ(shareBodies(p), 2); // the same lanes: one body
+  p.body = {shuffledRows("i", 0, 2, 8, {0, 4, 1, 5}), shuffledRows("k", 1, 3, 12, {2, 6, 3, 7})};
+  unchanged(p);
 }
 
 // Loops nested in serial loops or ifs share as well, each with its lets in its own block.

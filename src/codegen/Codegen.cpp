@@ -434,6 +434,8 @@ private:
         setFlags(inst, true);
       return sum;
     }
+    case ExprKind::Shuffle:
+      return b_.CreateShuffleVector(emitExpr(e->args[0]), emitExpr(e->args[1]), e->picks);
     case ExprKind::Permute: {
       llvm::Value *v = emitExpr(e->args[0]);
       llvm::Value *indices = emitExpr(e->args[1]);

@@ -134,6 +134,42 @@ Expr permute(Expr vector, Expr indices) {
   n.args = {std::move(vector), std::move(indices)};
   return make(n);
 }
+Expr shuffle(Expr a, Expr b, std::vector<int> picks) {
+  if (a->type != b->type || a->lanes != b->lanes || a->lanes == 1 || picks.empty() ||
+      std::any_of(picks.begin(), picks.end(), [&](int p) { return p < 0 || p >= 2 * a->lanes; }))
+    internalError("shuffle of vectors of different types, or by lanes they do not have");
+  ExprNode n{ExprKind::Shuffle, a->type};
+  n.lanes = static_cast<int>(picks.size());
+  n.args = {std::move(a), std::move(b)};
+  n.picks = std::move(picks);
+  return make(n);
+}
+std::vector<Expr> transposeInRegisters(std::vector<Expr> rows, std::vector<Stmt> &body,
+                                       const std::function<std::string()> &freshName) {
+  const int lanes = static_cast<int>(rows.size());
+  if (lanes < 2 || (lanes & (lanes - 1)) != 0 ||
+      std::any_of(rows.begin(), rows.end(), [&](const Expr &r) { return r->lanes != lanes; }))
+    internalError("a transpose in registers of rows that are not a square of a power of two");
+  for (int d = lanes / 2; d >= 1; d /= 2) {
+    std::vector<int> low, high; // rows j and j + d after the round
+    for (int i = 0; i < lanes; ++i) {
+      const bool upper = (i & d) != 0;
+      low.push_back(upper ? lanes + i - d : i);
+      high.push_back(upper ? lanes + i : i + d);
+    }
+    for (int j = 0; j < lanes; ++j) {
+      if (j & d)
+        continue;
+      Expr a = rows[size_t(j)], b = rows[size_t(j + d)];
+      for (auto [slot, picks] : {std::pair{j, &low}, std::pair{j + d, &high}}) {
+        std::string name = freshName();
+        body.push_back(let(name, shuffle(a, b, *picks)));
+        rows[size_t(slot)] = var(name, a->type, lanes);
+      }
+    }
+  }
+  return rows;
+}
 std::string typeName(ElemKind type, int lanes) {
   return lanes == 1 ? std::string(elemName(type)) : fmt::format("{}x{}", elemName(type), lanes);
 }
@@ -450,6 +486,9 @@ std::string print(const Expr &e, const Program *program) {
   }
   case ExprKind::Permute:
     return fmt::format("permute({}, {})", print(e->args[0], program), print(e->args[1], program));
+  case ExprKind::Shuffle:
+    return fmt::format("shuffle({}, {}, [{}])", print(e->args[0], program),
+                       print(e->args[1], program), fmt::join(e->picks, " "));
   }
   return "?";
 }

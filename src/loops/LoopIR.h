@@ -26,8 +26,9 @@
 //   take the lanes of their operands, and a scalar operand mixed with a vector is broadcast
 //   (`Broadcast`, inserted by the constructors). `ReduceAdd` sums the lanes of a vector in any
 //   order, or of N vectors into the N lanes of one. `Permute` picks a vector's lanes by an
-//   index vector. Vectors are written by strategies that block
-//   for registers; everything else is scalar code that LLVM's vectorizer widens.
+//   index vector, `Shuffle` two vectors' lanes by constant positions. Vectors are written by
+//   strategies that block for registers; everything else is scalar code that LLVM's vectorizer
+//   widens.
 #pragma once
 
 #include "ir/IR.h"
@@ -53,7 +54,8 @@ enum class ExprKind : uint8_t {
   Load,
   Broadcast,
   ReduceAdd,
-  Permute
+  Permute,
+  Shuffle
 };
 
 struct ExprNode;
@@ -70,6 +72,7 @@ struct ExprNode {
   OpKind op = OpKind::AddI; // Unary, Binary, Cast
   bool reassoc = false;
   std::vector<Expr> args; // operands; Load: {index}
+  std::vector<int> picks; // Shuffle: the lanes of its two operands, one per result lane
 };
 
 Expr intConst(int64_t v, ElemKind type = ElemKind::Index);
@@ -95,6 +98,9 @@ Expr reduceAdd(std::vector<Expr> vectors);
 /// each in [0, lanes): the lowering checks them), as one variable permute where the target has
 /// it (AVX2's vpermps).
 Expr permute(Expr vector, Expr indices);
+/// Lane i of the result is lane picks[i] of `a` followed by `b` (two vectors of one type): the
+/// constant shuffles of a transpose in registers.
+Expr shuffle(Expr a, Expr b, std::vector<int> picks);
 /// A type as the loop IR prints it: f32, or f32x8 for a vector.
 std::string typeName(ElemKind type, int lanes);
 
@@ -193,6 +199,15 @@ std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer);
 /// vector lanes) within [0, S), and the same outer part for all accesses, each of its terms a
 /// multiple of S times the loop's extent that steps past the rows and the smaller outer terms.
 bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int64_t &rowStride);
+
+/// The transpose of the square matrix whose rows are `rows` (L vectors of L lanes, L a power of
+/// two), as L vectors bound by lets (named by `freshName`) appended to `body`: log2(L) rounds,
+/// the one of distance d swapping the off-diagonal d x d blocks of every 2d x 2d block (rows j
+/// and j + d exchange their lanes with bit d set and clear), each shuffle of two vectors one
+/// instruction (vpermt2ps). 16 x 16 floats take 64 shuffles where element by element they take
+/// 256 stores, each with its extract.
+std::vector<Expr> transposeInRegisters(std::vector<Expr> rows, std::vector<Stmt> &body,
+                                       const std::function<std::string()> &freshName);
 
 /// `e` with variable `from` replaced by `to` (another variable, a constant, an index expression);
 /// index sums and products fold again (0 * 32 + x is x).

@@ -1319,7 +1319,35 @@ private:
         return add(add(panelAt(kb), mul(r, intConst(panelRow))), column);
       };
       Expr firstK = interleaved ? intConst(0) : kBlock;
-      if (s.packTransposed) {
+      if (s.packTransposed && lanes >= 4 && panelRow % lanes == 0 && panelK % lanes == 0) {
+        // Square blocks of lanes x lanes: `lanes` columns of the panel read along k as vectors,
+        // transposed in registers (transposeInRegisters, LoopIR.h), stored as `lanes` rows of the
+        // panel.
+        Expr columnBlock = var(freshName("column_block"), ElemKind::Index);
+        Expr rowBlock = var(freshName("row_block"), ElemKind::Index);
+        std::vector<Stmt> body;
+        std::vector<Expr> columns;
+        for (int j = 0; j < lanes; ++j) {
+          std::vector<Expr> iv = vars;
+          iv[s.dimN] = add(mul(panel, intConst(panelRow)),
+                           add(mul(columnBlock, intConst(lanes)), intConst(j)));
+          iv[s.dimK] = kAt(firstK, mul(rowBlock, intConst(lanes)));
+          std::string name = freshName("column");
+          body.push_back(
+              let(name, load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
+          columns.push_back(var(name, elem, lanes));
+        }
+        std::vector<Expr> rows =
+            transposeInRegisters(columns, body, [&] { return freshName("swapped"); });
+        for (int i = 0; i < lanes; ++i)
+          body.push_back(store(packed,
+                               packedAt(firstK, add(mul(rowBlock, intConst(lanes)), intConst(i)),
+                                        mul(columnBlock, intConst(lanes))),
+                               rows[size_t(i)]));
+        pack = forLoop(
+            columnBlock->name, intConst(panelRow / lanes), ForKind::Serial,
+            {forLoop(rowBlock->name, intConst(panelK / lanes), ForKind::Serial, std::move(body))});
+      } else if (s.packTransposed) {
         // Column after column of the panel, each read contiguously along k.
         Expr column = var(freshName("column"), ElemKind::Index);
         std::vector<Expr> iv = vars;

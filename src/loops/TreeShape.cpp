@@ -87,6 +87,8 @@ Expr TreeWalk::expr(const Expr &e, bool vectorizedExtent) {
     buffer(static_cast<int>(e->intValue));
   else
     write('v', e->intValue, e->floatValue, std::string_view(e->name));
+  for (int pick : e->picks)
+    write('p', pick);
   std::vector<Expr> args;
   bool changed = false;
   for (const Expr &a : e->args) {
