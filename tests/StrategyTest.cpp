@@ -501,10 +501,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                          wide ? ": contraction.outer m=d1 n=d2 k=d3 tile=4x4 lanes=16 pack=#1^T\n"
                               : ": contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8 pack=#1^T\n"));
   EXPECT_THAT(loops, testing::HasSubstr("panel of '%key_collapsed', transposed\n"));
-  // Transposed in square blocks of a vector's lanes, in registers: log2(lanes) rounds of lanes
-  // shuffles each.
-  EXPECT_THAT(loops, testing::HasSubstr("for column_block in 0..4 {\n"));
-  EXPECT_EQ(count(loops, "shuffle("), wide ? 16 * 4 : 8 * 3) << loops;
+  // Transposed in registers, in square blocks of 8: 3 rounds of 8 shuffles.
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("for column_block in 0..{} {{\n", wide ? 8 : 4)));
+  EXPECT_EQ(count(loops, "shuffle("), 8 * 3) << loops;
   EXPECT_THAT(loops, testing::HasSubstr(": contraction.outer m=d1 n=d2 k=d3 tile="));
   EXPECT_THAT(loops, testing::HasSubstr(" pack=#1\n"));
   // At decode, four query rows per KV head share too little: Q K^T stays contraction.dot.

@@ -204,8 +204,8 @@ bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int
 /// two), as L vectors bound by lets (named by `freshName`) appended to `body`: log2(L) rounds,
 /// the one of distance d swapping the off-diagonal d x d blocks of every 2d x 2d block (rows j
 /// and j + d exchange their lanes with bit d set and clear), each shuffle of two vectors one
-/// instruction (vpermt2ps). 16 x 16 floats take 64 shuffles where element by element they take
-/// 256 stores, each with its extract.
+/// instruction (vpermt2ps). 8 x 8 floats take 24 shuffles where element by element they take
+/// 64 stores, each with its extract.
 std::vector<Expr> transposeInRegisters(std::vector<Expr> rows, std::vector<Stmt> &body,
                                        const std::function<std::string()> &freshName);
 

@@ -29,6 +29,14 @@ using namespace loops;
 // none; attention at decode (S6) 84.2-86.7 µs with one prefetch per 512-byte key against
 // 92.2-96.8 with 8 and 84.2-85.2 with none (alternating runs, one process each).
 constexpr int64_t kLinesPerPrefetch = 8;
+// A transposing pack moves square blocks of at most this many lanes through registers. S5's pack
+// of K took 13% of its nest element by element (a scalar store and an extract each); 8 x 8
+// blocks took S5 to 757-801 µs against 803-843 (alternating one-process runs, the Xeon), and
+// 16 x 16 blocks ran as fast, but their 64 shuffles took 10 ms of machine code to compile where
+// 8 x 8 blocks' 24 took 6 (element by element: 4): the causal prefill compiled in 27.5-27.9 ms,
+// 22.7-22.9 and 17.9-18.2.
+constexpr int kTransposeSide = 8;
+
 // Elements of `elem` in a 64-byte cache line.
 int64_t lineElemsOf(ElemKind elem) { return 64 / std::max(1, elemBits(elem) / 8); }
 
@@ -1319,34 +1327,35 @@ private:
         return add(add(panelAt(kb), mul(r, intConst(panelRow))), column);
       };
       Expr firstK = interleaved ? intConst(0) : kBlock;
-      if (s.packTransposed && lanes >= 4 && panelRow % lanes == 0 && panelK % lanes == 0) {
-        // Square blocks of lanes x lanes: `lanes` columns of the panel read along k as vectors,
-        // transposed in registers (transposeInRegisters, LoopIR.h), stored as `lanes` rows of the
+      const int side = std::min(lanes, kTransposeSide);
+      if (s.packTransposed && side >= 4 && panelRow % side == 0 && panelK % side == 0) {
+        // Square blocks of side x side: `side` columns of the panel read along k as vectors,
+        // transposed in registers (transposeInRegisters, LoopIR.h), stored as `side` rows of the
         // panel.
         Expr columnBlock = var(freshName("column_block"), ElemKind::Index);
         Expr rowBlock = var(freshName("row_block"), ElemKind::Index);
         std::vector<Stmt> body;
         std::vector<Expr> columns;
-        for (int j = 0; j < lanes; ++j) {
+        for (int j = 0; j < side; ++j) {
           std::vector<Expr> iv = vars;
           iv[s.dimN] = add(mul(panel, intConst(panelRow)),
-                           add(mul(columnBlock, intConst(lanes)), intConst(j)));
-          iv[s.dimK] = kAt(firstK, mul(rowBlock, intConst(lanes)));
+                           add(mul(columnBlock, intConst(side)), intConst(j)));
+          iv[s.dimK] = kAt(firstK, mul(rowBlock, intConst(side)));
           std::string name = freshName("column");
           body.push_back(
-              let(name, load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
-          columns.push_back(var(name, elem, lanes));
+              let(name, load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, side)));
+          columns.push_back(var(name, elem, side));
         }
         std::vector<Expr> rows =
             transposeInRegisters(columns, body, [&] { return freshName("swapped"); });
-        for (int i = 0; i < lanes; ++i)
+        for (int i = 0; i < side; ++i)
           body.push_back(store(packed,
-                               packedAt(firstK, add(mul(rowBlock, intConst(lanes)), intConst(i)),
-                                        mul(columnBlock, intConst(lanes))),
+                               packedAt(firstK, add(mul(rowBlock, intConst(side)), intConst(i)),
+                                        mul(columnBlock, intConst(side))),
                                rows[size_t(i)]));
         pack = forLoop(
-            columnBlock->name, intConst(panelRow / lanes), ForKind::Serial,
-            {forLoop(rowBlock->name, intConst(panelK / lanes), ForKind::Serial, std::move(body))});
+            columnBlock->name, intConst(panelRow / side), ForKind::Serial,
+            {forLoop(rowBlock->name, intConst(panelK / side), ForKind::Serial, std::move(body))});
       } else if (s.packTransposed) {
         // Column after column of the panel, each read contiguously along k.
         Expr column = var(freshName("column"), ElemKind::Index);
