@@ -35,29 +35,9 @@ struct Indices {
 };
 
 Program rowChain(const Indices &at = {}, ForKind rows = ForKind::Serial) {
-  Program p;
-  p.name = "row_chain";
-  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, c(kSize), nullptr},
-               {"y", ElemKind::F32, BufferRole::Output, 0, c(kSize), nullptr},
-               {"s", ElemKind::F32, BufferRole::Temp, 0, c(kSize), c(0)},
-               {"m", ElemKind::F32, BufferRole::Temp, 0, c(kP * kR), c(kSize * 4)}};
-  p.workspaceBytes = c((kSize + kP * kR) * 4);
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<Stmt> row = {
-      forLoop("c", c(kC), ForKind::Vectorize,
-              {store(S, at.scaledWrite("c"),
-                     binary(OpKind::MulF, load(X, element("c"), ElemKind::F32),
-                            floatConst(2, ElemKind::F32)))}),
-      store(M, rowOf(), floatConst(-inf, ElemKind::F32)),
-      local("acc", load(M, rowOf(), ElemKind::F32)),
-      forLoop("k", c(kC), ForKind::Vectorize,
-              {assign("acc", binary(OpKind::MaximumF, f("acc"),
-                                    load(S, at.scaledRead("k"), ElemKind::F32)))}),
-      store(M, rowOf(), f("acc")),
-      forLoop("j", c(kC), ForKind::Vectorize,
-              {store(Y, element("j"),
-                     binary(OpKind::SubF, load(S, at.scaledRead("j"), ElemKind::F32),
-                            load(M, at.maxRead(), ElemKind::F32)))})};
+  Program p = rowChainBuffers(kSize, kP * kR);
+  std::vector<Stmt> row =
+      rowChainStatements({element, at.scaledWrite, at.scaledRead, rowOf, at.maxRead}, kC);
   p.body = {forLoop("p", c(kP), ForKind::Parallel, {forLoop("r", c(kR), rows, std::move(row))})};
   p.body[0]->bound = c(1);
   p.body[0]->body[0]->bound = c(1); // printed for a parallel loop of rows

@@ -30,33 +30,12 @@ Expr rowOf(int64_t rows = kR) { return add(mul(v("p"), c(rows)), v("r")); }
 // The row's statements: scale, start the maximum, reduce into it, subtract it.
 std::vector<Stmt> softmaxLikeRow(
     const std::function<Expr()> &maxRead = [] { return rowOf(); }, int64_t rows = kR) {
-  auto element = [&](const char *column) { return test::element(column, rows); };
-  auto rowOf = [&] { return test::rowOf(rows); };
-  const double inf = std::numeric_limits<double>::infinity();
-  return {forLoop("c", c(kC), ForKind::Vectorize,
-                  {store(S, element("c"),
-                         binary(OpKind::MulF, load(X, element("c"), ElemKind::F32),
-                                floatConst(2, ElemKind::F32)))}),
-          store(M, rowOf(), floatConst(-inf, ElemKind::F32)),
-          local("acc", load(M, rowOf(), ElemKind::F32)),
-          forLoop("k", c(kC), ForKind::Vectorize,
-                  {assign("acc", binary(OpKind::MaximumF, f("acc"),
-                                        load(S, element("k"), ElemKind::F32)))}),
-          store(M, rowOf(), f("acc")),
-          forLoop("j", c(kC), ForKind::Vectorize,
-                  {store(Y, element("j"),
-                         binary(OpKind::SubF, load(S, element("j"), ElemKind::F32),
-                                load(M, maxRead(), ElemKind::F32)))})};
+  auto inRow = [rows](const char *column) { return element(column, rows); };
+  return rowChainStatements({inRow, inRow, inRow, [rows] { return rowOf(rows); }, maxRead}, kC);
 }
 
 Program rowProgram(std::vector<Stmt> row, ForKind rows = ForKind::Serial, int64_t extent = kR) {
-  Program p;
-  p.name = "row_chain";
-  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, c(kSize), nullptr},
-               {"y", ElemKind::F32, BufferRole::Output, 0, c(kSize), nullptr},
-               {"s", ElemKind::F32, BufferRole::Temp, 0, c(kSize), c(0)},
-               {"m", ElemKind::F32, BufferRole::Temp, 0, c(kP * kR), c(kSize * 4)}};
-  p.workspaceBytes = c((kSize + kP * kR) * 4);
+  Program p = rowChainBuffers(kSize, kP * kR);
   p.body = {
       forLoop("p", c(kP), ForKind::Parallel, {forLoop("r", c(extent), rows, std::move(row))})};
   p.body[0]->bound = c(1);

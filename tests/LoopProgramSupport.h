@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,51 @@ namespace frank::test {
 inline loops::Expr v(const char *name) { return loops::var(name, ElemKind::Index); }
 inline loops::Expr f(const char *name) { return loops::var(name, ElemKind::F32); }
 inline loops::Expr c(int64_t value) { return loops::intConst(value); }
+
+/// The row chain's program without a body: input x and output y of `size` floats, temporaries
+/// s (`size`) and m (`rows`, one per row) in a workspace of both.
+inline loops::Program rowChainBuffers(int64_t size, int64_t rows) {
+  using namespace loops;
+  Program p;
+  p.name = "row_chain";
+  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, c(size), nullptr},
+               {"y", ElemKind::F32, BufferRole::Output, 0, c(size), nullptr},
+               {"s", ElemKind::F32, BufferRole::Temp, 0, c(size), c(0)},
+               {"m", ElemKind::F32, BufferRole::Temp, 0, c(rows), c(size * 4)}};
+  p.workspaceBytes = c((size + rows) * 4);
+  return p;
+}
+
+/// Where the row chain's statements read and write, for row r of part p (the loops around them).
+struct RowChainIndices {
+  std::function<loops::Expr(const char *column)> element;     // x and y
+  std::function<loops::Expr(const char *column)> scaledWrite; // s in the scaling
+  std::function<loops::Expr(const char *column)> scaledRead;  // s in the max and the output
+  std::function<loops::Expr()> row;                           // m in the max
+  std::function<loops::Expr()> maxRead;                       // m in the output
+};
+
+/// One row of the chain over `cols` columns (buffers as rowChainBuffers makes them): s = 2 x,
+/// m = -inf, m = max(m, s) through a local, y = s - m.
+inline std::vector<loops::Stmt> rowChainStatements(const RowChainIndices &at, int64_t cols) {
+  using namespace loops;
+  enum { X, Y, S, M };
+  const double inf = std::numeric_limits<double>::infinity();
+  return {forLoop("c", c(cols), ForKind::Vectorize,
+                  {store(S, at.scaledWrite("c"),
+                         binary(OpKind::MulF, load(X, at.element("c"), ElemKind::F32),
+                                floatConst(2, ElemKind::F32)))}),
+          store(M, at.row(), floatConst(-inf, ElemKind::F32)),
+          local("acc", load(M, at.row(), ElemKind::F32)),
+          forLoop("k", c(cols), ForKind::Vectorize,
+                  {assign("acc", binary(OpKind::MaximumF, f("acc"),
+                                        load(S, at.scaledRead("k"), ElemKind::F32)))}),
+          store(M, at.row(), f("acc")),
+          forLoop("j", c(cols), ForKind::Vectorize,
+                  {store(Y, at.element("j"),
+                         binary(OpKind::SubF, load(S, at.scaledRead("j"), ElemKind::F32),
+                                load(M, at.maxRead(), ElemKind::F32)))})};
+}
 
 /// Compiles `program` (one input, one output) and runs it on `x` with a workspace of
 /// `workspaceElems` floats filled with `workspaceFill`; returns its output of `outputElems`
