@@ -601,7 +601,7 @@ private:
 
 // A component's function lowered for AVX-512's registers, with no JIT.
 loops::Program avx512Program(const std::string &component, const std::string &function,
-                             const std::vector<ArgSpec> &args) {
+                             const std::vector<ArgSpec> &args, const std::string &config = "") {
   auto file = std::make_shared<SourceFile>();
   file->name = componentPath(component);
   std::ifstream in(file->name, std::ios::binary);
@@ -609,6 +609,7 @@ loops::Program avx512Program(const std::string &component, const std::string &fu
   std::unique_ptr<ModuleOp> module = parseModule(file);
   PipelineOptions options;
   options.lowering.target = loops::Target::avx512();
+  options.lowering.config = loops::parseConfig(config);
   return runPipeline(*module, function, args, "lowered", options).kernel.program;
 }
 
@@ -616,25 +617,26 @@ ArgSpec f32(std::vector<int64_t> shape) {
   return {Type::tensor(ElemKind::F32, std::move(shape)), {}};
 }
 
-// mul_mat_id at 64 tokens (128 pairs, 8 experts): a 4x2 ranks tile of 16-slot vectors takes
-// the slots in four rank blocks, over k blocks of 256, two k steps at a time.
-loops::Program ranksProgram(int64_t rows, int64_t k) {
+// mul_mat_id at 64 tokens (128 pairs, 8 experts), two k steps at a time.
+loops::Program ranksProgram(int64_t rows, int64_t k, const std::string &config = "") {
   return avx512Program(
       "moe/mul_mat_id.mlir", "mul_mat_id",
-      {f32({rows, k, 8}), f32({k, 2, 64}), {Type::tensor(ElemKind::I32, {2, 64}), {}}});
+      {f32({rows, k, 8}), f32({k, 2, 64}), {Type::tensor(ElemKind::I32, {2, 64}), {}}}, config);
 }
 
-// Each tile prefetches the next tile's rows of its k block while it runs, every line once,
-// spread over all its rank blocks' passes: one line a step (of two k), not four in the first
-// pass and the same four again in each of the others. Over the whole kernel every row but the first
-// tile's is prefetched, each k block of it by the tile before.
+// In k blocks of 64 a tile reads each row in runs of 2 KiB, too short for the L2's streamer:
+// each tile (4x2 by hand: the slots in four rank blocks) prefetches the next tile's rows of its
+// k block while it runs, every line once, spread over all its rank blocks' passes: one line a
+// step (of two k), not four in the first pass and the same four again in each of the others.
+// Over the whole kernel every row but the first tile's is prefetched, each k block of it by
+// the tile before.
 TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
   const int64_t rows = 64, k = 1024, experts = 8, lineElems = 16, rowElems = k * experts;
-  const int64_t blockK = 256, kBlocks = k / blockK;
-  loops::Program program = ranksProgram(rows, k);
+  const int64_t blockK = 64, kBlocks = k / blockK;
+  loops::Program program = ranksProgram(rows, k, "tile=4x2,k-block=64");
   const std::string printed = loops::print(program);
   ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 "
-                                          "k-block=256"));
+                                          "k-block=64"));
   ASSERT_THAT(printed, testing::HasSubstr("for rank_block in 0..4 {"));
   EXPECT_EQ(count(printed, "prefetch weights["), 1) << printed;
   // A tile is one pass of the m_block loop: (m_part, k_block, m_block).
@@ -644,7 +646,7 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
     linesOfTile[{env.at("m_part"), env.at("k_block"), env.at("m_block")}].push_back(index /
                                                                                     lineElems);
   }).run(program.body);
-  ASSERT_EQ(linesOfTile.size(), size_t(rows / 4 * kBlocks)); // 16 m blocks x 4 k blocks
+  ASSERT_EQ(linesOfTile.size(), size_t(rows / 4 * kBlocks)); // 16 m blocks x 16 k blocks
   std::set<int64_t> rowsPrefetched;
   for (const auto &[tile, lines] : linesOfTile) {
     const auto [part, kBlock, mBlock] = tile;
@@ -660,6 +662,18 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
   }
   EXPECT_EQ(rowsPrefetched.size(), size_t(rows - 4));
   EXPECT_EQ(*rowsPrefetched.begin(), 4);
+}
+
+// The strategy's own choice, 4x4 tiles over k blocks of 512, reads each row in runs of 16 KiB,
+// which the L2's streamer follows: no prefetch (on the Xeon they slowed every ranks nest).
+TEST(Lowering, RanksTilesOverLongRunsOfRowsLeaveThemToTheHardware) {
+  const std::string printed = loops::print(ranksProgram(64, 1024));
+  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 "
+                                          "k-block=512"));
+  EXPECT_EQ(count(printed, "prefetch"), 0) << printed;
+  // 2 KiB runs are prefetched; 4 KiB runs, a whole page, are not.
+  EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=64")), "prefetch"), 2);
+  EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=128")), "prefetch"), 0);
 }
 
 // A GEMV streams the weights 8 rows a step in each of two parts (split k), and each load

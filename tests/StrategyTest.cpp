@@ -156,23 +156,24 @@ TEST(Strategy, GoldenContractions) {
   // vectors; 16 pairs, padded to 9 vectors against 2, stay with ranks. Forced, the 64 pairs
   // are eight vectors of 8 slots (four blocks of two), and each row loads one vector of
   // weights per k and permutes it for NR FMAs. The packed input, for twice the 8 ranks, takes
-  // 512 bytes a k: k blocks of 512 keep a block within 256 KiB of L2.
+  // 512 bytes a k: 512 KiB for k = 1024, a quarter of L2, needs no k blocks.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(),
-                   "pipeline=contraction.ranks"),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
-  // With 16 lanes a vector holds 16 slots, and a row's load its 8 experts at two k steps: the
-  // 64 pairs are four vectors, two blocks of 4x2 (8 accumulators beside 4 inputs, 4 vectors of
-  // choices, a row's vector and its permuted copy; 4x4 would spill). The same 512 bytes a k.
+  EXPECT_EQ(
+      choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "pipeline=contraction.ranks"),
+      "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
+  // With 16 lanes a vector holds 16 slots, and a step takes two k, a row's 8 experts at each:
+  // the 64 pairs are four vectors, one block of 4x4 (16 accumulators beside a row's 8 experts
+  // at either k for each of the 4 rows, a vector of slots' experts with its two inputs, and a
+  // permuted copy). The same 512 bytes a k.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=512");
-  // S10's down projection: 3584 = 7 x 512.
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16");
+  // S10's down projection, 1.75 MiB a whole k: blocks of 896 (3584 = 4 x 896).
   EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=512");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=896");
   // An odd k cannot go two steps at a time: 8 lanes, eight vectors in two blocks of four.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1023, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8 k-block=341");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8");
   // Nor a k block of an odd size.
   EXPECT_THAT(
       [] {
@@ -182,18 +183,18 @@ TEST(Strategy, GoldenContractions) {
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "k-block 1 is not a multiple of the 2 k steps each step of contraction.ranks takes "
           "here")));
-  // 8 tokens: two ranks of 8, so NR = 2 at most, and 5 rows with 16 registers (4 divide 3584, 5
-  // divide 3600). With 32 registers, one vector of 16 slots and the most rows L1 allows, 6.
-  // The packed input (128 KiB for twice the ranks) needs no k blocks.
+  // 8 tokens: two ranks of 8, so NR = 2 at most, and 4 rows with 16 registers (4 rows' vectors
+  // beside 8 accumulators). With 32 registers, one vector of 16 slots and the most rows L1
+  // allows, 6. The packed input (128 KiB for twice the ranks) needs no k blocks.
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8)),
-            "contraction.ranks m=d0 n=- k=d3 tile=5x2 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=6x1 lanes=16");
-  // 64 tokens: eight vectors of 16 slots; 4x3 would pad them to nine.
+  // 64 tokens: eight vectors of 16 slots in two blocks of 4; 4x3 would pad them to nine.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=256");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
   // registers allow, and k blocks whose 6 x 16 lines of 16 experts take 12 KiB of L1.
@@ -201,7 +202,7 @@ TEST(Strategy, GoldenContractions) {
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=16");
   // With 16 lanes the 16 experts are one vector again, with four ranks each.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16");
   // Forced, contraction.gather on 8 experts: 8 pairs per expert at 32 tokens fill 8 lanes, not
   // 16; 64 tokens fill 16. Rows 32000 bytes apart spread over the sets: eight rows, and a k
   // block that divides 1000.
@@ -392,16 +393,16 @@ TEST(Strategy, RuntimeExtents) {
             "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
   // A runtime token count takes contraction.ranks, which counts its slots at run time
   // (contraction.gather sizes its vectors of pairs when it compiles); k blocks as for 256
-  // tokens. Runtime rows or a runtime reduction leave plain loops.
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, false, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=64");
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, true, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=64");
+  // tokens (4 KiB a k). Runtime rows or a runtime reduction leave plain loops.
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 256, 8, 2, r), {false, false, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=128");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 256, 8, 2, r), {false, true, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=128");
   // With 16 lanes, at most two vectors of slots a rank block, whatever the tokens it was sized
   // for: a runtime count pads the last one.
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 128, 8, 2, r), {false, false, true, false}),
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 256, 8, 2, r), {false, false, true, false}),
                    Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=64");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=128");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(r, 128, 8, 2, 32), {true, false, false, false})),
             "row-reduction");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, r, 8, 2, 32), {false, false, false, true})),
@@ -569,13 +570,14 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // At 64 tokens the 128 pairs fill whole tiles of slots, and the ids, the input [32, 2, 64]
   // and the output [64, 2, 64] hold them in order: the tiles read and add to them in place.
   // contraction.ranks by hand: with 16 vector registers the strategy takes contraction.gather
-  // at 64 and 60 tokens. With 16 lanes a vector holds 16 slots, and a row's load its experts
-  // at two k steps: each step permutes it by the slots' experts, then by those plus 8.
+  // at 64 and 60 tokens. With 16 lanes a vector holds 16 slots, and a step takes two k: each
+  // row's 8 experts at either k, a vector of 8 each, permuted into the slots' 16 lanes by the
+  // same vector of their experts.
   Context ranks(withConfig("pipeline=contraction.ranks"));
   Module moe = ranks.load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
-  const std::string ranksTile = "4x2", nr = "2";
+  const std::string ranksTile = wide ? "4x4" : "4x2", nr = wide ? "4" : "2";
   // The first slot of the tile's vector n, its lanes, and the tile's first k.
   const std::string slot = fmt::format("((rank_block * {}) * {})", nr, lanes);
   const std::string vec = fmt::format("f32x{}", lanes), step = wide ? "(d3 * 2)" : "d3";
@@ -586,37 +588,40 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                                              ranksTile, lanes)));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("temp "))) << loops;
   EXPECT_THAT(loops,
-              testing::HasSubstr(wide ? "for rank_block in 0..4 {" : "for rank_block in 0..8 {"));
+              testing::HasSubstr(wide ? "for rank_block in 0..2 {" : "for rank_block in 0..8 {"));
   EXPECT_THAT(loops,
               testing::HasSubstr(fmt::format("let lanes: i{} = ids{}", vec.substr(1), at(slot))));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("var acc: {} = out0{}", vec,
                                                     at("(((m_block * 4) * 128) + " + slot + ")"))));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("let x: {} = input{}", vec,
                                                     at("((" + step + " * 128) + " + slot + ")"))));
-  EXPECT_THAT(loops,
-              testing::HasSubstr(fmt::format("let t: {} = weights{}", vec,
-                                             at("(((m_block * 4) * 256) + (" + step + " * 8))"))));
+  EXPECT_THAT(loops, testing::HasSubstr("let t: f32x8 = weights[(((m_block * 4) * 256) + (" + step +
+                                        " * 8)) : 8]"));
   EXPECT_THAT(loops,
               testing::HasSubstr(fmt::format("let prod: {} = (permute(t, lanes) * x)", vec)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("out0{} = acc",
                                                     at("(((m_block * 4) * 128) + " + slot + ")"))));
-  if (wide) { // the next k step: the same row's vector, the lanes plus 8, the next k's input
-    EXPECT_THAT(loops, testing::HasSubstr("let lanes_2: i32x16 = (lanes + broadcast<16>(8:i32))"));
-    EXPECT_THAT(loops, testing::HasSubstr("let x_2: f32x16 = input[((((d3 * 2) + 1) * 128) + " +
+  if (wide) { // the next k step: the row's next 8 experts, the same lanes, the next k's input
+    EXPECT_THAT(loops, testing::HasSubstr(
+                           "let t_1: f32x8 = weights[((((m_block * 4) * 256) + ((d3 * 2) * 8)) + "
+                           "8) : 8]"));
+    EXPECT_THAT(loops, testing::HasSubstr("let x_1: f32x16 = input[((((d3 * 2) + 1) * 128) + " +
                                           slot + ") : 16]"));
-    EXPECT_THAT(loops, testing::HasSubstr("let prod_8: f32x16 = (permute(t, lanes_2) * x_2)"));
-    EXPECT_THAT(loops, testing::HasSubstr("let sum_8: f32x16 = (acc +[reassoc] prod_8)"));
+    EXPECT_THAT(loops, testing::HasSubstr("let prod_4: f32x16 = (permute(t_1, lanes) * x_1)"));
+    EXPECT_THAT(loops, testing::HasSubstr("let sum_4: f32x16 = (acc +[reassoc] prod_4)"));
+    EXPECT_THAT(loops, testing::Not(testing::HasSubstr("broadcast<16>(8:i32)")));
   }
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("read each pair's sum back")));
-  // The last tile prefetches its own rows, not past the weights. Their 64 lines take a line a
-  // step over the tile's passes: all four of 16 steps (of two k each), or two of the eight of
-  // 32 steps, which the other passes take turns with.
+  // A tile reads each row (1 KiB) in one run, shorter than a page: the rows after the tile's
+  // are prefetched as it runs, the last tile's its own rather than past the weights. Their 64
+  // lines take two lines a step over both passes of 16 steps (of two k each), or a line a step
+  // over two of the eight passes of 32 steps, which the other passes take turns with.
   EXPECT_THAT(
       loops, testing::HasSubstr(wide ? "prefetch weights[((minsi(((m_block * 4) + 4), 60) * 256) + "
-                                       "(((rank_block * 16) + d3) * 16))]"
+                                       "(((rank_block * 16) + d3) * 32))]"
                                      : "prefetch weights[((minsi(((m_block * 4) + 4), 60) "
                                        "* 256) + (((remui(rank_block, 2) * 32) + d3) * 16))]"));
-  EXPECT_EQ(count(loops, "prefetch weights["), 1) << loops;
+  EXPECT_EQ(count(loops, "prefetch weights["), wide ? 2 : 1) << loops;
   // At 60 tokens the 120 pairs take 128 slots: the slots' experts and input go to temporaries,
   // 0 in the padding, and each pair's sum is read back from its slot.
   loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
@@ -661,8 +666,8 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops,
               testing::HasSubstr(
                   wide ? "prefetch weights[((((minsi(((((m_part * 2) + m_block) * 4) + 4), 60) + "
-                         "divui(((rank_block * 8) + d3), 8)) * 256) + (k_block * 128)) + "
-                         "(remui(((rank_block * 8) + d3), 8) * 16))]"
+                         "divui((((rank_block * 8) + d3) * 2), 8)) * 256) + (k_block * 128)) + "
+                         "(remui((((rank_block * 8) + d3) * 2), 8) * 16))]"
                        : "prefetch weights[((((minsi(((((m_part * 2) + m_block) * "
                          "4) + 4), 60) + divui(((remui(rank_block, 2) * 16) + d3), "
                          "8)) * 256) + (k_block * 128)) + (remui(((remui(rank_block, "

@@ -439,6 +439,14 @@ private:
     case ExprKind::Permute: {
       llvm::Value *v = emitExpr(e->args[0]);
       llvm::Value *indices = emitExpr(e->args[1]);
+      if (const int lanes = e->args[0]->lanes; lanes < e->lanes) {
+        // Widened with poison lanes: the narrow vector's register is the low part of the wide
+        // one, so this takes no instruction.
+        std::vector<int> widen(e->lanes, llvm::PoisonMaskElem);
+        for (int lane = 0; lane < lanes; ++lane)
+          widen[lane] = lane;
+        v = b_.CreateShuffleVector(v, widen);
+      }
       const int bits = e->lanes * elemBits(e->type);
       if (elemBits(e->type) == 32 && elemBits(e->args[1]->type) == 32 && bits <= options_.permuteBits &&
           (bits == 256 || bits == 512)) {

@@ -127,10 +127,11 @@ Expr reduceAdd(std::vector<Expr> vectors) {
   return make(n);
 }
 Expr permute(Expr vector, Expr indices) {
-  if (vector->lanes != indices->lanes || vector->lanes == 1 || isFloatElem(indices->type))
-    internalError("permute of a vector by indices that are not an integer vector of its lanes");
+  if (vector->lanes > indices->lanes || vector->lanes == 1 || isFloatElem(indices->type))
+    internalError("permute of a vector by indices that are not an integer vector of as many "
+                  "lanes or more");
   ExprNode n{ExprKind::Permute, vector->type};
-  n.lanes = vector->lanes;
+  n.lanes = indices->lanes;
   n.args = {std::move(vector), std::move(indices)};
   return make(n);
 }

@@ -94,9 +94,10 @@ Expr reduceAdd(Expr vector);
 /// The sums of N vectors' lanes as an N-lane vector (N a power of two, at most their lanes),
 /// which costs far fewer shuffles than N separate sums.
 Expr reduceAdd(std::vector<Expr> vectors);
-/// Lane i of the result is lane indices[i] of `vector` (an integer vector of the same lanes,
-/// each in [0, lanes): the lowering checks them), as one variable permute where the target has
-/// it (AVX2's vpermps).
+/// Lane i of the result is lane indices[i] of `vector` (an integer vector of its lanes or more,
+/// each in [0, the vector's lanes): the lowering checks them), as one variable permute where the
+/// target has it (AVX2's vpermps). The result has the indices' lanes: a half-width vector's
+/// lanes spread over a whole register's.
 Expr permute(Expr vector, Expr indices);
 /// Lane i of the result is lane picks[i] of `a` followed by `b` (two vectors of one type): the
 /// constant shuffles of a transpose in registers.

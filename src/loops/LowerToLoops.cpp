@@ -37,8 +37,12 @@ constexpr int64_t kLinesPerPrefetch = 8;
 // 22.7-22.9 and 17.9-18.2.
 constexpr int kTransposeSide = 8;
 
-// Elements of `elem` in a 64-byte cache line.
-int64_t lineElemsOf(ElemKind elem) { return 64 / std::max(1, elemBits(elem) / 8); }
+constexpr int64_t kLineBytes = 64;
+// The span the L2's hardware streamer follows a run of lines within.
+constexpr int64_t kPageBytes = 4096;
+
+// Elements of `elem` in a cache line.
+int64_t lineElemsOf(ElemKind elem) { return kLineBytes / std::max(1, elemBits(elem) / 8); }
 
 struct TensorStorage {
   int buffer = -1;
@@ -2087,8 +2091,13 @@ private:
     Expr kAt = kBlocks > 1 ? add(mul(kBlock, intConst(blockK)), kOfStep) : kOfStep;
 
     // The rows after the tile's, while it runs, when each row's k steps of C choices are
-    // contiguous: a few lines a step, in order, so that memory sees one stream rather than MR
-    // streams 32 KiB apart (S9 at 32 tokens: 4.0-4.4 ms against 4.7-5.0). Into L2, which holds
+    // contiguous and a tile reads each row in runs shorter than a 4 KiB page: a few lines a
+    // step, in order, so that memory sees one stream rather than MR streams 32 KiB apart (S9 at
+    // 32 tokens on the Zen 4: 4.0-4.4 ms against 4.7-5.0). Longer runs the L2's streamer
+    // follows by itself, and on the Xeon prefetching them slowed every ranks nest (S9 at 32
+    // tokens, whole rows: 4.2 ms without, 5.0 with; its down projection in k blocks of 512: 4.9
+    // against 5.9), while runs of 2 KiB (k blocks of 64) still needed them (5.4 ms against 8.1).
+    // Into L2, which holds
     // them until the next m block reads them. With k blocks, the next rows' lines of this k
     // block, row after row. The last tile prefetches its own rows rather than past the weights
     // (see prefetch in LoopIR.h). A tile of several rank blocks passes over its rows once for
@@ -2103,7 +2112,8 @@ private:
     Expr rankBlock = var(freshName("rank_block"), ElemKind::Index);
     auto prefetchNextRows = [&](int tileRows, const Expr &firstRow, std::vector<Stmt> &step) {
       const int64_t rowLines = blockK * strideK / lineElems;
-      if (strideM != k * strideK || strideK != numChoices || rowLines * lineElems != blockK * strideK)
+      if (strideM != k * strideK || strideK != numChoices ||
+          rowLines * lineElems != blockK * strideK || rowLines * kLineBytes >= kPageBytes)
         return;
       const int64_t tileLines = tileRows * rowLines;
       // The passes the lines are spread over: the most that divide the rank blocks and leave a
@@ -2137,38 +2147,43 @@ private:
     };
 
     // The tile: MR rows x NR vectors of slots, from rank block `rank_block` on. Each vector of
-    // slots has its choices as lane indices, and each row's C choices at this k (and the next
-    // k's, for two steps) are loaded once and permuted by them (plus C for the next k's).
+    // slots has its choices as lane indices, and each row's C choices at each k of the step are
+    // loaded once (C lanes) and permuted by them into the slots' lanes. One vector of indices
+    // serves every k of the step: permuting a whole vector of two k's choices by the indices
+    // plus C for the second k took twice the index registers, and a 4x4 tile's spills.
+    // Statements go vector of slots by vector of slots, so that one vector of indices and its
+    // inputs are live at a time beside the rows' choices.
     auto buildTile = [&](int tileRows, const Expr &firstRow) {
       std::vector<Stmt> init, step, fini;
-      std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(s.tileN)),
-          lanesOf(steps, std::vector<Expr>(s.tileN));
+      std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(s.tileN));
+      std::vector<Expr> lanesOf(s.tileN);
       auto slotAt = [&](int n) {
         return mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(lanes));
       };
-      for (int h = 0; h < steps; ++h)
-        for (int n = 0; n < s.tileN; ++n) {
-          lanesOf[h][n] =
-              h == 0 ? bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init)
-                     : bindLet("lanes", add(lanesOf[0][n], intConst(h * numChoices, choiceElem)),
-                               init);
+      std::vector<Expr> rowOf(tileRows);
+      std::vector<std::vector<Expr>> choicesOfRow(tileRows, std::vector<Expr>(steps));
+      for (int r = 0; r < tileRows; ++r) {
+        rowOf[r] = add(firstRow, intConst(r));
+        for (int h = 0; h < steps; ++h)
+          choicesOfRow[r][h] =
+              bindLet(extract->result(),
+                      load(weights,
+                           add(add(mul(rowOf[r], intConst(strideM)), mul(kAt, intConst(strideK))),
+                               intConst(h * numChoices)),
+                           elem, int(numChoices)),
+                      step);
+      }
+      for (int n = 0; n < s.tileN; ++n) {
+        lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
+        for (int h = 0; h < steps; ++h)
           inputs[h][n] = bindLet(
               g.body().arguments[packInput].get(),
               load(input, add(mul(add(kAt, intConst(h)), width), slotAt(n)), elem, lanes), step);
-        }
-      std::vector<Expr> rowOf(tileRows), choicesOfRow(tileRows);
-      for (int r = 0; r < tileRows; ++r) {
-        rowOf[r] = add(firstRow, intConst(r));
-        choicesOfRow[r] = bindLet(
-            extract->result(),
-            load(weights, add(mul(rowOf[r], intConst(strideM)), mul(kAt, intConst(strideK))), elem,
-                 lanes),
-            step);
       }
       std::vector<Expr> accs(tileRows * s.tileN);
-      for (int h = 0; h < steps; ++h)
-        for (int r = 0; r < tileRows; ++r)
-          for (int n = 0; n < s.tileN; ++n) {
+      for (int n = 0; n < s.tileN; ++n)
+        for (int h = 0; h < steps; ++h)
+          for (int r = 0; r < tileRows; ++r) {
             const Expr &row = rowOf[r];
             std::vector<Expr> iv = vars;
             iv[s.dimM] = row;
@@ -2176,7 +2191,7 @@ private:
             std::unordered_map<const Value *, Expr> values;
             values[g.body().arguments[packInput].get()] = inputs[h][n];
             values[g.body().arguments[choiceInput].get()] = intConst(0, choiceElem);
-            values[extract->result()] = permute(choicesOfRow[r], lanesOf[h][n]);
+            values[extract->result()] = permute(choicesOfRow[r][h], lanesOf[n]);
             bindOtherInputs(g, values, iv, packInput, choiceInput);
             Expr &acc = accs[r * s.tileN + n];
             if (h > 0) {

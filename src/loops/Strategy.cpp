@@ -419,7 +419,7 @@ int64_t gatherRoles(const NestShape &nest, Strategy &s, std::string &why) {
 // addresses 4 KiB apart share a set.
 constexpr int kL1Ways = 8;
 constexpr int64_t kL1SetStride = 4096;
-constexpr int64_t kRanksInputBlockBytes = 256 << 10; // a quarter of the 1 MiB L2 here
+constexpr int64_t kRanksInputBlockBytes = 512 << 10; // a quarter of a 2 MiB L2
 
 // Grouping the pairs by choice: the input is packed by slot once for every m.
 std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target &target,
@@ -511,9 +511,9 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
                       pairs, grouped, ranks);
     return std::nullopt;
   }
-  // NR and MR: the tile of most FMAs the registers hold beside NR input vectors, NR vectors of
-  // choices to permute by, a row's vector and its permuted copy (twice the inputs and choices
-  // for two k steps), with NR at most the ranks and
+  // NR and MR: the tile of most FMAs the registers hold beside each row's choices at every k of
+  // a step (MR x steps vectors, read by every vector of slots), one vector of slots' choices to
+  // permute by with its inputs (one per k) and a permuted copy, with NR at most the ranks and
   // 4 (on S9 at 32 tokens, 4x4 took 3.7-3.9 ms, 4x2 4.8-4.9, 8x2 4.4) and MR at most
   // kL1Ways - 2: the rows stream side by side, and when they are a multiple of 4 KiB apart their
   // lines share a set of the L1 (7x4: 4.4-4.5 ms).
@@ -521,11 +521,12 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // Of the tiles, the one of most FMAs a step that go to slots of pairs, not to the padding that
   // rounds the ranks up to whole tiles, and a quarter fewer for a tile that pads: the padded
   // slots cannot be where the pairs are, and packing them and reading their sums back cost the
-  // MoE block at 32 tokens 0.5 ms (of 12) where it had tiles in place. With two k steps, 4x4 (16
-  // accumulators, 8 vectors of choices, 8 inputs) does not fit: its spills, reloaded every step,
-  // ran the MoE block at 32 tokens in 15.1-15.3 ms or 11.2-11.7 depending on where the stack was,
-  // where 4x2 took 10.5-12.2 wherever it was and 8 lanes 11.6-12.3.
-  const int perRank = twoSteps ? 4 : 2;
+  // MoE block at 32 tokens 0.5 ms (of 12) where it had tiles in place. With two k steps, 4x4
+  // fits since each k's choices are a vector of their own, permuted by the same indices; when the
+  // second k took its own indices (the first's plus C), its 8 vectors of indices spilled (the MoE
+  // block at 32 tokens 15.1-15.3 ms or 11.2-11.7 depending on where the stack was, 4x2
+  // 10.5-12.2).
+  const int steps = s.lanes / int(choices);
   // A runtime count of pairs pads its last rank block whatever the tile: at most two vectors of
   // 16 slots a block keep the padding small at the counts a prefill sees (the MoE block at 32
   // tokens: 4x3, sized for 256 tokens, took 17.1 ms, 4x2 12.3-14.2).
@@ -534,7 +535,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   for (int nr = 1; nr <= std::min<int64_t>(ranks, mostRanks); ++nr) {
     const int mr = rowsDividingTile(
         int(std::min<int64_t>(
-            std::clamp((target.vectorRegisters - perRank * nr - 2) / nr, 1, kL1Ways - 2), rows)),
+            std::clamp((target.vectorRegisters - steps - 2) / (nr + steps), 1, kL1Ways - 2), rows)),
         rows);
     const int64_t paddedRanks = (ranks + nr - 1) / nr * nr;
     const int64_t useful =
@@ -550,13 +551,13 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // quarter of L2 for twice its ranks, and the m blocks then run once per k block. At 32
   // tokens, two rounds: the down projection (k = 3584) took 4.2-4.3 ms in blocks of 512, 4.3-4.5
   // in 256 or 896, 4.8 in 1792 and 5.2 whole; gate (k = 1024) 3.7-3.9 ms in blocks of 512 and
-  // 3.8-4.0 whole. Two k steps at a time take blocks of an even size.
+  // 3.8-4.0 whole (the Zen 4, 1 MiB of L2). On the Xeon (2 MiB of L2) with 4x4 tiles, gate
+  // whole took 4.2 ms and in blocks of 512 5.0; the down projection 4.8-5.1 ms whole and 4.9-5.0
+  // in blocks of 512. Two k steps at a time take blocks of an even size.
   const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
   const int64_t perK = 2 * slotVectors * s.lanes * (nest.elemBits / 8);
-  const int64_t stepsPerK = s.lanes / choices;
   if (k * perK > kRanksInputBlockBytes && !isRuntime(nest, s.dimK))
-    s.blockK = stepsPerK * dividingBlock(k / stepsPerK, kRanksInputBlockBytes / perK / stepsPerK,
-                                         8 / stepsPerK);
+    s.blockK = steps * dividingBlock(k / steps, kRanksInputBlockBytes / perK / steps, 8 / steps);
   return s;
 }
 
