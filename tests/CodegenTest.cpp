@@ -211,7 +211,8 @@ TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
 }
 
 // Permute: lane i of the result is lane indices[i] of the vector, repeats allowed, both as one
-// vpermps (256 and 512 bits) and lane by lane (no permute instruction, or 64-bit lanes).
+// vpermps (256 and 512 bits) and lane by lane (no permute instruction, or 64-bit lanes), from a
+// vector of as many lanes or of half as many (spread over the indices' lanes).
 TEST(Codegen, PermutePicksLanesByIndexWithAndWithoutVpermps) {
   const std::string features = jit::Engine::instance().cpuFeatures();
   std::vector<int> widths = {0};
@@ -221,39 +222,43 @@ TEST(Codegen, PermutePicksLanesByIndexWithAndWithoutVpermps) {
     widths.push_back(512);
   for (ElemKind elem : {ElemKind::F32, ElemKind::F64})
     for (int lanes : {8, 16})
-      for (int permuteBits : widths) {
-        SCOPED_TRACE(fmt::format("{} x {}, permuteBits {}", elemName(elem), lanes, permuteBits));
-        using namespace loops;
-        Program program;
-        program.name = fmt::format("permute_{}_{}_{}", elemName(elem), lanes, permuteBits);
-        program.buffers = {{"v", elem, BufferRole::Input, 0, intConst(lanes), nullptr},
-                           {"index", ElemKind::I32, BufferRole::Input, 1, intConst(lanes), nullptr},
-                           {"out", elem, BufferRole::Output, 0, intConst(lanes), nullptr}};
-        program.workspaceBytes = intConst(0);
-        program.body = {store(2, intConst(0),
-                              permute(load(0, intConst(0), elem, lanes),
-                                      load(1, intConst(0), ElemKind::I32, lanes)))};
-        CodegenOptions options;
-        options.permuteBits = permuteBits;
-        const bool oneInstruction = elemBits(elem) == 32 && lanes * 32 <= permuteBits;
-        std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
-        EXPECT_EQ(ir.find("llvm.x86.avx") != std::string::npos, oneInstruction) << ir;
-        jit::EntryFn kernel = jit::Engine::instance().compile(program, options);
-        std::vector<double> v(lanes), out(lanes, -1);
-        std::vector<float> vf(lanes), outf(lanes, -1);
-        std::vector<int32_t> index(lanes);
-        for (int i = 0; i < lanes; ++i) {
-          v[i] = vf[i] = float(10 + i);
-          index[i] = (i * 5 + 3) % lanes / 2; // lanes below half, most twice
+      for (int source : {lanes, lanes / 2})
+        for (int permuteBits : widths) {
+          SCOPED_TRACE(fmt::format("{} x {} from {}, permuteBits {}", elemName(elem), lanes, source,
+                                   permuteBits));
+          using namespace loops;
+          Program program;
+          program.name =
+              fmt::format("permute_{}_{}_{}_{}", elemName(elem), lanes, source, permuteBits);
+          program.buffers = {
+              {"v", elem, BufferRole::Input, 0, intConst(source), nullptr},
+              {"index", ElemKind::I32, BufferRole::Input, 1, intConst(lanes), nullptr},
+              {"out", elem, BufferRole::Output, 0, intConst(lanes), nullptr}};
+          program.workspaceBytes = intConst(0);
+          program.body = {store(2, intConst(0),
+                                permute(load(0, intConst(0), elem, source),
+                                        load(1, intConst(0), ElemKind::I32, lanes)))};
+          CodegenOptions options;
+          options.permuteBits = permuteBits;
+          const bool oneInstruction = elemBits(elem) == 32 && lanes * 32 <= permuteBits;
+          std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
+          EXPECT_EQ(ir.find("llvm.x86.avx") != std::string::npos, oneInstruction) << ir;
+          jit::EntryFn kernel = jit::Engine::instance().compile(program, options);
+          std::vector<double> v(source), out(lanes, -1);
+          std::vector<float> vf(source), outf(lanes, -1);
+          std::vector<int32_t> index(lanes);
+          for (int i = 0; i < source; ++i)
+            v[i] = vf[i] = float(10 + i);
+          for (int i = 0; i < lanes; ++i)
+            index[i] = (i * 5 + 3) % lanes / 2; // lanes below half, most twice
+          const bool f32 = elem == ElemKind::F32;
+          void *buffers[] = {f32 ? (void *)vf.data() : v.data(), index.data(),
+                             f32 ? (void *)outf.data() : out.data()};
+          int64_t status[3] = {0, 0, 0};
+          kernel(buffers, nullptr, nullptr, nullptr, status);
+          for (int i = 0; i < lanes; ++i)
+            EXPECT_EQ(f32 ? double(outf[i]) : out[i], 10.0 + index[i]) << "lane " << i;
         }
-        const bool f32 = elem == ElemKind::F32;
-        void *buffers[] = {f32 ? (void *)vf.data() : v.data(), index.data(),
-                           f32 ? (void *)outf.data() : out.data()};
-        int64_t status[3] = {0, 0, 0};
-        kernel(buffers, nullptr, nullptr, nullptr, status);
-        for (int i = 0; i < lanes; ++i)
-          EXPECT_EQ(f32 ? double(outf[i]) : out[i], 10.0 + index[i]) << "lane " << i;
-      }
 }
 
 // transposeInRegisters: L rows of L lanes (L of 2 to 16, f32 and f64) come out as the columns,

@@ -664,12 +664,16 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
   EXPECT_EQ(*rowsPrefetched.begin(), 4);
 }
 
-// The strategy's own choice, 4x4 tiles over k blocks of 512, reads each row in runs of 16 KiB,
-// which the L2's streamer follows: no prefetch (on the Xeon they slowed every ranks nest).
+// The strategy's own choices read each row in runs of a page or more, which the L2's streamer
+// follows: no prefetch (on the Xeon they slowed every ranks nest). 4x4 tiles over whole rows
+// (32 KiB), and over k blocks of 1024 (runs of 32 KiB) where the packed input needs them.
 TEST(Lowering, RanksTilesOverLongRunsOfRowsLeaveThemToTheHardware) {
-  const std::string printed = loops::print(ranksProgram(64, 1024));
+  std::string printed = loops::print(ranksProgram(64, 1024));
+  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16\n"));
+  EXPECT_EQ(count(printed, "prefetch"), 0) << printed;
+  printed = loops::print(ranksProgram(64, 2048));
   ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 "
-                                          "k-block=512"));
+                                          "k-block=1024"));
   EXPECT_EQ(count(printed, "prefetch"), 0) << printed;
   // 2 KiB runs are prefetched; 4 KiB runs, a whole page, are not.
   EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=64")), "prefetch"), 2);

@@ -157,7 +157,7 @@ TEST(ShareBodies, MoeBlockProjectionsShareOneChunk) {
       "index=8",     "index=2",    "index=1024",      "index=3584",      "i1=1"};
   std::string loops = fn.emit(Stage::Loops, shapes);
   EXPECT_EQ(count(loops, "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16\n"), 2) << loops;
-  EXPECT_EQ(count(loops, "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=896\n"), 1)
+  EXPECT_EQ(count(loops, "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=1792\n"), 1)
       << loops;
   std::string ir = fn.emit(Stage::LLVM, shapes);
   EXPECT_EQ(count(ir, "call void @frank_parallel_for(ptr @frank_kernel.m_block_1.chunk"), 2) << ir;

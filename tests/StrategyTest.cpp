@@ -155,8 +155,8 @@ TEST(Strategy, GoldenContractions) {
   // permute per FMA costs more than contraction.gather's padding of the 64 pairs to 15
   // vectors; 16 pairs, padded to 9 vectors against 2, stay with ranks. Forced, the 64 pairs
   // are eight vectors of 8 slots (four blocks of two), and each row loads one vector of
-  // weights per k and permutes it for NR FMAs. The packed input, for twice the 8 ranks, takes
-  // 512 bytes a k: 512 KiB for k = 1024, a quarter of L2, needs no k blocks.
+  // weights per k and permutes it for NR FMAs. The packed input takes 256 bytes a k: 256 KiB
+  // for k = 1024, within a quarter of L2, needs no k blocks.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(
@@ -165,12 +165,12 @@ TEST(Strategy, GoldenContractions) {
   // With 16 lanes a vector holds 16 slots, and a step takes two k, a row's 8 experts at each:
   // the 64 pairs are four vectors, one block of 4x4 (16 accumulators beside a row's 8 experts
   // at either k for each of the 4 rows, a vector of slots' experts with its two inputs, and a
-  // permuted copy). The same 512 bytes a k.
+  // permuted copy). The same 256 bytes a k.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16");
-  // S10's down projection, 1.75 MiB a whole k: blocks of 896 (3584 = 4 x 896).
+  // S10's down projection, 896 KiB a whole k: two blocks of 1792.
   EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=896");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=1792");
   // An odd k cannot go two steps at a time: 8 lanes, eight vectors in two blocks of four.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1023, 8, 2, 32), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=8");
@@ -192,9 +192,10 @@ TEST(Strategy, GoldenContractions) {
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=6x1 lanes=16");
-  // 64 tokens: eight vectors of 16 slots in two blocks of 4; 4x3 would pad them to nine.
+  // 64 tokens: eight vectors of 16 slots in two blocks of 4; 4x3 would pad them to nine. The
+  // packed input, 512 bytes a k, is a quarter of L2 whole.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 64), Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16");
   // 16 experts are two vectors of 8 lanes: contraction.gather groups the pairs by expert. The
   // weights' rows are 32 KiB apart, so they share L1 sets: six rows, not the eight the
   // registers allow, and k blocks whose 6 x 16 lines of 16 experts take 12 KiB of L1.
@@ -393,16 +394,16 @@ TEST(Strategy, RuntimeExtents) {
             "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
   // A runtime token count takes contraction.ranks, which counts its slots at run time
   // (contraction.gather sizes its vectors of pairs when it compiles); k blocks as for 256
-  // tokens (4 KiB a k). Runtime rows or a runtime reduction leave plain loops.
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 256, 8, 2, r), {false, false, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=128");
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 256, 8, 2, r), {false, true, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=128");
+  // tokens (2 KiB a k). Runtime rows or a runtime reduction leave plain loops.
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=256");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, true, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=256");
   // With 16 lanes, at most two vectors of slots a rank block, whatever the tokens it was sized
   // for: a runtime count pads the last one.
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 256, 8, 2, r), {false, false, true, false}),
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false}),
                    Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=128");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=256");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(r, 128, 8, 2, 32), {true, false, false, false})),
             "row-reduction");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, r, 8, 2, 32), {false, false, false, true})),
