@@ -187,7 +187,7 @@ std::vector<PartialCase> partialCases() {
         1e-4,
         1e-4,
         [=](int64_t n, auto &f, auto &, auto &ids, auto &args) {
-          const int64_t out = 64, in = 128, experts = 8, used = 2;
+          const int64_t out = 64, in = 512, experts = 8, used = 2;
           f = {oracle::randomFloats(out * in * experts, 51),
                oracle::randomFloats(in * used * n, 52 + n)};
           ids = {std::vector<int32_t>(used * n)};

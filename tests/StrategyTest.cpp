@@ -399,11 +399,11 @@ TEST(Strategy, RuntimeExtents) {
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=256");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, true, true, false})),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=256");
-  // With 16 lanes, at most two vectors of slots a rank block, whatever the tokens it was sized
-  // for: a runtime count pads the last one.
+  // With 16 lanes, 4x4 tiles as for a constant count: a runtime count pads the last rank
+  // block by up to three vectors of slots.
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false}),
                    Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=16 k-block=256");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=256");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(r, 128, 8, 2, 32), {true, false, false, false})),
             "row-reduction");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, r, 8, 2, 32), {false, false, false, true})),

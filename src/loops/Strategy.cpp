@@ -527,12 +527,13 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // block at 32 tokens 15.1-15.3 ms or 11.2-11.7 depending on where the stack was, 4x2
   // 10.5-12.2).
   const int steps = s.lanes / int(choices);
-  // A runtime count of pairs pads its last rank block whatever the tile: at most two vectors of
-  // 16 slots a block keep the padding small at the counts a prefill sees (the MoE block at 32
-  // tokens: 4x3, sized for 256 tokens, took 17.1 ms, 4x2 12.3-14.2).
-  const int64_t mostRanks = twoSteps && hasRuntimeExtents(nest) ? 2 : 4;
+  // A runtime count of pairs pads its last rank block, up to NR - 1 vectors: partly
+  // specialized on the Xeon, mul_mat_id in 4x4 tiles took 5.3 ms at 8 to 32 tokens, 7.7 at 48
+  // and 64 and 12.6 at 128, where 4x2 tiles, which pad less, took 4.8-5.0 at 8 and 16, 6.3-6.4
+  // at 24 and 32, 7.6 at 48, 8.8 at 64 and 13.6 at 128 (the MoE block at 32 tokens: 16.4-16.7
+  // ms against 19.4).
   int64_t most = 0;
-  for (int nr = 1; nr <= std::min<int64_t>(ranks, mostRanks); ++nr) {
+  for (int nr = 1; nr <= std::min<int64_t>(ranks, 4); ++nr) {
     const int mr = rowsDividingTile(
         int(std::min<int64_t>(
             std::clamp((target.vectorRegisters - steps - 2) / (nr + steps), 1, kL1Ways - 2), rows)),
