@@ -2097,13 +2097,12 @@ private:
     // follows by itself, and on the Xeon prefetching them slowed every ranks nest (S9 at 32
     // tokens, whole rows: 4.2 ms without, 5.0 with; its down projection in k blocks of 512: 4.9
     // against 5.9), while runs of 2 KiB (k blocks of 64) still needed them (5.4 ms against 8.1).
-    // Into L2, which holds
-    // them until the next m block reads them. With k blocks, the next rows' lines of this k
-    // block, row after row. The last tile prefetches its own rows rather than past the weights
-    // (see prefetch in LoopIR.h). A tile of several rank blocks passes over its rows once for
-    // each: the lines are spread over all its passes, so that memory sees an even stream rather
-    // than a burst in the first pass (S9 at 32 tokens, two passes: 3.66-3.72 ms against
-    // 3.83-3.87; the MoE block at 32 tokens 11.4-12.1 against 11.4-13.3).
+    // Into L2, which holds them until the next m block reads them. With k blocks, the next
+    // rows' lines of this k block, row after row. The last tile prefetches its own rows rather
+    // than past the weights (see prefetch in LoopIR.h). A tile of several rank blocks passes
+    // over its rows once for each: the lines are spread over all its passes, so that memory
+    // sees an even stream rather than a burst in the first pass (S9 at 32 tokens, two passes:
+    // 3.66-3.72 ms against 3.83-3.87; the MoE block at 32 tokens 11.4-12.1 against 11.4-13.3).
     const NestShape::Gather gathered = *gatherOf(g);
     const int64_t strideM = gathered.strides[s.dimM], strideK = gathered.strides[s.dimK];
     const int weights = storageOf(extract->operands[0]).buffer;

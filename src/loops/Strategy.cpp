@@ -550,7 +550,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // Every m block reads the whole packed input (k x ranks x C), which must stay in L2 beside
   // the weights streaming through it. k blocks that divide k keep a block of it within a
   // quarter of L2, and the m blocks then run once per k block. On the Xeon (2 MiB of L2) with
-  // 4x4 tiles, at 32 tokens (512 bytes a k), two rounds: the down projection (k = 3584) took
+  // 4x4 tiles, at 32 tokens (256 bytes a k), two rounds: the down projection (k = 3584) took
   // 4.4-4.5 ms in blocks of 1792, 4.7-4.8 in 896, 5.2 in 448 and 4.9-5.0 whole; gate (k = 1024)
   // 4.2 ms whole and 5.0 in blocks of 512; the MoE block 13.0-13.1 ms against 13.2-13.6 with
   // blocks of half the size. Two k steps at a time take blocks of an even size.
