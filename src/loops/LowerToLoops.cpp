@@ -2095,7 +2095,7 @@ private:
     // step, in order, so that memory sees one stream rather than MR streams 32 KiB apart (S9 at
     // 32 tokens on the Zen 4: 4.0-4.4 ms against 4.7-5.0). Longer runs the L2's streamer
     // follows by itself, and on the Xeon prefetching them slowed every ranks nest (S9 at 32
-    // tokens, whole rows: 4.2 ms without, 5.0 with; its down projection in k blocks of 512: 4.9
+    // tokens, whole rows: 4.2 ms without, 5.6-5.7 with; its down projection in k blocks of 512: 4.9
     // against 5.9), while runs of 2 KiB (k blocks of 64) still needed them (5.4 ms against 8.1).
     // Into L2, which holds them until the next m block reads them. With k blocks, the next
     // rows' lines of this k block, row after row. The last tile prefetches its own rows rather
