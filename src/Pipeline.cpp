@@ -70,7 +70,7 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
   after("inline", *fn, t);
 
   t = clock::now();
-  generalizeNamedOps(*fn);
+  generalizeNamedOps(*fn, /*attention=*/options.mode == Mode::Generic);
   verifyFunction(*fn);
   after("generalize", *fn, t);
 
@@ -85,6 +85,10 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
     fn = specialize(*fn, args, options.explain);
     verifyFunction(*fn);
     after("specialize", *fn, t);
+    t = clock::now();
+    generalizeAttention(*fn);
+    verifyFunction(*fn);
+    after("generalize-attention", *fn, t);
     if (options.fuse) {
       t = clock::now();
       foldCopiesIntoExtracts(*fn);

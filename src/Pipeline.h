@@ -2,10 +2,13 @@
 // in order, each printable after it runs.
 //
 //   inline            calls and flow.dispatch.region bodies spliced into one flat function
-//   generalize        named ops (matmul, softmax, gather, attention, ...) become linalg.generic
+//   generalize        named ops (matmul, softmax, gather, ...) become linalg.generic; in
+//                     specialized mode attention waits for its shapes
 //   bind-flags        i1 arguments bound and the branches they decide folded (generic mode)
 //   specialize        argument shapes, integer and i1 values bound, every type static
 //                     (specialized mode only)
+//   generalize-attention  attention becomes generics, decode attention per chunk of keys
+//                     (specialized only)
 //   fold-copies       extracts read through permuting copies, which then vanish
 //                     (specialized only)
 //   fuse-elementwise  elementwise producers folded into their consumers (specialized only)

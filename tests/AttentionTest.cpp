@@ -140,12 +140,16 @@ TEST_P(AttentionDecodeTest, MatchesOracle) {
   checkAttention(attentionModule().function("attention_gqa_decode"), shape, mode, /*causal=*/false);
 }
 
-// One query position against 1 to 513 keys; the S6 benchmark shape last.
+// One query position against 1 to 2048 keys. Keys split into chunks (generalize-attention)
+// when 256 or more fall to each of 2, 4 or 8 chunks and a KV head has at most 16 queries:
+// 512 and 768 keys in 2 chunks, 1024 in 4, 2048 in 8, 16 queries a KV head split and 17 do
+// not; 513 and 255 keys do not split. The S6 benchmark shape last.
 const AttnShape kDecodeShapes[] = {
-    {1, 1, 1, 1, 1, 1},    {1, 1, 7, 2, 2, 8},     {2, 1, 5, 4, 2, 16},     {1, 1, 33, 8, 2, 8},
-    {1, 1, 64, 8, 1, 32},  {1, 1, 100, 16, 2, 64}, {3, 1, 17, 4, 4, 128},   {1, 1, 2, 6, 3, 24},
-    {1, 1, 513, 8, 8, 64}, {2, 1, 31, 32, 8, 128}, {1, 1, 1, 8, 1, 128},    {4, 1, 9, 2, 1, 5},
-    {1, 1, 255, 4, 1, 64}, {1, 1, 47, 12, 4, 16},  {1, 1, 512, 32, 8, 128},
+    {1, 1, 1, 1, 1, 1},    {1, 1, 7, 2, 2, 8},     {2, 1, 5, 4, 2, 16},   {1, 1, 33, 8, 2, 8},
+    {1, 1, 64, 8, 1, 32},  {1, 1, 100, 16, 2, 64}, {3, 1, 17, 4, 4, 128}, {1, 1, 2, 6, 3, 24},
+    {1, 1, 513, 8, 8, 64}, {2, 1, 31, 32, 8, 128}, {1, 1, 1, 8, 1, 128},  {4, 1, 9, 2, 1, 5},
+    {1, 1, 255, 4, 1, 64}, {1, 1, 47, 12, 4, 16},  {1, 1, 768, 8, 2, 32}, {1, 1, 1024, 4, 2, 16},
+    {2, 1, 2048, 4, 1, 8}, {1, 1, 512, 16, 1, 16}, {1, 1, 512, 17, 1, 8}, {1, 1, 512, 32, 8, 128},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeTest,
@@ -165,26 +169,108 @@ TEST(AttentionDecode, SeveralQueriesAreAnError) {
   EXPECT_THROW(fn.specialize({"1x2x4x8xf32", "1x5x2x8xf32", "1x5x2x8xf32", "f32"}), Error);
 }
 
-// The specialized decode kernel is one parallel loop over the KV heads (fuse-loops), and its
-// softmax computes each exponential once: exp(s - max) is kept for the sum and the division.
-TEST(AttentionDecode, OneLoopOverTheHeadsAndOneExpPerScore) {
+// The specialized decode kernel at S6 is one parallel loop over two chunks of 256 keys, each
+// reading all heads of its keys (fuse-loops joins the chunk's nests), and a serial combine. Its
+// softmax computes each exponential once: exp(s - chunk max) is kept for the chunk's sum and
+// P·V (the combine's own exponentials, two a chunk and query row, are outside the loop). K and V
+// are read in place: no temporary holds a chunk of them.
+TEST(AttentionDecode, OneParallelLoopOverChunksOfKeysAndOneExpPerScore) {
   Function fn = attentionModule().function("attention_gqa_decode");
   std::string loops =
       fn.emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
-  auto count = [&](const std::string &what) {
+  auto count = [](const std::string &text, const std::string &what) {
     size_t n = 0;
-    for (size_t at = loops.find(what); at != std::string::npos; at = loops.find(what, at + 1))
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
       ++n;
     return n;
   };
-  EXPECT_EQ(count("\n  for "), 1u) << loops;
-  EXPECT_EQ(count("parallel"), 1u) << loops;
-  EXPECT_EQ(count("exp("), 1u) << loops;
+  EXPECT_EQ(count(loops, "parallel"), 1u) << loops;
+  size_t chunks = loops.find("\n  for d0 in 0..2 parallel");
+  ASSERT_NE(chunks, std::string::npos) << loops;
+  std::string chunkLoop = loops.substr(chunks, loops.find("\n  }\n", chunks) - chunks);
+  EXPECT_EQ(count(chunkLoop, "exp("), 1u) << chunkLoop;
+  EXPECT_THAT(chunkLoop, testing::HasSubstr("key["));
+  EXPECT_THAT(chunkLoop, testing::HasSubstr("value["));
+  for (size_t at = loops.find("  temp "); at != std::string::npos;
+       at = loops.find("  temp ", at + 1)) {
+    size_t open = loops.find('[', at), close = loops.find(']', at);
+    EXPECT_LT(std::stoll(loops.substr(open + 1, close - open - 1)), 256 * 8 * 128)
+        << loops.substr(at, loops.find('\n', at) - at);
+  }
+}
+
+// How many chunks of keys generalize-attention makes, as the specialized IR shows them (the
+// chunks' unnormalized P·V, `chunk_out`, leads with their count): at least 256 keys a chunk, at
+// most 8 chunks, at most 16 queries a KV head, no mask, and the key count known.
+TEST(AttentionDecode, KeysSplitIntoChunksOfAtLeast256WhenFewQueriesReadThem) {
+  auto chunkOut = [](const std::string &function, std::vector<std::string> types,
+                     const std::string &runtime = "") {
+    Function fn = attentionModule().function(function);
+    if (!runtime.empty())
+      fn = fn.withRuntimeDims(parseRuntimeDims(runtime));
+    std::string ir = fn.emit(Stage::Specialized, types);
+    size_t at = ir.find("%chunk_out = ");
+    if (at == std::string::npos)
+      return std::string("none");
+    size_t outs = ir.find("outs(", at);
+    return ir.substr(ir.find(": tensor<", outs) + 2,
+                     ir.find('>', outs) - ir.find(": tensor<", outs) - 1);
+  };
+  auto decode = [&](int64_t keys, int64_t heads, int64_t kvHeads) {
+    std::string kv = fmt::format("1x{}x{}x16xf32", keys, kvHeads);
+    return chunkOut("attention_gqa_decode", {fmt::format("1x1x{}x16xf32", heads), kv, kv, "f32"});
+  };
+  EXPECT_EQ(decode(512, 32, 8), "tensor<2x8x4x16xf32>");
+  EXPECT_EQ(decode(768, 8, 2), "tensor<2x2x4x16xf32>");
+  EXPECT_EQ(decode(1024, 8, 2), "tensor<4x2x4x16xf32>");
+  EXPECT_EQ(decode(4096, 8, 2), "tensor<8x2x4x16xf32>");
+  EXPECT_EQ(decode(512, 16, 1), "tensor<2x1x16x16xf32>");
+  EXPECT_EQ(decode(512, 17, 1), "none"); // 17 queries a KV head
+  EXPECT_EQ(decode(511, 8, 2), "none");  // no whole chunks
+  EXPECT_EQ(decode(510, 8, 2), "none");  // 2 chunks of 255
+  EXPECT_EQ(decode(256, 8, 2), "none");  // one chunk
+  // Prefill: 128 positions of 4 heads a KV head.
+  EXPECT_EQ(
+      chunkOut("attention_gqa", {"1x128x32x16xf32", "1x512x8x16xf32", "1x512x8x16xf32", "f32"}),
+      "none");
+  // The causal form's mask could hide a whole chunk from a query.
+  EXPECT_EQ(chunkOut("attention_gqa_causal",
+                     {"1x1x32x16xf32", "1x512x8x16xf32", "1x512x8x16xf32", "f32"}),
+            "none");
+  // A runtime key count: how many chunks is not known when the kernel is compiled.
+  EXPECT_EQ(chunkOut("attention_gqa_decode",
+                     {"1x1x32x16xf32", "1x512x8x16xf32", "1x512x8x16xf32", "f32"}, "key:1,value:1"),
+            "none");
+}
+
+// The combine rescales each chunk by exp(chunk max - max): with the two chunks' logits 90 apart
+// (q = 1, k = +-3 over 16 dims at scale 1: logits +-48), the lower chunk's weight underflows to
+// zero and the result is the mean of the higher chunk's values, whichever chunk holds it. The
+// oracle computes in double.
+TEST(AttentionDecode, ChunksWithFarApartMaximaCombineToTheOracle) {
+  Function fn = attentionModule().function("attention_gqa_decode");
+  const int64_t keys = 512, kvHeads = 2, heads = 4, d = 16;
+  for (bool highFirst : {true, false}) {
+    std::vector<float> q(heads * d, 1.0f), k(keys * kvHeads * d);
+    for (int64_t j = 0; j < keys; ++j)
+      for (int64_t i = 0; i < kvHeads * d; ++i)
+        k[j * kvHeads * d + i] = (j < keys / 2) == highFirst ? 3.0f : -3.0f;
+    std::vector<float> v = oracle::randomFloats(keys * kvHeads * d, highFirst ? 7 : 8);
+    std::vector<Arg> args{Tensor::borrow(q.data(), DType::F32, {1, 1, heads, d}),
+                          Tensor::borrow(k.data(), DType::F32, {1, keys, kvHeads, d}),
+                          Tensor::borrow(v.data(), DType::F32, {1, keys, kvHeads, d}),
+                          Scalar::f32(1.0f)};
+    std::vector<Tensor> out = fn.specialize(args)(args);
+    oracle::AttentionDims dims{1, 1, keys, heads, kvHeads, d};
+    auto expected = oracle::attentionGqa(q.data(), k.data(), v.data(), 1.0f, dims, false);
+    auto cmp = oracle::compare(out[0].as<float>(), expected, kRtol, kAtol);
+    EXPECT_TRUE(cmp.ok) << (highFirst ? "high first: " : "high last: ") << cmp.describe();
+  }
 }
 
 // `frank.config` on the attention op holds for the contractions it becomes: prefetch=8 sets
-// the decode Q·Kᵀ nest's distance (the selection picks 4), P·V (contraction.outer) has no
-// prefetch to set, and the results are the oracle's.
+// the decode Q·Kᵀ nest's distance (the selection picks 4), P·V and the chunks' weighted sum
+// (contraction.outer) have no prefetch to set, and the results are the oracle's.
 TEST(AttentionDecode, ConfigAttributeSetsItsContractions) {
   std::string text = componentTextWith("attention/attention_gqa.mlir", "#att_out]}",
                                        "#att_out], frank.config = \"prefetch=8\"}");
@@ -195,12 +281,12 @@ TEST(AttentionDecode, ConfigAttributeSetsItsContractions) {
   EXPECT_THAT(loops, testing::HasSubstr("contraction.dot"));
   EXPECT_THAT(loops, testing::HasSubstr(" prefetch=8"));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr(" prefetch=4"))) << loops;
-  // The loop IR names the attribute on the two contractions only, not on the softmax nests.
+  // The loop IR names the attribute on the three contractions only, not on the softmax nests.
   size_t named = 0;
   for (size_t at = loops.find("(frank.config"); at != std::string::npos;
        at = loops.find("(frank.config", at + 1))
     ++named;
-  EXPECT_EQ(named, 2u) << loops;
+  EXPECT_EQ(named, 3u) << loops;
   checkAttention(fn, {1, 1, 512, 32, 8, 128}, Mode::Specialized, /*causal=*/false);
 }
 

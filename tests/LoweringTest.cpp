@@ -509,6 +509,55 @@ TEST(Lowering, TransposeThroughACollapseFoldsIntoItsConsumer) {
   expectAllNear(runBoth(merged, {borrow(k, {5, 3, 7})}), squares);
 }
 
+// The same through an expand: K's [S, H, D] transposed to [H, S, D] and its keys split into
+// [H, 2, S/2, D] (decode attention's chunks of keys, generalize-attention). collapse-before-copy
+// expands the source instead ([2, S/2, H, D], a view) and the copy fuses into the contraction:
+// no copy, no temporary.
+TEST(Lowering, TransposeThroughAnExpandFoldsIntoItsConsumer) {
+  const char *text = R"(
+    func.func @f(%k: tensor<6x3x7xf32>, %w: tensor<6xf32>) -> tensor<3x7xf32> {
+      %e = tensor.empty() : tensor<3x6x7xf32>
+      %t = linalg.transpose ins(%k : tensor<6x3x7xf32>) outs(%e : tensor<3x6x7xf32>)
+          permutation = [1, 0, 2]
+      %x = tensor.expand_shape %t [[0], [1, 2], [3]] output_shape [3, 2, 3, 7]
+          : tensor<3x6x7xf32> into tensor<3x2x3x7xf32>
+      %wx = tensor.expand_shape %w [[0, 1]] output_shape [2, 3] : tensor<6xf32> into tensor<2x3xf32>
+      %z = arith.constant 0.0 : f32
+      %o = tensor.empty() : tensor<3x7xf32>
+      %init = linalg.fill ins(%z : f32) outs(%o : tensor<3x7xf32>) -> tensor<3x7xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(h, d, c, s) -> (h, c, s, d)>,
+                                            affine_map<(h, d, c, s) -> (c, s)>,
+                                            affine_map<(h, d, c, s) -> (h, d)>],
+                           iterator_types = ["parallel", "parallel", "reduction", "reduction"]}
+          ins(%x, %wx : tensor<3x2x3x7xf32>, tensor<2x3xf32>) outs(%init : tensor<3x7xf32>) {
+      ^bb0(%a: f32, %b: f32, %acc: f32):
+        %p = arith.mulf %a, %b : f32
+        %q = arith.addf %acc, %p : f32
+        linalg.yield %q : f32
+      } -> tensor<3x7xf32>
+      return %r : tensor<3x7xf32>
+    })";
+  auto count = [](const std::string &s, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  Function fn = context().loadString(text, "lowering.mlir").function("f");
+  std::vector<std::string> types{"6x3x7xf32", "6xf32"};
+  std::string specialized = fn.emit(Stage::Specialized, types);
+  EXPECT_EQ(count(specialized, "linalg.generic"), 1u) << specialized;
+  EXPECT_THAT(specialized, testing::HasSubstr("tensor<6x3x7xf32> into tensor<2x3x3x7xf32>"));
+  EXPECT_EQ(count(fn.emit(Stage::Loops, types), "temp "), 0u) << fn.emit(Stage::Loops, types);
+  auto k = iota(6 * 3 * 7), w = iota(6, 0.5f);
+  std::vector<double> expected(3 * 7, 0.0);
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t d = 0; d < 7; ++d)
+      for (int64_t s = 0; s < 6; ++s)
+        expected[h * 7 + d] += double(k[(s * 3 + h) * 7 + d]) * w[s];
+  expectAllNear(runBoth(text, {borrow(k, {6, 3, 7}), borrow(w, {6})}), expected);
+}
+
 // Where reassociation is allowed: the specialized kernel sums in vector lanes. Over a million
 // terms it stays within 1e-5 relative of the double-precision sum (the f32 elementwise
 // tolerance), as the source-order sum of generic mode does too for these uniform inputs.

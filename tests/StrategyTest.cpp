@@ -513,15 +513,17 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   std::string decode =
       attention.function("attention_gqa_decode")
           .emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
-  EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d1 n=d2 k=d3 tile=4x"));
+  // (Per chunk of 256 keys, d0, and KV head, d1: generalize-attention splits the keys.)
+  EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d2 n=d3 k=d4 tile=4x"));
   EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4\n"));
-  EXPECT_THAT(decode,
-              testing::HasSubstr("// prefetch the rows of '%key_collapsed' 4 tiles ahead\n"));
+  EXPECT_THAT(decode, testing::HasSubstr(
+                          "// prefetch the rows of '%key_collapsed_expanded' 4 tiles ahead\n"));
   // The first line of the last key row 4 tiles ahead, one line of each 512-byte row: the L2's
   // own prefetchers bring the rest.
-  EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
-                          "prefetch key[((d0 * 128) + ((((n_block + 4) * {}) + {}) * 1024))]\n",
-                          wide ? 4 : 2, wide ? 3 : 1)));
+  EXPECT_THAT(decode,
+              testing::HasSubstr(fmt::format("prefetch key[(((d1 * 128) + ((((n_block + 4) * {}) + "
+                                             "{}) * 1024)) + (d0 * 262144))]\n",
+                                             wide ? 4 : 2, wide ? 3 : 1)));
   EXPECT_EQ(count(decode, "prefetch key["), wide ? 4 : 2) << decode;
   EXPECT_THAT(decode, testing::HasSubstr(fmt::format(": f32x{0} = broadcast<{0}>(0f)\n", lanes)));
   EXPECT_THAT(decode, testing::HasSubstr(" + reduce_add(acc_"));

@@ -1,4 +1,4 @@
-// Collapsing before permuting (see CollapseBeforeCopy.h).
+// Reshaping before permuting (see CollapseBeforeCopy.h).
 #include "transforms/CollapseBeforeCopy.h"
 #include "ir/Builder.h"
 #include "ir/Clone.h"
@@ -81,6 +81,20 @@ std::optional<SourceGroups> sourceGroups(const Op &collapse, const Op &copy) {
   return result;
 }
 
+// The reshape at `at`, whose result `old` the new copy `permuted` replaces, and the old copy
+// go; `at` then points before where the reshape was.
+void replaceReshapeAndCopy(Block &block, size_t &at, Value *old, Value *permuted, Op *copy) {
+  replaceAllUses(block, old, permuted);
+  block.ops.erase(block.ops.begin() + static_cast<long>(at));
+  --at;
+  for (size_t i = 0; i < block.ops.size(); ++i)
+    if (block.ops[i].get() == copy) {
+      block.ops.erase(block.ops.begin() + static_cast<long>(i));
+      at -= i < at;
+      break;
+    }
+}
+
 bool rewrite(Block &block, size_t &at) {
   Op &collapse = *block.ops[at];
   Op *copy = collapse.operands[0]->definingOp;
@@ -139,15 +153,62 @@ bool rewrite(Block &block, size_t &at) {
     dim.operands = {collapsed->result(), position};
     ++i;
   }
-  replaceAllUses(block, old, permuted);
-  block.ops.erase(block.ops.begin() + static_cast<long>(at));
-  --at;
-  for (size_t i = 0; i < block.ops.size(); ++i)
-    if (block.ops[i].get() == copy) {
-      block.ops.erase(block.ops.begin() + static_cast<long>(i));
-      at -= i < at;
-      break;
+  replaceReshapeAndCopy(block, at, old, permuted, copy);
+  return true;
+}
+
+// expand_shape(copy(x)) with a static result: x's dims expand as the copy's dims they become
+// do, and a copy permutes the expanded dims. The split attention's chunks of keys arrive so.
+bool rewriteExpand(Block &block, size_t &at) {
+  Op &expand = *block.ops[at];
+  Op *copy = expand.operands[0]->definingOp;
+  if (!isPureCopy(copy) || copy->parentBlock != &block || !expand.result()->type.hasStaticShape())
+    return false;
+  Value *x = copy->operands[0];
+  GenericView g{*copy};
+  const AffineMap &in = g.map(0), &out = g.outputMap();
+  if (countUses(block, copy->result()) != 1 || !in.isPermutation())
+    return false;
+  // Dim i of the copy is dim srcOf[i] of x, and expands into `groups[i]`.
+  const int64_t rank = x->type.rank();
+  std::vector<int64_t> srcOf(rank), copyOf(rank);
+  for (int64_t i = 0; i < rank; ++i)
+    for (int64_t s = 0; s < rank; ++s)
+      if (in.results[s].value == out.results[i].value)
+        srcOf[i] = s, copyOf[s] = i;
+  const AttrList &groups = expand.attr("reassociation").list();
+  const Type &expandedType = expand.result()->type;
+  Type xType = x->type;
+  xType.shape.clear();
+  AttrList xGroups, xSizes;
+  std::vector<int> positionInExpanded; // x's expanded dims, as positions of the copy's result
+  for (int64_t s = 0, next = 0; s < rank; ++s) {
+    AttrList group;
+    for (const Attribute &a : groups[copyOf[s]].list()) {
+      int64_t size = expandedType.shape[a.integer()];
+      group.push_back(Attribute{next++});
+      xType.shape.push_back(size);
+      xSizes.push_back(Attribute{size});
+      positionInExpanded.push_back(static_cast<int>(a.integer()));
     }
+    xGroups.push_back(Attribute{group});
+  }
+  Builder b(block, at, expand.loc);
+  Op *expandedX =
+      b.create(OpKind::TensorExpandShape, {x}, {xType},
+               {{"reassociation", Attribute{xGroups}}, {"static_output_shape", Attribute{xSizes}}});
+  expandedX->result()->name = x->name + "_expanded";
+  const int expandedRank = static_cast<int>(expandedType.rank());
+  std::vector<int> identity(expandedRank);
+  std::iota(identity.begin(), identity.end(), 0);
+  Value *permuted = b.generic(
+      {expandedX->result()}, b.empty(expandedType, {}),
+      {mapOf(expandedRank, positionInExpanded), mapOf(expandedRank, identity)},
+      std::vector<bool>(expandedRank, false),
+      [](Builder &, const std::vector<Value *> &args) { return args[0]; }, expand.result()->name);
+  Value *old = expand.result();
+  at = b.position();
+  replaceReshapeAndCopy(block, at, old, permuted, copy);
   return true;
 }
 
@@ -157,7 +218,8 @@ int collapseBeforeCopies(FuncOp &fn) {
   int moved = 0;
   Block &body = *fn.body;
   for (size_t i = 0; i < body.ops.size(); ++i)
-    if (body.ops[i]->kind == OpKind::TensorCollapseShape && rewrite(body, i))
+    if ((body.ops[i]->kind == OpKind::TensorCollapseShape && rewrite(body, i)) ||
+        (body.ops[i]->kind == OpKind::TensorExpandShape && rewriteExpand(body, i)))
       ++moved;
   return moved;
 }

@@ -5,6 +5,10 @@
 // its consumers: attention reads K and V in their [B, Skv, Hkv, D] layout instead of copying
 // them to [B*Hkv, Skv, D] first.
 //
+// Expanding likewise: `expand_shape(copy(x))` with a static result becomes
+// `copy'(expand_shape'(x))`, each dim of x split as the copied dim it becomes (decode attention's
+// chunks of keys, generalize-attention, read K and V so).
+//
 // Only copies that nothing else reads are rewritten. Sizes asked of the collapse (`tensor.dim`,
 // with runtime dims) are asked of the collapsed x instead.
 #pragma once
@@ -13,7 +17,7 @@
 
 namespace frank {
 
-/// Returns the number of collapses moved before their copies.
+/// Returns the number of collapses and expands moved before their copies.
 int collapseBeforeCopies(FuncOp &fn);
 
 } // namespace frank

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 namespace frank {
 namespace {
@@ -209,25 +210,16 @@ struct AttentionDims {
   std::vector<int> batch, m, k, j, n;
 };
 
-Value *attention(Builder &b, Op &op) {
+AttentionDims attentionDims(const Op &op) {
   const AttrList &maps = op.attr("indexing_maps").list();
-  bool hasMask = op.attr("num_inputs").integer() == 5;
-  Value *q = op.operands[0], *k = op.operands[1], *v = op.operands[2], *scale = op.operands[3];
-  Value *mask = hasMask ? op.operands[4] : nullptr;
-  Value *init = op.operands.back();
-  const Block &region = *op.regions[0];
-  if (region.ops.size() != 1 || region.ops[0]->operands[0] != region.arguments[0].get())
-    fail(op.loc,
-         "unsupported: an 'iree_linalg_ext.attention' score region other than the identity");
   const AffineMap &qm = maps[0].map(), &km = maps[1].map(), &vm = maps[2].map();
   const AffineMap &om = maps.back().map();
-  int numDims = qm.numDims;
   auto uses = [](const AffineMap &m, int d) {
     return std::any_of(m.results.begin(), m.results.end(),
                        [&](const AffineResult &r) { return !r.isConstant && r.value == d; });
   };
   AttentionDims dims;
-  for (int d = 0; d < numDims; ++d) {
+  for (int d = 0; d < qm.numDims; ++d) {
     bool inQ = uses(qm, d), inK = uses(km, d), inV = uses(vm, d), inO = uses(om, d);
     if (inQ && inK && inV && inO)
       dims.batch.push_back(d);
@@ -245,6 +237,111 @@ Value *attention(Builder &b, Op &op) {
   }
   if (dims.m.empty() || dims.k.empty() || dims.j.empty() || dims.n.empty())
     fail(op.loc, "unsupported: attention maps without query, contraction, key and value dims");
+  return dims;
+}
+
+// The size of attention dim `d` when it is static: the first operand whose map names it.
+std::optional<int64_t> staticAttentionDim(const Op &op, int d) {
+  const AttrList &maps = op.attr("indexing_maps").list();
+  for (int i = 0; i < 3; ++i) {
+    const AffineMap &m = maps[i].map();
+    for (size_t r = 0; r < m.results.size(); ++r)
+      if (!m.results[r].isConstant && m.results[r].value == d) {
+        int64_t size = op.operands[i]->type.shape[r];
+        return size == kDynamic ? std::nullopt : std::optional<int64_t>(size);
+      }
+  }
+  return std::nullopt;
+}
+
+// Decode attention splits its keys into chunks: a handful of queries per KV head reads every
+// key once, so the kernel streams K and V, and which thread reads which bytes decides its speed.
+// Over heads, each thread reads 512 of every 4 KiB key row ([Skv, Hkv, D] with Hkv = 8,
+// D = 128), so it fills half the sets of its L2: S6's 4 MiB of K and V, read by two threads
+// this way, take 80-88 µs a call against 33-38 µs over halves of the keys (all heads of a key
+// on one thread), on a 2-core Xeon with 2 MiB of L2 a core. The chunks are the outer, parallel
+// loop, so the threads take runs of whole key rows. At least 256 keys a chunk: S6 in 2 chunks
+// ran 63.8-64.9 µs against 68.3-69.5 in 8 chunks of 64 (one process, alternating), each chunk
+// and head restarting the Q·K nest's prefetch 16 keys ahead and its P·V tiles; up to 8 chunks
+// leave work for more threads over longer caches.
+constexpr int64_t kMaxSplitQueries = 16;
+constexpr int64_t kMaxKeyChunks = 8;
+constexpr int64_t kMinChunkKeys = 256;
+
+int64_t keyChunksFor(const Op &op, const AttentionDims &dims) {
+  bool hasMask = op.attr("num_inputs").integer() == 5;
+  if (hasMask || dims.j.size() != 1)
+    return 1; // a chunk whose keys the mask hides all would have no softmax of its own
+  int64_t queries = 1;
+  for (int d : dims.m) {
+    std::optional<int64_t> size = staticAttentionDim(op, d);
+    if (!size)
+      return 1;
+    queries *= *size;
+  }
+  std::optional<int64_t> keys = staticAttentionDim(op, dims.j[0]);
+  if (queries > kMaxSplitQueries || !keys)
+    return 1;
+  for (int64_t chunks = kMaxKeyChunks; chunks >= 2; chunks /= 2)
+    if (*keys % chunks == 0 && *keys / chunks >= kMinChunkKeys)
+      return chunks;
+  return 1;
+}
+
+// `t` (K or V) with its key dim split into [chunks, keys / chunks], a view, and its map, where
+// dim `chunk` (a new loop dim) indexes the chunks.
+std::pair<Value *, AffineMap> splitKeyDim(Builder &b, Value *t, const AffineMap &map, int key,
+                                          int chunk, int64_t chunks) {
+  size_t r = 0;
+  while (map.results[r].isConstant || map.results[r].value != key)
+    ++r;
+  Type to = t->type;
+  to.shape[r] /= chunks;
+  to.shape.insert(to.shape.begin() + static_cast<long>(r), chunks);
+  AttrList groups, sizes;
+  for (int64_t i = 0, next = 0; i < t->type.rank(); ++i) {
+    AttrList group{Attribute{next++}};
+    if (i == static_cast<int64_t>(r))
+      group.push_back(Attribute{next++});
+    groups.push_back(Attribute{group});
+  }
+  for (int64_t size : to.shape)
+    sizes.push_back(Attribute{size});
+  Op *view =
+      b.create(OpKind::TensorExpandShape, {t}, {to},
+               {{"reassociation", Attribute{groups}}, {"static_output_shape", Attribute{sizes}}});
+  view->result()->name = t->name + "_chunks";
+  AffineMap split = map;
+  split.numDims = chunk + 1;
+  split.results.insert(split.results.begin() + static_cast<long>(r), AffineResult{false, chunk});
+  return {view->result(), split};
+}
+
+// Attention as generics: scores (Q·K) scaled and masked, row max, exp, row sum, then P·V. With
+// `keyChunks` > 1 (keyChunksFor) every step up to P·V runs per chunk of keys, a new outermost
+// dim, and P·V stays unnormalized; a combine then weighs each chunk's output by
+// exp(chunk max - max) over the sum of the chunks' weighted row sums.
+Value *attention(Builder &b, Op &op, int64_t keyChunks) {
+  const AttrList &maps = op.attr("indexing_maps").list();
+  bool hasMask = op.attr("num_inputs").integer() == 5;
+  Value *q = op.operands[0], *k = op.operands[1], *v = op.operands[2], *scale = op.operands[3];
+  Value *mask = hasMask ? op.operands[4] : nullptr;
+  Value *init = op.operands.back();
+  const Block &region = *op.regions[0];
+  if (region.ops.size() != 1 || region.ops[0]->operands[0] != region.arguments[0].get())
+    fail(op.loc,
+         "unsupported: an 'iree_linalg_ext.attention' score region other than the identity");
+  AffineMap qm = maps[0].map(), km = maps[1].map(), vm = maps[2].map();
+  const AffineMap &om = maps.back().map();
+  AttentionDims dims = attentionDims(op);
+  const bool split = keyChunks > 1;
+  const int chunk = qm.numDims; // the chunks' dim, when split
+  std::vector<int> chunkDims = split ? std::vector<int>{chunk} : std::vector<int>{};
+  if (split) {
+    std::tie(k, km) = splitKeyDim(b, k, km, dims.j[0], chunk, keyChunks);
+    std::tie(v, vm) = splitKeyDim(b, v, vm, dims.j[0], chunk, keyChunks);
+    qm.numDims = chunk + 1;
+  }
   // Where each attention dim can be measured: (operand, position in its map).
   auto source = [&](int d) -> std::pair<Value *, int64_t> {
     for (auto [m, t] : {std::pair{&qm, q}, std::pair{&km, k}, std::pair{&vm, v}})
@@ -264,47 +361,65 @@ Value *attention(Builder &b, Op &op) {
     }
     return out;
   };
+  // The map of a tensor over attention dims `tensorDims` in a generic over `order`.
+  auto over = [](const std::vector<int> &order, const std::vector<int> &tensorDims) {
+    std::vector<int> positions;
+    for (int d : tensorDims)
+      positions.push_back(
+          static_cast<int>(std::find(order.begin(), order.end(), d) - order.begin()));
+    return mapOf(static_cast<int>(order.size()), positions);
+  };
   auto concat = [](std::initializer_list<std::vector<int>> parts) {
     std::vector<int> all;
     for (auto &p : parts)
       all.insert(all.end(), p.begin(), p.end());
     return all;
   };
+  // A tensor over attention dims `tensorDims`, each sized from its source.
   ElemKind e = init->type.elem;
-  std::vector<int> sDims = concat({dims.batch, dims.m, dims.j});
-  Type sType = Type::tensor(e, {});
-  DimSources sSources;
-  for (int d : sDims) {
-    auto [t, r] = source(d);
-    sType.shape.push_back(t->type.shape[r]);
-    sSources.push_back({t, r});
-  }
-  int sRank = static_cast<int>(sDims.size());
-  AffineMap sIdentity = mapOf(sRank, iota(sRank));
-  // Scores: S = scale * sum_k Q*K, masked.
-  std::vector<int> scoreOrder = concat({sDims, dims.k});
-  std::vector<bool> scoreRed(scoreOrder.size(), false);
-  for (size_t i = sDims.size(); i < scoreOrder.size(); ++i)
-    scoreRed[i] = true;
+  auto emptyOver = [&](const std::vector<int> &tensorDims) {
+    Type type = Type::tensor(e, {});
+    DimSources sources;
+    for (int d : tensorDims) {
+      auto [t, r] = source(d);
+      type.shape.push_back(t->type.shape[r]);
+      sources.push_back({t, r});
+    }
+    return b.empty(type, sources);
+  };
+  // The iterator types of a generic over `order` whose last `reduced` dims are reductions.
+  auto reductionFlags = [](const std::vector<int> &order, size_t reduced) {
+    std::vector<bool> red(order.size(), false);
+    std::fill(red.end() - static_cast<long>(reduced), red.end(), true);
+    return red;
+  };
+  auto sum = [](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); };
+  auto max = [](Builder &bb, const Args &a) { return bb.binary(OpKind::MaximumF, a[1], a[0]); };
   Value *zero = b.constantFloat(0.0, e);
+  Value *minusInf = b.constantFloat(-std::numeric_limits<double>::infinity(), e);
+
+  // Scores: S = scale * sum_k Q*K, masked.
+  std::vector<int> sDims = concat({chunkDims, dims.batch, dims.m, dims.j});
+  std::vector<int> rowDims = concat({chunkDims, dims.batch, dims.m});
+  std::vector<int> scoreOrder = concat({sDims, dims.k});
   Value *scores = b.generic(
-      {q, k}, b.fill(zero, b.empty(sType, sSources)),
-      {remap(qm, scoreOrder), remap(km, scoreOrder),
-       mapOf(static_cast<int>(scoreOrder.size()), iota(sRank))},
-      scoreRed,
+      {q, k}, b.fill(zero, emptyOver(sDims)),
+      {remap(qm, scoreOrder), remap(km, scoreOrder), over(scoreOrder, sDims)},
+      reductionFlags(scoreOrder, dims.k.size()),
       [](Builder &bb, const Args &a) {
         return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
       },
       "scores");
   Args logitInputs{scores};
-  std::vector<AffineMap> logitMaps{sIdentity};
+  std::vector<AffineMap> logitMaps{over(sDims, sDims)};
   if (mask) {
     logitInputs.push_back(mask);
     logitMaps.push_back(remap(maps[4].map(), sDims));
   }
-  logitMaps.push_back(sIdentity);
+  logitMaps.push_back(over(sDims, sDims));
+  std::vector<bool> elementwise(sDims.size(), false);
   Value *logits = b.generic(
-      logitInputs, b.empty(sType, sSources), logitMaps, std::vector<bool>(sRank, false),
+      logitInputs, emptyOver(sDims), logitMaps, elementwise,
       [&](Builder &bb, const Args &a) {
         Value *t = bb.binary(OpKind::MulF, a[0], scale);
         if (!mask)
@@ -315,62 +430,90 @@ Value *attention(Builder &b, Op &op) {
       },
       "logits");
   // Softmax over the key dims: row max, then exp and row sum, then normalize.
-  int rowRank = static_cast<int>(dims.batch.size() + dims.m.size());
-  std::vector<int> rowDims = iota(rowRank);
-  Type rowType =
-      Type::tensor(e, std::vector<int64_t>(sType.shape.begin(), sType.shape.begin() + rowRank));
-  DimSources rowSources(sSources.begin(), sSources.begin() + rowRank);
-  std::vector<bool> keyRed(sRank, false);
-  for (int i = rowRank; i < sRank; ++i)
-    keyRed[i] = true;
-  Value *rowMax = b.generic(
-      {logits},
-      b.fill(b.constantFloat(-std::numeric_limits<double>::infinity(), e),
-             b.empty(rowType, rowSources)),
-      {sIdentity, mapOf(sRank, rowDims)}, keyRed,
-      [](Builder &bb, const Args &a) { return bb.binary(OpKind::MaximumF, a[1], a[0]); },
-      "row_max");
+  std::vector<bool> keyRed = reductionFlags(sDims, dims.j.size());
+  Value *rowMax = b.generic({logits}, b.fill(minusInf, emptyOver(rowDims)),
+                            {over(sDims, sDims), over(sDims, rowDims)}, keyRed, max,
+                            split ? "chunk_max" : "row_max");
   // exp(s - max) once, kept: the row sum and the normalization both read it (fusing it into
   // both would compute every exponential twice).
   Value *exps = b.generic(
-      {logits, rowMax}, b.empty(sType, sSources), {sIdentity, mapOf(sRank, rowDims), sIdentity},
-      std::vector<bool>(sRank, false),
+      {logits, rowMax}, emptyOver(sDims),
+      {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)}, elementwise,
       [](Builder &bb, const Args &a) {
         return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
       },
       "exps");
-  Value *rowSum = b.generic(
-      {exps}, b.fill(zero, b.empty(rowType, rowSources)), {sIdentity, mapOf(sRank, rowDims)},
-      keyRed, [](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); },
-      "row_sum");
-  Value *probs = b.generic(
-      {exps, rowSum}, b.empty(sType, sSources), {sIdentity, mapOf(sRank, rowDims), sIdentity},
-      std::vector<bool>(sRank, false),
-      [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); }, "probs");
-  // Output: O = sum_j P * V, written in O's own layout.
-  std::vector<int> outOrder = concat({dims.batch, dims.m, dims.n, dims.j});
-  std::vector<bool> outRed(outOrder.size(), false);
-  for (size_t i = outOrder.size() - dims.j.size(); i < outOrder.size(); ++i)
-    outRed[i] = true;
-  AffineMap pMap;
-  pMap.numDims = static_cast<int>(outOrder.size());
-  for (int d : sDims)
-    pMap.results.push_back(
-        {false, std::find(outOrder.begin(), outOrder.end(), d) - outOrder.begin()});
-  return b.generic(
-      {probs, v}, b.fill(zero, init), {pMap, remap(vm, outOrder), remap(om, outOrder)}, outRed,
+  Value *rowSum = b.generic({exps}, b.fill(zero, emptyOver(rowDims)),
+                            {over(sDims, sDims), over(sDims, rowDims)}, keyRed, sum,
+                            split ? "chunk_sum" : "row_sum");
+  Value *probs = exps;
+  if (!split)
+    probs = b.generic(
+        {exps, rowSum}, emptyOver(sDims),
+        {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)}, elementwise,
+        [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); }, "probs");
+  // O = sum_j P * V: in O's own layout, or per chunk.
+  auto weightedSum = [](Builder &bb, const Args &a) {
+    return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
+  };
+  std::vector<int> outOrder = concat({chunkDims, dims.batch, dims.m, dims.n, dims.j});
+  std::vector<int> partDims = concat({chunkDims, dims.batch, dims.m, dims.n});
+  Value *outInit = b.fill(zero, split ? emptyOver(partDims) : init);
+  AffineMap outMap = split ? over(outOrder, partDims) : remap(om, outOrder);
+  Value *out = b.generic({probs, v}, outInit, {over(outOrder, sDims), remap(vm, outOrder), outMap},
+                         reductionFlags(outOrder, dims.j.size()), weightedSum,
+                         split ? "chunk_out" : op.result()->name);
+  if (!split)
+    return out;
+
+  // The combine: max over the chunks, each chunk's weight exp(chunk max - max) (one
+  // exponential a chunk and query row, kept), the sum of the weighted chunk sums (at least 1:
+  // the chunk that holds the max adds its own row sum, which counts exp(0)), then
+  // O = sum over the chunks of weight / that sum * chunk output.
+  std::vector<int> queryDims = concat({dims.batch, dims.m});
+  std::vector<int> combineOrder = concat({queryDims, chunkDims});
+  std::vector<bool> chunkRed = reductionFlags(combineOrder, 1);
+  AffineMap perChunk = over(combineOrder, rowDims), perQuery = over(combineOrder, queryDims);
+  std::vector<bool> perRow(rowDims.size(), false);
+  Value *rowMaxAll = b.generic({rowMax}, b.fill(minusInf, emptyOver(queryDims)),
+                               {perChunk, perQuery}, chunkRed, max, "row_max");
+  Value *chunkWeights = b.generic(
+      {rowMax, rowMaxAll}, emptyOver(rowDims),
+      {over(rowDims, rowDims), over(rowDims, queryDims), over(rowDims, rowDims)}, perRow,
+      [](Builder &bb, const Args &a) {
+        return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
+      },
+      "chunk_weights");
+  Value *denominator = b.generic(
+      {chunkWeights, rowSum}, b.fill(zero, emptyOver(queryDims)), {perChunk, perChunk, perQuery},
+      chunkRed,
       [](Builder &bb, const Args &a) {
         return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
       },
-      op.result()->name);
+      "row_sum");
+  Value *weights = b.generic(
+      {chunkWeights, denominator}, emptyOver(rowDims),
+      {over(rowDims, rowDims), over(rowDims, queryDims), over(rowDims, rowDims)}, perRow,
+      [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); },
+      "chunk_shares");
+  std::vector<int> finalOrder = concat({dims.batch, dims.m, dims.n, chunkDims});
+  return b.generic({weights, out}, b.fill(zero, init),
+                   {over(finalOrder, rowDims), over(finalOrder, partDims), remap(om, finalOrder)},
+                   reductionFlags(finalOrder, 1), weightedSum, op.result()->name);
 }
 
-void generalizeBlock(FuncOp &fn, Block &block) {
+// Which named ops a walk generalizes: all of them at once (generic mode), or attention apart,
+// after specialization, when the sizes that decide its key chunks are known.
+enum class Ops { All, AllButAttention, Attention };
+
+void generalizeBlock(FuncOp &fn, Block &block, Ops which) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
     Op &op = *block.ops[i];
     if (op.kind == OpKind::ScfIf || op.kind == OpKind::ScfFor)
       for (auto &region : op.regions)
-        generalizeBlock(fn, *region);
+        generalizeBlock(fn, *region, which);
+    if ((op.kind == OpKind::Attention) != (which == Ops::Attention) && which != Ops::All)
+      continue;
     Builder b(block, i, op.loc);
     Value *replacement = nullptr;
     switch (op.kind) {
@@ -381,7 +524,10 @@ void generalizeBlock(FuncOp &fn, Block &block) {
     case OpKind::LinalgReduce: replacement = reduce(b, op); break;
     case OpKind::LinalgSoftmax: replacement = softmax(b, op); break;
     case OpKind::Gather: replacement = gather(b, op); break;
-    case OpKind::Attention: replacement = attention(b, op); break;
+    case OpKind::Attention:
+      replacement =
+          attention(b, op, which == Ops::Attention ? keyChunksFor(op, attentionDims(op)) : 1);
+      break;
     default: continue;
     }
     size_t at = b.position(); // the named op now sits here
@@ -402,9 +548,14 @@ void generalizeBlock(FuncOp &fn, Block &block) {
 
 } // namespace
 
-void generalizeNamedOps(FuncOp &fn) {
+void generalizeNamedOps(FuncOp &fn, bool attention) {
   if (fn.body)
-    generalizeBlock(fn, *fn.body);
+    generalizeBlock(fn, *fn.body, attention ? Ops::All : Ops::AllButAttention);
+}
+
+void generalizeAttention(FuncOp &fn) {
+  if (fn.body)
+    generalizeBlock(fn, *fn.body, Ops::Attention);
 }
 
 } // namespace frank

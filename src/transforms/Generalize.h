@@ -6,7 +6,9 @@
 //   softmax                      max, sum of exp, and divide: three generics
 //   gather                       a generic that reads the source with tensor.extract at
 //                                coordinates taken from the index tensor
-//   attention                    scores (Q·K), scale and mask, row max, exp, row sum, P·V
+//   attention                    scores (Q·K), scale and mask, row max, exp, row sum, P·V;
+//                                with few queries and static keys (decode), per chunk of
+//                                keys, then a combine of the chunks (generalizeAttention)
 //
 // Attention with a score region other than the identity, gather with a mask, and named ops
 // with explicit indexing maps are reported as unsupported.
@@ -16,6 +18,12 @@
 
 namespace frank {
 
-void generalizeNamedOps(FuncOp &fn);
+/// Every named op, or (`attention` false) all but attention, which specialized kernels
+/// generalize once their shapes are known.
+void generalizeNamedOps(FuncOp &fn, bool attention = true);
+
+/// Attention ops after specialization: decode attention (few queries a KV head, a static
+/// number of keys, no mask) splits its keys into chunks that the threads take in runs.
+void generalizeAttention(FuncOp &fn);
 
 } // namespace frank

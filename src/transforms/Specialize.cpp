@@ -350,6 +350,7 @@ private:
         op.result(static_cast<int>(r))->type = op.operands[3 + r]->type;
       return;
     case OpKind::LinalgGeneric:
+    case OpKind::Attention:
       checkExtents(op);
       op.result()->type = op.operands.back()->type;
       return;
