@@ -272,6 +272,9 @@ int64_t keyChunksFor(const Op &op, const AttentionDims &dims) {
   bool hasMask = op.attr("num_inputs").integer() == 5;
   if (hasMask || dims.j.size() != 1)
     return 1; // a chunk whose keys the mask hides all would have no softmax of its own
+  for (int d : dims.batch)
+    if (!staticAttentionDim(op, d))
+      return 1; // the combine views its rows as one dim of a static size
   int64_t queries = 1;
   for (int d : dims.m) {
     std::optional<int64_t> size = staticAttentionDim(op, d);
@@ -469,33 +472,57 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
   // The combine: max over the chunks, each chunk's weight exp(chunk max - max) (one
   // exponential a chunk and query row, kept), the sum of the weighted chunk sums (at least 1:
   // the chunk that holds the max adds its own row sum, which counts exp(0)), then
-  // O = sum over the chunks of weight / that sum * chunk output.
-  std::vector<int> queryDims = concat({dims.batch, dims.m});
-  std::vector<int> combineOrder = concat({queryDims, chunkDims});
-  std::vector<bool> chunkRed = reductionFlags(combineOrder, 1);
-  AffineMap perChunk = over(combineOrder, rowDims), perQuery = over(combineOrder, queryDims);
-  std::vector<bool> perRow(rowDims.size(), false);
-  Value *rowMaxAll = b.generic({rowMax}, b.fill(minusInf, emptyOver(queryDims)),
-                               {perChunk, perQuery}, chunkRed, max, "row_max");
+  // O = sum over the chunks of weight / that sum * chunk output. Up to that last sum, it runs
+  // over the query rows of all heads as one dim (views), which its nests vectorize along.
+  const Type &rowsType = rowMax->type; // [chunks, batch..., m...], static (keyChunksFor)
+  int64_t queries = 1;
+  for (int64_t d = 1; d < rowsType.rank(); ++d)
+    queries *= rowsType.shape[d];
+  Type chunkRowsType = Type::tensor(e, {keyChunks, queries}),
+       queryRowsType = Type::tensor(e, {queries});
+  auto reshapeRows = [&](OpKind kind, Value *t, const Type &to) {
+    AttrList rest;
+    for (int64_t d = 1; d < rowsType.rank(); ++d)
+      rest.push_back(Attribute{d});
+    AttrList groups{Attribute{AttrList{Attribute{int64_t{0}}}}, Attribute{rest}};
+    std::map<std::string, Attribute> attrs{{"reassociation", Attribute{groups}}};
+    if (kind == OpKind::TensorExpandShape) {
+      AttrList sizes;
+      for (int64_t size : to.shape)
+        sizes.push_back(Attribute{size});
+      attrs["static_output_shape"] = Attribute{sizes};
+    }
+    Op *view = b.create(kind, {t}, {to}, attrs);
+    view->result()->name = t->name + "_rows";
+    return view->result();
+  };
+  Value *chunkMax = reshapeRows(OpKind::TensorCollapseShape, rowMax, chunkRowsType);
+  Value *chunkSum = reshapeRows(OpKind::TensorCollapseShape, rowSum, chunkRowsType);
+  // Generics over (query, chunk), reducing the chunks, and over (chunk, query).
+  const AffineMap byQuery = mapOf(2, {1, 0}), query = mapOf(2, {0});
+  const AffineMap byChunk = mapOf(2, {0, 1}), queryOfChunk = mapOf(2, {1});
+  const std::vector<bool> overChunks{false, true}, elementwise2d{false, false};
+  Value *rowMaxAll = b.generic({chunkMax}, b.fill(minusInf, b.empty(queryRowsType, {})),
+                               {byQuery, query}, overChunks, max, "row_max");
   Value *chunkWeights = b.generic(
-      {rowMax, rowMaxAll}, emptyOver(rowDims),
-      {over(rowDims, rowDims), over(rowDims, queryDims), over(rowDims, rowDims)}, perRow,
+      {chunkMax, rowMaxAll}, b.empty(chunkRowsType, {}), {byChunk, queryOfChunk, byChunk},
+      elementwise2d,
       [](Builder &bb, const Args &a) {
         return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
       },
       "chunk_weights");
   Value *denominator = b.generic(
-      {chunkWeights, rowSum}, b.fill(zero, emptyOver(queryDims)), {perChunk, perChunk, perQuery},
-      chunkRed,
+      {chunkWeights, chunkSum}, b.fill(zero, b.empty(queryRowsType, {})), {byQuery, byQuery, query},
+      overChunks,
       [](Builder &bb, const Args &a) {
         return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
       },
       "row_sum");
-  Value *weights = b.generic(
-      {chunkWeights, denominator}, emptyOver(rowDims),
-      {over(rowDims, rowDims), over(rowDims, queryDims), over(rowDims, rowDims)}, perRow,
-      [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); },
+  Value *shares = b.generic(
+      {chunkWeights, denominator}, b.empty(chunkRowsType, {}), {byChunk, queryOfChunk, byChunk},
+      elementwise2d, [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); },
       "chunk_shares");
+  Value *weights = reshapeRows(OpKind::TensorExpandShape, shares, rowsType);
   std::vector<int> finalOrder = concat({dims.batch, dims.m, dims.n, chunkDims});
   return b.generic({weights, out}, b.fill(zero, init),
                    {over(finalOrder, rowDims), over(finalOrder, partDims), remap(om, finalOrder)},
