@@ -169,13 +169,13 @@ bool rewriteExpand(Block &block, size_t &at) {
   const AffineMap &in = g.map(0), &out = g.outputMap();
   if (countUses(block, copy->result()) != 1 || !in.isPermutation())
     return false;
-  // Dim i of the copy is dim srcOf[i] of x, and expands into `groups[i]`.
+  // Dim s of x is dim copyOf[s] of the copy, which expands into `groups[copyOf[s]]`.
   const int64_t rank = x->type.rank();
-  std::vector<int64_t> srcOf(rank), copyOf(rank);
+  std::vector<int64_t> copyOf(rank);
   for (int64_t i = 0; i < rank; ++i)
     for (int64_t s = 0; s < rank; ++s)
       if (in.results[s].value == out.results[i].value)
-        srcOf[i] = s, copyOf[s] = i;
+        copyOf[s] = i;
   const AttrList &groups = expand.attr("reassociation").list();
   const Type &expandedType = expand.result()->type;
   Type xType = x->type;
