@@ -86,7 +86,7 @@ PipelineResult runPipeline(const ModuleOp &module, const std::string &name,
     verifyFunction(*fn);
     after("specialize", *fn, t);
     t = clock::now();
-    generalizeAttention(*fn);
+    generalizeAttention(*fn, options.lowering.config, options.explain);
     verifyFunction(*fn);
     after("generalize-attention", *fn, t);
     if (options.fuse) {

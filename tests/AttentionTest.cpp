@@ -243,6 +243,60 @@ TEST(AttentionDecode, KeysSplitIntoChunksOfAtLeast256WhenFewQueriesReadThem) {
             "none");
 }
 
+// `key-chunks=N` sets the count, from the function's config or the op's `frank.config` (which
+// wins), wherever the keys split into N whole chunks: 8 chunks of 64 keys or one piece (the loop
+// over the KV heads) at S6's shape, each matching the oracle; 3 chunks of 512 keys or chunks of
+// a masked attention are errors at the op (CliTest checks what `--explain` says of each).
+TEST(AttentionDecode, KeyChunksOverrideSetsTheCountWhereTheKeysSplit) {
+  const AttnShape s6{1, 1, 512, 32, 8, 128};
+  const std::vector<std::string> types{"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32",
+                                       "f32"};
+  auto withConfig = [](const std::string &config) {
+    ContextOptions options;
+    options.loweringConfig = config;
+    options.diskCache = false;
+    return std::make_unique<Context>(options);
+  };
+  for (auto [config, loop] : {std::pair{"key-chunks=8", "\n  for d0 in 0..8 parallel"},
+                              std::pair{"key-chunks=1", "\n  for d0 in 0..8 parallel"}}) {
+    auto ctx = withConfig(config);
+    Function fn =
+        ctx->load(componentPath("attention/attention_gqa.mlir")).function("attention_gqa_decode");
+    std::string specialized = fn.emit(Stage::Specialized, types);
+    EXPECT_EQ(specialized.find("%chunk_out") != std::string::npos,
+              std::string(config) == "key-chunks=8")
+        << config;
+    EXPECT_THAT(fn.emit(Stage::Loops, types), testing::HasSubstr(loop)) << config;
+    checkAttention(fn, s6, Mode::Specialized, /*causal=*/false);
+  }
+  // The op's attribute wins over the function's config.
+  std::string text = componentTextWith("attention/attention_gqa.mlir", "#att_out]}",
+                                       "#att_out], frank.config = \"key-chunks=4\"}");
+  auto ctx = withConfig("key-chunks=1");
+  Function fn = ctx->loadString(text, "attention_chunks.mlir").function("attention_gqa_decode");
+  EXPECT_THAT(fn.emit(Stage::Loops, types), testing::HasSubstr("\n  for d0 in 0..4 parallel"));
+  checkAttention(fn, s6, Mode::Specialized, /*causal=*/false);
+
+  auto error = [&](const std::string &config, const std::string &function) {
+    try {
+      withConfig(config)
+          ->load(componentPath("attention/attention_gqa.mlir"))
+          .function(function)
+          .emit(Stage::Loops, types);
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error("key-chunks=3", "attention_gqa_decode"),
+              testing::MatchesRegex(".*attention_gqa.mlir:[0-9]+:[0-9]+: error: key-chunks=3 does "
+                                    "not fit this attention: 512 keys do not split into 3 whole "
+                                    "chunks.*"));
+  EXPECT_THAT(error("key-chunks=2", "attention_gqa_causal"),
+              testing::HasSubstr("key-chunks=2 does not fit this attention: it has a mask"));
+  EXPECT_EQ(error("key-chunks=1", "attention_gqa_causal"), "no error");
+}
+
 // The combine rescales each chunk by exp(chunk max - max): with the two chunks' logits 90 apart
 // (q = 1, k = +-3 over 16 dims at scale 1: logits +-48), the lower chunk's weight underflows to
 // zero and the result is the mean of the higher chunk's values, whichever chunk holds it. The

@@ -426,7 +426,8 @@ TEST(CliCompile, PrintIrAfterAllShowsEveryPassInOrder) {
   ToolResult r = runTool(compileArgs({"--emit=loops", "--print-ir-after-all"}));
   EXPECT_SUCCESS(r);
   size_t last = 0;
-  for (std::string pass : {"inline", "specialize", "fuse-elementwise", "lower-to-loops"}) {
+  for (std::string pass :
+       {"inline", "specialize", "generalize-attention", "fuse-elementwise", "lower-to-loops"}) {
     size_t at = r.out.find("// -----// IR Dump After " + pass + " //----- //\n");
     ASSERT_NE(at, std::string::npos) << "no dump after " << pass;
     EXPECT_GE(at, last) << pass << " is out of order";
@@ -445,6 +446,37 @@ TEST(CliCompile, ExplainSaysWhatWasBakedIn) {
                                "baked in: dim 0 = 4096\n"));
   EXPECT_THAT(r.err, HasSubstr("argument #2 (%eps): f32 stays a runtime value\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("baked in"))) << "the explanation goes to stderr only";
+}
+
+// --explain says how each attention op splits its keys and why (generalize-attention).
+TEST(CliCompile, ExplainSaysHowAttentionSplitsItsKeys) {
+  const std::string attention = kComponents + "/attention/attention_gqa.mlir";
+  auto explain = [&](const std::string &function, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"compile",
+                                     attention,
+                                     "--function=" + function,
+                                     "--input=1x1x32x16xf32",
+                                     "--input=1x512x8x16xf32",
+                                     "--input=1x512x8x16xf32",
+                                     "--input=f32",
+                                     "--emit=loops",
+                                     "--explain",
+                                     "--no-disk-cache"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ToolResult r = runTool(args);
+    EXPECT_TRUE(!r.signaled && r.exitCode == 0) << describe(r);
+    return r.err;
+  };
+  EXPECT_THAT(
+      explain("attention_gqa_decode", {}),
+      testing::MatchesRegex(".*iree_linalg_ext.attention at .*attention_gqa.mlir:[0-9]+:[0-9]+: "
+                            "keys in 2 chunks of 256 keys \\(decode; 4 queries a KV head\\)\n.*"));
+  EXPECT_THAT(explain("attention_gqa_decode", {"--config=key-chunks=8"}),
+              HasSubstr(": keys in 8 chunks of 64 keys (key-chunks; 4 queries a KV head)\n"));
+  EXPECT_THAT(explain("attention_gqa_decode", {"--runtime-dims=key:1,value:1"}),
+              HasSubstr(": keys in one piece: the key count is a runtime value\n"));
+  EXPECT_THAT(explain("attention_gqa_causal", {}),
+              HasSubstr(": keys in one piece: it has a mask\n"));
 }
 
 // ---- bench -------------------------------------------------------------------------------------

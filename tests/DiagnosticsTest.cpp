@@ -1069,7 +1069,8 @@ const CliCase kCliCases[] = {
     {"config_unknown_key",
      {"compile", "{dir}/add.mlir", "--function=add", "--config=size=4"},
      "frank-jit",
-     "--config='size=4': unknown key 'size' (pipeline, tile, k-block, pack, prefetch)"},
+     "--config='size=4': unknown key 'size' (pipeline, tile, k-block, pack, prefetch, "
+     "key-chunks)"},
     {"config_not_key_value",
      {"compile", "{dir}/add.mlir", "--function=add", "--config=tile"},
      "frank-jit",

@@ -443,6 +443,9 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("pack=yes", mm), testing::HasSubstr("is not 0 or 1"));
   EXPECT_THAT(error("prefetch=-1", mm), testing::HasSubstr("is not an integer from 0 to 64"));
   EXPECT_THAT(error("prefetch=far", mm), testing::HasSubstr("is not an integer from 0 to 64"));
+  EXPECT_THAT(error("key-chunks=0", mm), testing::HasSubstr("is not an integer from 1 to 64"));
+  EXPECT_THAT(error("key-chunks=65", mm), testing::HasSubstr("is not an integer from 1 to 64"));
+  EXPECT_EQ(error("key-chunks=4", mm), "no error"); // only attention takes it
   EXPECT_THAT(error("tile", mm), testing::HasSubstr("is not key=value"));
   EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("tile=5x1", matmulNest(4, 256, 256)), testing::HasSubstr("does not fit"));

@@ -89,7 +89,8 @@ cl::opt<std::string> loweringConfig(
     cl::desc("Override the strategy of every contraction: comma-separated pipeline=loops|"
              "contraction.outer|contraction.dot|contraction.gather|contraction.choices|"
              "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1, prefetch=N "
-             "(contraction.dot: n blocks ahead)"),
+             "(contraction.dot: n blocks ahead), key-chunks=N (attention's keys in N chunks, "
+             "1: one piece)"),
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
 

@@ -144,7 +144,8 @@ struct ContextOptions {
   bool boundsChecks = true;
   /// Hand-set lowering choices for every contraction, as `frank-jit --config=` takes them:
   /// comma-separated `pipeline=loops|contraction.outer|contraction.dot|contraction.gather|...`,
-  /// `tile=MxN` (register tile), `k-block=K` (0: none). Empty: the strategy selection decides.
+  /// `tile=MxN` (register tile), `k-block=K` (0: none), `key-chunks=N` (attention's keys in N
+  /// chunks, 1: one piece). Empty: the strategy selection decides.
   /// Checked when the context is made.
   std::string loweringConfig;
   /// Keep each compiled kernel's machine code on disk, and load it from there in later

@@ -73,9 +73,14 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
       if (value.getAsInteger(10, ahead) || ahead < 0 || ahead > 64)
         throw bad(fmt::format("prefetch '{}' is not an integer from 0 to 64", value.str()));
       config.prefetchAhead = ahead;
+    } else if (key == "key-chunks") {
+      int64_t chunks = 0;
+      if (value.getAsInteger(10, chunks) || chunks < 1 || chunks > 64)
+        throw bad(fmt::format("key-chunks '{}' is not an integer from 1 to 64", value.str()));
+      config.keyChunks = chunks;
     } else {
-      throw bad(
-          fmt::format("unknown key '{}' (pipeline, tile, k-block, pack, prefetch)", key.str()));
+      throw bad(fmt::format(
+          "unknown key '{}' (pipeline, tile, k-block, pack, prefetch, key-chunks)", key.str()));
     }
   }
   return config;
@@ -98,6 +103,7 @@ ConfigOverride ConfigOverride::overriddenBy(const ConfigOverride &op) const {
   take(merged.blockK, op.blockK);
   take(merged.pack, op.pack);
   take(merged.prefetchAhead, op.prefetchAhead);
+  take(merged.keyChunks, op.keyChunks);
   return merged;
 }
 

@@ -167,8 +167,11 @@ struct ConfigOverride {
   std::optional<int64_t> blockK;
   std::optional<bool> pack;
   std::optional<int> prefetchAhead;
+  std::optional<int64_t> keyChunks; // attention's chunks of keys (generalize-attention)
   std::string origin = "--config"; // where it was set, for the errors of choices it does not fit
-  bool empty() const { return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead; }
+  bool empty() const {
+    return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead && !keyChunks;
+  }
   /// This override with the fields `op` sets replaced: an op's `frank.config` attribute wins
   /// over the function-wide `--config`.
   ConfigOverride overriddenBy(const ConfigOverride &op) const;
@@ -176,7 +179,8 @@ struct ConfigOverride {
 
 /// Parses `--config=` text (or, with `origin` "frank.config", an op's attribute):
 /// comma-separated `pipeline=NAME`, `tile=MxN`, `k-block=K` (0 for none), `pack=0|1`,
-/// `prefetch=N` (n blocks ahead, 0 for none). Throws frank::Error naming what is wrong.
+/// `prefetch=N` (n blocks ahead, 0 for none), `key-chunks=N` (attention's keys in N chunks, 1
+/// for one piece). Throws frank::Error naming what is wrong.
 ConfigOverride parseConfig(const std::string &text, const std::string &origin = "--config");
 
 /// contraction.gather's vectors of `lanes` pairs, at most: every choice's group padded.

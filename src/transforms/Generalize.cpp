@@ -3,6 +3,7 @@
 #include "ir/Builder.h"
 #include "ir/Clone.h"
 #include "ir/Ops.h"
+#include "loops/Strategy.h"
 
 #include <algorithm>
 #include <limits>
@@ -268,27 +269,56 @@ constexpr int64_t kMaxSplitQueries = 16;
 constexpr int64_t kMaxKeyChunks = 8;
 constexpr int64_t kMinChunkKeys = 256;
 
-int64_t keyChunksFor(const Op &op, const AttentionDims &dims) {
+// How many chunks of keys an attention op runs in (1: one piece), and why, for --explain.
+// `forced` (`key-chunks=N`) sets the count wherever the keys split into N whole chunks.
+struct KeyChunks {
+  int64_t chunks = 1;
+  std::string why;
+};
+
+KeyChunks keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<int64_t> forced) {
+  auto onePiece = [&](const std::string &why) {
+    if (forced && *forced > 1)
+      fail(op.loc, fmt::format("key-chunks={} does not fit this attention: {}", *forced, why));
+    return KeyChunks{1, why};
+  };
+  if (forced == 1)
+    return {1, "key-chunks=1"};
   bool hasMask = op.attr("num_inputs").integer() == 5;
-  if (hasMask || dims.j.size() != 1)
-    return 1; // a chunk whose keys the mask hides all would have no softmax of its own
+  if (hasMask) // a chunk whose keys the mask hides all would have no softmax of its own
+    return onePiece("it has a mask");
+  if (dims.j.size() != 1)
+    return onePiece("its keys are several dims");
   for (int d : dims.batch)
-    if (!staticAttentionDim(op, d))
-      return 1; // the combine views its rows as one dim of a static size
+    if (!staticAttentionDim(op, d)) // the combine views its rows as one dim of a static size
+      return onePiece("a batch or head count is a runtime value");
   int64_t queries = 1;
   for (int d : dims.m) {
     std::optional<int64_t> size = staticAttentionDim(op, d);
     if (!size)
-      return 1;
+      return onePiece("the query count is a runtime value");
     queries *= *size;
   }
   std::optional<int64_t> keys = staticAttentionDim(op, dims.j[0]);
-  if (queries > kMaxSplitQueries || !keys)
-    return 1;
+  if (!keys)
+    return onePiece("the key count is a runtime value");
+  auto split = [&](int64_t chunks, const char *how) {
+    return KeyChunks{chunks, fmt::format("{} chunks of {} keys ({}; {} queries a KV head)", chunks,
+                                         *keys / chunks, how, queries)};
+  };
+  if (forced) {
+    if (*keys % *forced != 0)
+      return onePiece(fmt::format("{} keys do not split into {} whole chunks", *keys, *forced));
+    return split(*forced, "key-chunks");
+  }
+  if (queries > kMaxSplitQueries)
+    return onePiece(
+        fmt::format("{} queries a KV head (at most {} split)", queries, kMaxSplitQueries));
   for (int64_t chunks = kMaxKeyChunks; chunks >= 2; chunks /= 2)
     if (*keys % chunks == 0 && *keys / chunks >= kMinChunkKeys)
-      return chunks;
-  return 1;
+      return split(chunks, "decode");
+  return onePiece(
+      fmt::format("{} keys make no 2, 4 or 8 whole chunks of {} or more", *keys, kMinChunkKeys));
 }
 
 // `t` (K or V) with its key dim split into [chunks, keys / chunks], a view, and its map, where
@@ -321,7 +351,7 @@ std::pair<Value *, AffineMap> splitKeyDim(Builder &b, Value *t, const AffineMap 
 }
 
 // Attention as generics: scores (Q·K) scaled and masked, row max, exp, row sum, then P·V. With
-// `keyChunks` > 1 (keyChunksFor) every step up to P·V runs per chunk of keys, a new outermost
+// `keyChunks` > 1 (chooseKeyChunks) every step up to P·V runs per chunk of keys, a new outermost
 // dim, and P·V stays unnormalized; a combine then weighs each chunk's output by
 // exp(chunk max - max) over the sum of the chunks' weighted row sums.
 Value *attention(Builder &b, Op &op, int64_t keyChunks) {
@@ -533,12 +563,31 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
 // after specialization, when the sizes that decide its key chunks are known.
 enum class Ops { All, AllButAttention, Attention };
 
-void generalizeBlock(FuncOp &fn, Block &block, Ops which) {
+// Attention's hand-set choices and the account of its chunks (generalizeAttention).
+struct AttentionChoices {
+  const loops::ConfigOverride *config = nullptr;
+  std::vector<std::string> *explain = nullptr;
+};
+
+// The chunks of keys `op` runs in, from the function's config and the op's own attribute.
+int64_t chooseKeyChunks(const Op &op, const AttentionChoices &choices) {
+  loops::ConfigOverride config = choices.config ? *choices.config : loops::ConfigOverride{};
+  if (op.hasAttr(kConfigAttr))
+    config = config.overriddenBy(loops::parseConfig(op.attr(kConfigAttr).string(), kConfigAttr));
+  KeyChunks chunks = keyChunksFor(op, attentionDims(op), config.keyChunks);
+  if (choices.explain)
+    choices.explain->push_back(
+        fmt::format("{} at {}: keys in {}", op.name(), op.loc.str(),
+                    chunks.chunks > 1 ? chunks.why : "one piece: " + chunks.why));
+  return chunks.chunks;
+}
+
+void generalizeBlock(FuncOp &fn, Block &block, Ops which, const AttentionChoices &choices = {}) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
     Op &op = *block.ops[i];
     if (op.kind == OpKind::ScfIf || op.kind == OpKind::ScfFor)
       for (auto &region : op.regions)
-        generalizeBlock(fn, *region, which);
+        generalizeBlock(fn, *region, which, choices);
     if ((op.kind == OpKind::Attention) != (which == Ops::Attention) && which != Ops::All)
       continue;
     Builder b(block, i, op.loc);
@@ -552,8 +601,7 @@ void generalizeBlock(FuncOp &fn, Block &block, Ops which) {
     case OpKind::LinalgSoftmax: replacement = softmax(b, op); break;
     case OpKind::Gather: replacement = gather(b, op); break;
     case OpKind::Attention:
-      replacement =
-          attention(b, op, which == Ops::Attention ? keyChunksFor(op, attentionDims(op)) : 1);
+      replacement = attention(b, op, which == Ops::Attention ? chooseKeyChunks(op, choices) : 1);
       break;
     default: continue;
     }
@@ -580,9 +628,10 @@ void generalizeNamedOps(FuncOp &fn, bool attention) {
     generalizeBlock(fn, *fn.body, attention ? Ops::All : Ops::AllButAttention);
 }
 
-void generalizeAttention(FuncOp &fn) {
+void generalizeAttention(FuncOp &fn, const loops::ConfigOverride &config,
+                         std::vector<std::string> *explain) {
   if (fn.body)
-    generalizeBlock(fn, *fn.body, Ops::Attention);
+    generalizeBlock(fn, *fn.body, Ops::Attention, {&config, explain});
 }
 
 } // namespace frank

@@ -16,7 +16,13 @@
 
 #include "ir/IR.h"
 
+#include <string>
+#include <vector>
+
 namespace frank {
+namespace loops {
+struct ConfigOverride;
+} // namespace loops
 
 /// Every named op, or (`attention` false) all but attention, which specialized kernels
 /// generalize once their shapes are known.
@@ -24,6 +30,9 @@ void generalizeNamedOps(FuncOp &fn, bool attention = true);
 
 /// Attention ops after specialization: decode attention (few queries a KV head, a static
 /// number of keys, no mask) splits its keys into chunks that the threads take in runs.
-void generalizeAttention(FuncOp &fn);
+/// `key-chunks=N` in `config` or in an op's `frank.config` sets the count (1: one piece); each
+/// op's choice and its reason go to `explain`.
+void generalizeAttention(FuncOp &fn, const loops::ConfigOverride &config,
+                         std::vector<std::string> *explain = nullptr);
 
 } // namespace frank
