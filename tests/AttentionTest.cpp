@@ -297,6 +297,44 @@ TEST(AttentionDecode, KeyChunksOverrideSetsTheCountWhereTheKeysSplit) {
   EXPECT_EQ(error("key-chunks=1", "attention_gqa_causal"), "no error");
 }
 
+// An attention op without batch dims (Q [M, D], K [J, D], V [J, D]) splits its keys too: the
+// chunks' rows are then [chunks, M] with no heads to flatten. 1024 keys, 3 queries: 4 chunks.
+// The GQA oracle computes it as one KV head whose group is the 3 queries.
+TEST(AttentionDecode, AttentionWithoutBatchDimsSplitsItsKeysToo) {
+  const char *text = R"(
+    #q = affine_map<(m, k, j, n) -> (m, k)>
+    #k = affine_map<(m, k, j, n) -> (j, k)>
+    #v = affine_map<(m, k, j, n) -> (j, n)>
+    #s = affine_map<(m, k, j, n) -> ()>
+    #o = affine_map<(m, k, j, n) -> (m, n)>
+    func.func @att(%q: tensor<3x16xf32>, %k: tensor<1024x16xf32>, %v: tensor<1024x16xf32>,
+                   %scale: f32) -> tensor<3x16xf32> {
+      %init = tensor.empty() : tensor<3x16xf32>
+      %o = iree_linalg_ext.attention {indexing_maps = [#q, #k, #v, #s, #o]}
+          ins(%q, %k, %v, %scale : tensor<3x16xf32>, tensor<1024x16xf32>, tensor<1024x16xf32>, f32)
+          outs(%init : tensor<3x16xf32>) {
+      ^bb0(%score: f32):
+        iree_linalg_ext.yield %score : f32
+      } -> tensor<3x16xf32>
+      return %o : tensor<3x16xf32>
+    })";
+  const int64_t m = 3, d = 16, keys = 1024, n = 16;
+  Function fn = context().loadString(text, "attention_2d.mlir").function("att");
+  auto q = oracle::randomFloats(m * d, 11, -2, 2), k = oracle::randomFloats(keys * d, 12),
+       v = oracle::randomFloats(keys * n, 13);
+  std::vector<Arg> args{Tensor::borrow(q.data(), DType::F32, {m, d}),
+                        Tensor::borrow(k.data(), DType::F32, {keys, d}),
+                        Tensor::borrow(v.data(), DType::F32, {keys, n}), Scalar::f32(0.25f)};
+  Kernel kernel = fn.specialize(args);
+  EXPECT_THAT(kernel.explanation().back(),
+              testing::EndsWith(": keys in 4 chunks of 256 keys (decode; 3 queries a KV head)"));
+  std::vector<Tensor> out = kernel(args);
+  oracle::AttentionDims dims{1, 1, keys, m, 1, d};
+  auto expected = oracle::attentionGqa(q.data(), k.data(), v.data(), 0.25f, dims, false);
+  auto cmp = oracle::compare(out[0].as<float>(), expected, kRtol, kAtol);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
 // The combine rescales each chunk by exp(chunk max - max): with the two chunks' logits 90 apart
 // (q = 1, k = +-3 over 16 dims at scale 1: logits +-48), the lower chunk's weight underflows to
 // zero and the result is the mean of the higher chunk's values, whichever chunk holds it. The

@@ -264,7 +264,10 @@ std::optional<int64_t> staticAttentionDim(const Op &op, int d) {
 // loop, so the threads take runs of whole key rows. At least 256 keys a chunk: S6 in 2 chunks
 // ran 63.8-64.9 µs against 68.3-69.5 in 8 chunks of 64 (one process, alternating), each chunk
 // and head restarting the Q·K nest's prefetch 16 keys ahead and its P·V tiles; up to 8 chunks
-// leave work for more threads over longer caches.
+// leave work for more threads over longer caches. At most 16 queries a KV head: decode, or a
+// few positions at once; with more, each key row serves enough products that the tiles are
+// compute-bound, and the combine's pass over every chunk's [queries, D] output would cost more
+// (prefill, S5, keeps its loop over the heads; the bound itself is not measured).
 constexpr int64_t kMaxSplitQueries = 16;
 constexpr int64_t kMaxKeyChunks = 8;
 constexpr int64_t kMinChunkKeys = 256;
