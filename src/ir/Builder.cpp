@@ -53,6 +53,32 @@ Value *Builder::empty(const Type &type, const std::vector<std::pair<Value *, int
   return create(OpKind::TensorEmpty, sizes, {type})->result();
 }
 
+Value *Builder::reshape(Value *src, const std::vector<std::vector<int64_t>> &groups, const Type &to,
+                        const std::string &name) {
+  const bool expand = to.rank() > src->type.rank();
+  AttrList reassociation;
+  for (const auto &group : groups) {
+    AttrList dims;
+    for (int64_t d : group)
+      dims.push_back(Attribute{d});
+    reassociation.push_back(Attribute{dims});
+  }
+  std::map<std::string, Attribute> attrs{{"reassociation", Attribute{reassociation}}};
+  if (expand) {
+    if (!to.hasStaticShape())
+      internalError("Builder::reshape expands into a dynamic shape");
+    AttrList sizes;
+    for (int64_t size : to.shape)
+      sizes.push_back(Attribute{size});
+    attrs["static_output_shape"] = Attribute{sizes};
+  }
+  Value *view =
+      create(expand ? OpKind::TensorExpandShape : OpKind::TensorCollapseShape, {src}, {to}, attrs)
+          ->result();
+  view->name = name;
+  return view;
+}
+
 Value *Builder::fill(Value *scalar, Value *tensor) {
   return create(OpKind::LinalgFill, {scalar, tensor}, {tensor->type})->result();
 }

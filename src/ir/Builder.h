@@ -27,6 +27,11 @@ public:
   Value *cast(OpKind kind, Value *a, ElemKind to);
   Value *extract(Value *tensor, std::vector<Value *> indices);
   Value *linalgIndex(int64_t dim);
+  /// A view of `src` as `to`: tensor.collapse_shape when `to` has the lower rank, else
+  /// tensor.expand_shape (whose `to` must be static). `groups[i]` lists the dims of the higher
+  /// rank that dim i of the lower one spans; the result is named `name`.
+  Value *reshape(Value *src, const std::vector<std::vector<int64_t>> &groups, const Type &to,
+                 const std::string &name);
 
   using BodyFn = std::function<Value *(Builder &, const std::vector<Value *> &args)>;
   /// A linalg.generic over `numLoops` dims; `body` builds the scalar body from the block

@@ -106,23 +106,16 @@ bool rewrite(Block &block, size_t &at) {
   std::optional<SourceGroups> groups = sourceGroups(collapse, *copy);
   if (!groups)
     return false;
-  AttrList reassociation;
   Type collapsedType = x->type;
   collapsedType.shape.clear();
   for (const auto &dims : groups->dims) {
-    AttrList group;
     int64_t size = 1;
-    for (int64_t s : dims) {
-      group.push_back(Attribute{s});
+    for (int64_t s : dims)
       size = size == kDynamic || x->type.shape[s] == kDynamic ? kDynamic : size * x->type.shape[s];
-    }
-    reassociation.push_back(Attribute{group});
     collapsedType.shape.push_back(size);
   }
   Builder b(block, at, collapse.loc);
-  Op *collapsed = b.create(OpKind::TensorCollapseShape, {x}, {collapsedType},
-                           {{"reassociation", Attribute{reassociation}}});
-  collapsed->result()->name = x->name + "_collapsed";
+  Value *collapsed = b.reshape(x, groups->dims, collapsedType, x->name + "_collapsed");
   const int rank = static_cast<int>(groups->dims.size());
   // Collapse group g is dim positionOf[g] of the collapsed x: runtime sizes are read there.
   std::vector<int64_t> positionOf(rank);
@@ -131,11 +124,11 @@ bool rewrite(Block &block, size_t &at) {
   const Type &resultType = collapse.result()->type;
   std::vector<std::pair<Value *, int64_t>> sizes;
   for (int g = 0; g < rank; ++g)
-    sizes.push_back({collapsed->result(), positionOf[g]});
+    sizes.push_back({collapsed, positionOf[g]});
   std::vector<int> identity(rank);
   std::iota(identity.begin(), identity.end(), 0);
   Value *permuted = b.generic(
-      {collapsed->result()}, b.empty(resultType, sizes),
+      {collapsed}, b.empty(resultType, sizes),
       {mapOf(rank, groups->resultGroup), mapOf(rank, identity)}, std::vector<bool>(rank, false),
       [](Builder &, const std::vector<Value *> &args) { return args[0]; }, collapse.result()->name);
   Value *old = collapse.result();
@@ -150,7 +143,7 @@ bool rewrite(Block &block, size_t &at) {
       continue;
     Builder before(block, i, dim.loc);
     Value *position = before.constantIndex(positionOf[constantValue(*index).i]);
-    dim.operands = {collapsed->result(), position};
+    dim.operands = {collapsed, position};
     ++i;
   }
   replaceReshapeAndCopy(block, at, old, permuted, copy);
@@ -180,29 +173,23 @@ bool rewriteExpand(Block &block, size_t &at) {
   const Type &expandedType = expand.result()->type;
   Type xType = x->type;
   xType.shape.clear();
-  AttrList xGroups, xSizes;
+  std::vector<std::vector<int64_t>> xGroups;
   std::vector<int> positionInExpanded; // x's expanded dims, as positions of the copy's result
   for (int64_t s = 0, next = 0; s < rank; ++s) {
-    AttrList group;
+    xGroups.emplace_back();
     for (const Attribute &a : groups[copyOf[s]].list()) {
-      int64_t size = expandedType.shape[a.integer()];
-      group.push_back(Attribute{next++});
-      xType.shape.push_back(size);
-      xSizes.push_back(Attribute{size});
+      xGroups.back().push_back(next++);
+      xType.shape.push_back(expandedType.shape[a.integer()]);
       positionInExpanded.push_back(static_cast<int>(a.integer()));
     }
-    xGroups.push_back(Attribute{group});
   }
   Builder b(block, at, expand.loc);
-  Op *expandedX =
-      b.create(OpKind::TensorExpandShape, {x}, {xType},
-               {{"reassociation", Attribute{xGroups}}, {"static_output_shape", Attribute{xSizes}}});
-  expandedX->result()->name = x->name + "_expanded";
+  Value *expandedX = b.reshape(x, xGroups, xType, x->name + "_expanded");
   const int expandedRank = static_cast<int>(expandedType.rank());
   std::vector<int> identity(expandedRank);
   std::iota(identity.begin(), identity.end(), 0);
   Value *permuted = b.generic(
-      {expandedX->result()}, b.empty(expandedType, {}),
+      {expandedX}, b.empty(expandedType, {}),
       {mapOf(expandedRank, positionInExpanded), mapOf(expandedRank, identity)},
       std::vector<bool>(expandedRank, false),
       [](Builder &, const std::vector<Value *> &args) { return args[0]; }, expand.result()->name);

@@ -241,18 +241,27 @@ AttentionDims attentionDims(const Op &op) {
   return dims;
 }
 
-// The size of attention dim `d` when it is static: the first operand whose map names it.
+// Where attention dim `d` can be measured: (operand, position in its map), the first of Q, K
+// and V, each with its map, that names it.
+using MappedOperands = std::initializer_list<std::pair<const AffineMap *, Value *>>;
+std::optional<std::pair<Value *, int64_t>> dimSource(MappedOperands operands, int d) {
+  for (auto [map, operand] : operands)
+    for (size_t r = 0; r < map->results.size(); ++r)
+      if (!map->results[r].isConstant && map->results[r].value == d)
+        return std::pair{operand, static_cast<int64_t>(r)};
+  return std::nullopt;
+}
+
+// The size of attention dim `d` when it is static.
 std::optional<int64_t> staticAttentionDim(const Op &op, int d) {
   const AttrList &maps = op.attr("indexing_maps").list();
-  for (int i = 0; i < 3; ++i) {
-    const AffineMap &m = maps[i].map();
-    for (size_t r = 0; r < m.results.size(); ++r)
-      if (!m.results[r].isConstant && m.results[r].value == d) {
-        int64_t size = op.operands[i]->type.shape[r];
-        return size == kDynamic ? std::nullopt : std::optional<int64_t>(size);
-      }
-  }
-  return std::nullopt;
+  auto at = dimSource({{&maps[0].map(), op.operands[0]},
+                       {&maps[1].map(), op.operands[1]},
+                       {&maps[2].map(), op.operands[2]}},
+                      d);
+  if (!at || at->first->type.shape[at->second] == kDynamic)
+    return std::nullopt;
+  return at->first->type.shape[at->second];
 }
 
 // Decode attention splits its keys into chunks: a handful of queries per KV head reads every
@@ -334,23 +343,16 @@ std::pair<Value *, AffineMap> splitKeyDim(Builder &b, Value *t, const AffineMap 
   Type to = t->type;
   to.shape[r] /= chunks;
   to.shape.insert(to.shape.begin() + static_cast<long>(r), chunks);
-  AttrList groups, sizes;
+  std::vector<std::vector<int64_t>> groups;
   for (int64_t i = 0, next = 0; i < t->type.rank(); ++i) {
-    AttrList group{Attribute{next++}};
+    groups.push_back({next++});
     if (i == static_cast<int64_t>(r))
-      group.push_back(Attribute{next++});
-    groups.push_back(Attribute{group});
+      groups.back().push_back(next++);
   }
-  for (int64_t size : to.shape)
-    sizes.push_back(Attribute{size});
-  Op *view =
-      b.create(OpKind::TensorExpandShape, {t}, {to},
-               {{"reassociation", Attribute{groups}}, {"static_output_shape", Attribute{sizes}}});
-  view->result()->name = t->name + "_chunks";
   AffineMap split = map;
   split.numDims = chunk + 1;
   split.results.insert(split.results.begin() + static_cast<long>(r), AffineResult{false, chunk});
-  return {view->result(), split};
+  return {b.reshape(t, groups, to, t->name + "_chunks"), split};
 }
 
 // Attention as generics: scores (Q·K) scaled and masked, row max, exp, row sum, then P·V. With
@@ -378,13 +380,12 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
     std::tie(v, vm) = splitKeyDim(b, v, vm, dims.j[0], chunk, keyChunks);
     qm.numDims = chunk + 1;
   }
-  // Where each attention dim can be measured: (operand, position in its map).
-  auto source = [&](int d) -> std::pair<Value *, int64_t> {
-    for (auto [m, t] : {std::pair{&qm, q}, std::pair{&km, k}, std::pair{&vm, v}})
-      for (size_t r = 0; r < m->results.size(); ++r)
-        if (!m->results[r].isConstant && m->results[r].value == d)
-          return {t, static_cast<int64_t>(r)};
-    internalError("attention dim without a source");
+  // Where each attention dim can be measured, through the split maps when split.
+  auto source = [&](int d) {
+    auto at = dimSource({{&qm, q}, {&km, k}, {&vm, v}}, d);
+    if (!at)
+      internalError("attention dim without a source");
+    return *at;
   };
   // Each generic numbers its loops by position in `order`; maps translate through it.
   auto remap = [](const AffineMap &m, const std::vector<int> &order) {
@@ -513,24 +514,11 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
     queries *= rowsType.shape[d];
   Type chunkRowsType = Type::tensor(e, {keyChunks, queries}),
        queryRowsType = Type::tensor(e, {queries});
-  auto reshapeRows = [&](OpKind kind, Value *t, const Type &to) {
-    AttrList rest;
-    for (int64_t d = 1; d < rowsType.rank(); ++d)
-      rest.push_back(Attribute{d});
-    AttrList groups{Attribute{AttrList{Attribute{int64_t{0}}}}, Attribute{rest}};
-    std::map<std::string, Attribute> attrs{{"reassociation", Attribute{groups}}};
-    if (kind == OpKind::TensorExpandShape) {
-      AttrList sizes;
-      for (int64_t size : to.shape)
-        sizes.push_back(Attribute{size});
-      attrs["static_output_shape"] = Attribute{sizes};
-    }
-    Op *view = b.create(kind, {t}, {to}, attrs);
-    view->result()->name = t->name + "_rows";
-    return view->result();
-  };
-  Value *chunkMax = reshapeRows(OpKind::TensorCollapseShape, rowMax, chunkRowsType);
-  Value *chunkSum = reshapeRows(OpKind::TensorCollapseShape, rowSum, chunkRowsType);
+  std::vector<std::vector<int64_t>> chunkThenRows{{0}, {}};
+  for (int64_t d = 1; d < rowsType.rank(); ++d)
+    chunkThenRows[1].push_back(d);
+  Value *chunkMax = b.reshape(rowMax, chunkThenRows, chunkRowsType, rowMax->name + "_rows");
+  Value *chunkSum = b.reshape(rowSum, chunkThenRows, chunkRowsType, rowSum->name + "_rows");
   // Generics over (query, chunk), reducing the chunks, and over (chunk, query).
   const AffineMap byQuery = mapOf(2, {1, 0}), query = mapOf(2, {0});
   const AffineMap byChunk = mapOf(2, {0, 1}), queryOfChunk = mapOf(2, {1});
@@ -555,7 +543,7 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
       {chunkWeights, denominator}, b.empty(chunkRowsType, {}), {byChunk, queryOfChunk, byChunk},
       elementwise2d, [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); },
       "chunk_shares");
-  Value *weights = reshapeRows(OpKind::TensorExpandShape, shares, rowsType);
+  Value *weights = b.reshape(shares, chunkThenRows, rowsType, shares->name + "_rows");
   std::vector<int> finalOrder = concat({dims.batch, dims.m, dims.n, chunkDims});
   return b.generic({weights, out}, b.fill(zero, init),
                    {over(finalOrder, rowDims), over(finalOrder, partDims), remap(om, finalOrder)},
