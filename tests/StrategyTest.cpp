@@ -141,6 +141,49 @@ TEST(Strategy, GoldenContractions) {
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=3");
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "prefetch=3"),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+  // Q K^T at decode over every KV head, dims (head, query, key, d): along the heads K is read
+  // 512 bytes apart, more closely than along the keys (4 KiB), so the n blocks run outside the
+  // heads and each block of keys reads whole rows of [S, Hkv, D]. Two m blocks, K stored
+  // [Hkv, S, D] (the heads farther apart than the keys), or a dim K does not depend on keep
+  // the blocks inside; `blocks-outside=` turns it off, or on for any number of m blocks.
+  NestShape heads;
+  heads.extents = {8, 4, 512, 128};
+  heads.reduction = {false, false, false, true};
+  heads.strides = {{512, 128, 0, 1}, {128, 0, 1024, 1}, {2048, 512, 1, 0}};
+  heads.vectorBody = true;
+  heads.addAccumulates = true;
+  EXPECT_EQ(choose(heads, Target::avx512()),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4 blocks-outside=d0");
+  EXPECT_EQ(choose(heads, Target::avx512(), "blocks-outside=0"),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4");
+  NestShape twoBlocks = heads;
+  twoBlocks.extents[1] = 8;
+  twoBlocks.strides = {{1024, 128, 0, 1}, {128, 0, 1024, 1}, {4096, 512, 1, 0}};
+  EXPECT_EQ(choose(twoBlocks, Target::avx512()),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16");
+  EXPECT_EQ(choose(twoBlocks, Target::avx512(), "blocks-outside=1"),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 blocks-outside=d0");
+  NestShape headMajor = heads;
+  headMajor.strides[1] = {65536, 0, 128, 1};
+  EXPECT_EQ(choose(headMajor, Target::avx512()),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16");
+  NestShape shared = heads;
+  shared.strides[1] = {0, 0, 1024, 1};
+  EXPECT_EQ(choose(shared, Target::avx512()),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4");
+  // Only the dims next to the tile: an outer dim K is read closely along, beyond one it is
+  // not, stays outside. dims (chunk, head, query, key, d) with K [S, chunk, Hkv, D].
+  NestShape chunks;
+  chunks.extents = {2, 8, 4, 256, 128};
+  chunks.reduction = {false, false, false, false, true};
+  chunks.strides = {{0, 512, 128, 0, 1}, {1024, 128, 0, 2048, 1}, {8192, 1024, 256, 1, 0}};
+  chunks.vectorBody = true;
+  chunks.addAccumulates = true;
+  EXPECT_EQ(choose(chunks, Target::avx512()),
+            "contraction.dot m=d2 n=d3 k=d4 tile=4x4 lanes=16 prefetch=4 blocks-outside=d0,d1");
+  chunks.strides[1][0] = 262144;
+  EXPECT_EQ(choose(chunks, Target::avx512()),
+            "contraction.dot m=d2 n=d3 k=d4 tile=4x4 lanes=16 prefetch=4 blocks-outside=d1");
   NestShape longRows = transposedNest(4, 4096, 512);
   longRows.strides = {{4096, 0, 1}, {0, 8192, 1}, {512, 1, 0}};
   EXPECT_EQ(choose(longRows), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
@@ -446,6 +489,8 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("key-chunks=0", mm), testing::HasSubstr("is not an integer from 1 to 64"));
   EXPECT_THAT(error("key-chunks=65", mm), testing::HasSubstr("is not an integer from 1 to 64"));
   EXPECT_EQ(error("key-chunks=4", mm), "no error"); // only attention takes it
+  EXPECT_THAT(error("blocks-outside=2", mm), testing::HasSubstr("is not 0 or 1"));
+  EXPECT_EQ(error("blocks-outside=1", mm), "no error"); // only contraction.dot takes it
   EXPECT_THAT(error("tile", mm), testing::HasSubstr("is not key=value"));
   EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("tile=5x1", matmulNest(4, 256, 256)), testing::HasSubstr("does not fit"));
@@ -518,7 +563,12 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
           .emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
   // (Per chunk of 256 keys, d0, and KV head, d1: generalize-attention splits the keys.)
   EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d2 n=d3 k=d4 tile=4x"));
-  EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4\n"));
+  EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4 blocks-outside=d1\n"));
+  // The n blocks outside the KV heads: each block of keys reads its rows of K whole.
+  EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
+                          "  for d0 in 0..2 parallel(chunks of at least 1) {{\n    for n_block in "
+                          "0..{} {{\n      for d1 in 0..8 {{\n",
+                          wide ? 64 : 128)));
   EXPECT_THAT(decode, testing::HasSubstr(
                           "// prefetch the rows of '%key_collapsed_expanded' 4 tiles ahead\n"));
   // The first line of the last key row 4 tiles ahead, one line of each 512-byte row: the L2's

@@ -1230,7 +1230,7 @@ private:
   //   outer: [other parallel dims] n blocks [k blocks] m blocks { tile }
   // With packing, each (n block, k block) first copies its panel of B to a region of its own,
   // where the m blocks then read it contiguously (each parallel n block packs its own panels).
-  //   dot:   [other parallel dims] m blocks n blocks { tile }
+  //   dot:   [other parallel dims] m blocks n blocks [blocksOutside dims] { tile }
   // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
   // innermost) over the body instantiated once per accumulator, and stores them.
   // `fill`, when not null, is what the output holds before the nest (takeFillFor): the tiles
@@ -1604,6 +1604,13 @@ private:
         loops.push_back({mBlock, mTrips});
       if (hasN)
         loops.push_back({nBlock, nTrips});
+      // The block loops before the other parallel dims they run outside of (the innermost).
+      auto blocks = loops.end() - (hasM ? 1 : 0) - (hasN ? 1 : 0);
+      const auto outside = blocks - std::ptrdiff_t(s.blocksOutside.size());
+      for (size_t i = 0; i < s.blocksOutside.size(); ++i)
+        if (outside[std::ptrdiff_t(i)].first != vars[s.blocksOutside[i]])
+          internalError("contraction.dot's blocks outside dims that are not the innermost");
+      std::rotate(outside, blocks, loops.end());
     }
     // The loop the columns left over follow: the outermost block loop.
     const Expr &outermostBlock = !outer && hasM ? mBlock : nBlock;
