@@ -184,6 +184,38 @@ TEST(Strategy, GoldenContractions) {
   chunks.strides[1][0] = 262144;
   EXPECT_EQ(choose(chunks, Target::avx512()),
             "contraction.dot m=d2 n=d3 k=d4 tile=4x4 lanes=16 prefetch=4 blocks-outside=d1");
+  // Fewer keys, a K of 512 KiB or less: a parallel loop of Q K^T's own would cost more than
+  // reading K in order saves.
+  NestShape fewKeys = heads;
+  fewKeys.extents[2] = 128;
+  EXPECT_EQ(choose(fewKeys, Target::avx512()),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4");
+  // P V per chunk of keys and KV head, dims (chunk, head, query, d, key), V [chunk, S, Hkv, D]:
+  // along the heads V is read more closely than along the keys, so the keys go in blocks of
+  // 16, each over every head. Not without a parallel dim outside them (the k blocks never run
+  // on the threads), nor with `k-block=0` or `blocks-outside=0`.
+  NestShape pvChunks;
+  pvChunks.extents = {2, 8, 4, 128, 256};
+  pvChunks.reduction = {false, false, false, false, true};
+  pvChunks.strides = {{8192, 1024, 256, 0, 1}, {262144, 128, 0, 1, 1024}, {4096, 512, 128, 1, 0}};
+  pvChunks.vectorBody = true;
+  pvChunks.addAccumulates = true;
+  EXPECT_EQ(choose(pvChunks, Target::avx512()),
+            "contraction.outer m=d2 n=d3 k=d4 tile=4x4 lanes=16 k-block=16 blocks-outside=d1");
+  EXPECT_EQ(choose(pvChunks, Target::avx512(), "k-block=0"),
+            "contraction.outer m=d2 n=d3 k=d4 tile=4x4 lanes=16");
+  EXPECT_EQ(choose(pvChunks, Target::avx512(), "blocks-outside=0"),
+            "contraction.outer m=d2 n=d3 k=d4 tile=4x4 lanes=16");
+  EXPECT_EQ(choose(pvChunks, Target::avx512(), "k-block=64"),
+            "contraction.outer m=d2 n=d3 k=d4 tile=4x4 lanes=16 k-block=64 blocks-outside=d1");
+  NestShape pvOnePiece;
+  pvOnePiece.extents = {8, 4, 128, 512};
+  pvOnePiece.reduction = {false, false, false, true};
+  pvOnePiece.strides = {{2048, 512, 0, 1}, {128, 0, 1, 1024}, {512, 128, 1, 0}};
+  pvOnePiece.vectorBody = true;
+  pvOnePiece.addAccumulates = true;
+  EXPECT_EQ(choose(pvOnePiece, Target::avx512()),
+            "contraction.outer m=d1 n=d2 k=d3 tile=4x4 lanes=16");
   NestShape longRows = transposedNest(4, 4096, 512);
   longRows.strides = {{4096, 0, 1}, {0, 8192, 1}, {512, 1, 0}};
   EXPECT_EQ(choose(longRows), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
@@ -564,6 +596,12 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // (Per chunk of 256 keys, d0, and KV head, d1: generalize-attention splits the keys.)
   EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d2 n=d3 k=d4 tile=4x"));
   EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4 blocks-outside=d1\n"));
+  // P V's keys in blocks of 16, each over every KV head.
+  EXPECT_THAT(decode, testing::HasSubstr(" k-block=16 blocks-outside=d1\n"));
+  if (wide)
+    EXPECT_THAT(decode,
+                testing::ContainsRegex("for k_block_[0-9]+ in 0\\.\\.16 \\{\n *for d1_[0-9]+ "
+                                       "in 0\\.\\.8 \\{\n *for n_block_[0-9]+ in 0\\.\\.2 "));
   // The n blocks outside the KV heads: each block of keys reads its rows of K whole.
   EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
                           "  for d0 in 0..2 parallel(chunks of at least 1) {{\n    for n_block in "

@@ -1228,6 +1228,7 @@ private:
 
   // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:
   //   outer: [other parallel dims] n blocks [k blocks] m blocks { tile }
+  //      or: [other parallel dims] k blocks [blocksOutside dims] n blocks m blocks { tile }
   // With packing, each (n block, k block) first copies its panel of B to a region of its own,
   // where the m blocks then read it contiguously (each parallel n block packs its own panels).
   //   dot:   [other parallel dims] m blocks n blocks [blocksOutside dims] { tile }
@@ -1592,11 +1593,18 @@ private:
       if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
         loops.push_back({vars[d], extents[d]});
     const bool hasN = runtimeN || *asConstant(nTrips) > 0;
+    // The blocks that run outside the innermost other parallel dims (s.blocksOutside) go
+    // before them: outer's k blocks, dot's m and n blocks.
+    if (!std::equal(s.blocksOutside.rbegin(), s.blocksOutside.rend(), loops.rbegin(),
+                    [&](int d, const auto &loop) { return loop.first == vars[d]; }))
+      internalError("blocks outside dims that are not the innermost parallel ones");
+    const auto outside = std::ptrdiff_t(loops.size() - s.blocksOutside.size());
     if (outer) {
       if (hasN)
         loops.push_back({nBlock, nTrips});
       if (s.blockK)
-        loops.push_back({kBlock, intConst(kBlocks)});
+        loops.insert(s.blocksOutside.empty() ? loops.end() : loops.begin() + outside,
+                     {kBlock, intConst(kBlocks)});
       if (hasM)
         loops.push_back({mBlock, mTrips});
     } else {
@@ -1604,13 +1612,8 @@ private:
         loops.push_back({mBlock, mTrips});
       if (hasN)
         loops.push_back({nBlock, nTrips});
-      // The block loops before the other parallel dims they run outside of (the innermost).
-      auto blocks = loops.end() - (hasM ? 1 : 0) - (hasN ? 1 : 0);
-      const auto outside = blocks - std::ptrdiff_t(s.blocksOutside.size());
-      for (size_t i = 0; i < s.blocksOutside.size(); ++i)
-        if (outside[std::ptrdiff_t(i)].first != vars[s.blocksOutside[i]])
-          internalError("contraction.dot's blocks outside dims that are not the innermost");
-      std::rotate(outside, blocks, loops.end());
+      std::rotate(loops.begin() + outside,
+                  loops.begin() + outside + std::ptrdiff_t(s.blocksOutside.size()), loops.end());
     }
     // The loop the columns left over follow: the outermost block loop.
     const Expr &outermostBlock = !outer && hasM ? mBlock : nBlock;

@@ -338,41 +338,6 @@ int choosePrefetchAhead(const NestShape &nest, const Strategy &s,
   return 0;
 }
 
-// dot: the parallel dims outside the tile along which B is read more closely than along n (the
-// innermost of them, and those just outside it): the tile's blocks run outside them, so that B
-// is read in address order. At decode K is [keys, KV heads, head dim]: a loop over the heads
-// outside the n blocks reads 512 bytes of every 4 KiB key row, a page each, which leaves the
-// hardware prefetcher no stream to follow while the tiles compute; with the n blocks outside
-// the heads, a block of 4 keys reads 4 whole rows. S6 on the Xeon, one process alternating
-// both orders: 59.3 -> 52.7 and 61.2 -> 55.1 µs; its keys in one piece (`key-chunks=1`), 74.3
-// -> 62.5. The cost: a temporary of every head's scores (32 KiB a chunk at S6), formed before
-// any head's softmax, instead of one head's. Only for one m block (more would each meet B's
-// blocks in turn; not measured) and constant extents: decode over a runtime key count, with
-// the columns left over in a loop of their own over the heads, ran slower at up to 512 keys
-// (75 -> 97 µs at 512, 9.9 -> 17 at 100; 167 -> 128 at 1000). `forced` (`blocks-outside=`)
-// turns it off, or on for any number of m blocks.
-std::vector<int> chooseBlocksOutside(const NestShape &nest, const Strategy &s,
-                                     std::optional<bool> forced = std::nullopt) {
-  if (s.pipeline != Pipeline::ContractionDot || s.dimN < 0 || !nest.runtime.empty() ||
-      !forced.value_or(extentOr1(nest, s.dimM) <= s.tileM))
-    return {};
-  for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
-    const auto &strides = nest.strides[i];
-    if (strides[s.dimK] != 1 || strides[s.dimN] == 0 || (s.dimM >= 0 && strides[s.dimM] != 0))
-      continue;
-    std::vector<int> dims;
-    for (int d = int(nest.extents.size()) - 1; d >= 0; --d) {
-      if (nest.reduction[size_t(d)] || d == s.dimM || d == s.dimN)
-        continue;
-      if (strides[size_t(d)] == 0 || strides[size_t(d)] >= strides[s.dimN])
-        break;
-      dims.insert(dims.begin(), d);
-    }
-    return dims;
-  }
-  return {};
-}
-
 std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &target,
                                std::string &why) {
   if (!nest.addAccumulates) {
@@ -411,7 +376,6 @@ std::optional<Strategy> tryDot(const NestShape &nest, int lanes, const Target &t
   chooseTile(s, extentOr1(nest, s.dimM), extentOr1(nest, s.dimN), target.vectorRegisters - 4, 6,
              [](int mr, int nr) { return std::min(mr, nr) + 1; });
   s.prefetchAhead = choosePrefetchAhead(nest, s);
-  s.blocksOutside = chooseBlocksOutside(nest, s);
   return s;
 }
 
@@ -741,6 +705,78 @@ int choosePackInput(const NestShape &nest, const Strategy &s) {
   return found;
 }
 
+// The parallel dims outside the tile along which `b` (an input's strides) is read more closely
+// than along `along`: the innermost of them, and those just outside it.
+std::vector<int> dimsReadCloser(const NestShape &nest, const Strategy &s,
+                                const std::vector<int64_t> &b, int along) {
+  std::vector<int> dims;
+  for (int d = int(nest.extents.size()) - 1; d >= 0; --d) {
+    if (nest.reduction[size_t(d)] || d == s.dimM || d == s.dimN)
+      continue;
+    if (b[size_t(d)] == 0 || b[size_t(d)] >= b[size_t(along)])
+      break;
+    dims.insert(dims.begin(), d);
+  }
+  return dims;
+}
+
+// The tile's blocks run outside the parallel dims along which B, the input read along n and k,
+// is read more closely than along its blocks' dim (dot: n; outer: k), so that B is read in
+// address order. At decode K and V are [keys, KV heads, head dim]: a loop over the heads
+// outside the blocks reads 512 bytes of every 4 KiB key row (P·V: 256 bytes, for each half of
+// the head dim), a page each, which leaves the hardware prefetcher no stream to follow while
+// the tiles compute. So Q·Kᵀ's n blocks (4 keys) go outside the heads, and P·V's reduction over
+// the keys is cut into blocks of kKeysOutside keys, each block running over every head (the
+// accumulators are stored and loaded again between blocks): each reads whole rows of K and V.
+// S6 on the Xeon, one process alternating both orders: Q·Kᵀ 59.3 -> 52.7 and 61.2 -> 55.1 µs,
+// then P·V 53.0-57.1 -> 49.7-55.9 in four runs (blocks of 8 and 16 keys did the same, 32 lost
+// a third of that, 64 all of it); its keys in one piece (`key-chunks=1`) Q·Kᵀ 74.3 -> 62.5.
+// The cost: a temporary of every head's scores (32 KiB a chunk at S6), formed before any head's
+// softmax, instead of one head's, and, when the keys are not split, a parallel loop of Q·Kᵀ's
+// own (over the n blocks, then the heads for the rest), whose fork and join cost more than the
+// order saves while B is small: decode with keys in one piece, 128 keys (K 512 KiB) 9.7 -> 10.9
+// µs, 160 15.4 -> 15.2, 192 18.5 -> 16.8, 256 29.0 -> 21.2, 384 53.2 -> 40.7; so only for a
+// B of more than kBlocksOutsideBytes. Only for one m block (more would each meet B's blocks in
+// turn; not measured), constant extents (decode over a runtime key count, with the columns Q·Kᵀ
+// leaves over in a loop of their own over the heads, ran slower at up to 512 keys: 75 -> 97 µs
+// at 512, 9.9 -> 17 at 100; 167 -> 128 at 1000), B read in place, and, for outer, a parallel
+// dim of two or more outside the k blocks, which never run on the threads. `blocks-outside=`
+// turns it off, or on for any number of m blocks.
+constexpr int64_t kKeysOutside = 16;
+constexpr int64_t kBlocksOutsideBytes = 512 << 10;
+void placeBlocksOutside(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
+  const bool dot = s.pipeline == Pipeline::ContractionDot;
+  if ((!dot && s.pipeline != Pipeline::ContractionOuter) || s.dimN < 0 || s.dimK < 0 ||
+      !nest.runtime.empty() || s.packInput >= 0 ||
+      !config.blocksOutside.value_or(extentOr1(nest, s.dimM) <= s.tileM))
+    return;
+  for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
+    const auto &b = nest.strides[i];
+    const int along = dot ? s.dimN : s.dimK;
+    if ((dot ? b[s.dimK] != 1 : b[s.dimN] != 1) || b[along] == 0 || (s.dimM >= 0 && b[s.dimM] != 0))
+      continue;
+    int64_t bytes = nest.elemBits / 8;
+    for (size_t d = 0; d < b.size(); ++d)
+      bytes = b[d] ? saturatingMul(bytes, nest.extents[d]) : bytes;
+    if (bytes <= kBlocksOutsideBytes)
+      return;
+    std::vector<int> dims = dimsReadCloser(nest, s, b, along);
+    if (dims.empty() || dot) {
+      s.blocksOutside = dims;
+      return;
+    }
+    bool parallelOutside = false;
+    for (int d = 0; d < dims.front(); ++d)
+      parallelOutside |= !nest.reduction[size_t(d)] && nest.extents[size_t(d)] >= 2;
+    const int64_t k = nest.extents[s.dimK];
+    if (parallelOutside && !s.blockK && !config.blockK && k > kKeysOutside && k % kKeysOutside == 0)
+      s.blockK = kKeysOutside;
+    if (parallelOutside && s.blockK)
+      s.blocksOutside = dims;
+    return;
+  }
+}
+
 // An override that does not fit the nest, named by where it was set.
 [[noreturn]] void unfit(const ConfigOverride &config, const std::string &what) {
   throw Error(fmt::format("error: {}: {}", config.origin, what));
@@ -821,7 +857,6 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   // contraction.stream, above) prefetch: `prefetch=` holds for every nest of a function, and
   // the others ignore it.
   s.prefetchAhead = choosePrefetchAhead(nest, s, config.prefetchAhead);
-  s.blocksOutside = chooseBlocksOutside(nest, s, config.blocksOutside);
   if (s.packTransposed) {
     if (!config.pack.value_or(true))
       unfit(config, fmt::format("pack=0 does not apply: input #{} is read along "
@@ -945,6 +980,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     applyOverride(nest, *chosen, config);
   if (config.blockK && !config.tileM)
     divideRowsUnlessPanelStreams(nest, *chosen); // with the k block set by hand
+  placeBlocksOutside(nest, *chosen, config);
   return *chosen;
 }
 
