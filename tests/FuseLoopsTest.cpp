@@ -180,6 +180,20 @@ TEST(FuseLoops, RowsOfARuntimeWidthFuse) {
   }
 }
 
+// Fused parallel loops take the smaller of their minimum chunks, runtime ones too: a loop whose
+// first nest is small per row (its chunk many rows) may hold a large one after it, which must
+// not run on one thread for it (decode over a runtime key count: the softmax over the keys,
+// then P V).
+TEST(FuseLoops, FusedParallelLoopsTakeTheSmallerChunkEvenAtRuntime) {
+  Program p = runtimeRows([](Expr row, Expr column) { return add(mul(row, dimParam(0)), column); });
+  p.body[0]->bound = binary(OpKind::DivSI, intConst(64), dimParam(0));
+  p.body[1]->bound = intConst(1);
+  fuseLoops(p);
+  ASSERT_EQ(p.body.size(), 1u) << print(p);
+  EXPECT_THAT(print(p), testing::HasSubstr("parallel(chunks of at least minsi((64 / dims[0]), 1))"))
+      << print(p);
+}
+
 // Column means subtracted from every row: the reduction's loop over the rows and the
 // subtraction's have the same extent, but each row of the subtraction needs every row summed.
 TEST(FuseLoops, ConsumerOfAColumnReductionStaysApart) {

@@ -363,6 +363,11 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(attn.find("contraction.dot m=d1 n=d2 k=d3"), std::string::npos) << attn;
   EXPECT_NE(attn.find("for n_block in 0..(dims[0] / "), std::string::npos) << attn;
   EXPECT_NE(attn.find("for n_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << attn;
+  // The n blocks outside the KV heads (K read in order, as specialized), and so the columns
+  // left over after them in a loop over the heads of their own.
+  EXPECT_NE(attn.find(" blocks-outside=d0\n  for n_block in 0..(dims[0] / "), std::string::npos)
+      << attn;
+  EXPECT_NE(attn.find("  for d0 in 0..8 {\n    for n_left in 0..("), std::string::npos) << attn;
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
   // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it;
   // and for one token (a decode step) the choices of each row as lanes, as the specialized

@@ -184,6 +184,16 @@ TEST(Strategy, GoldenContractions) {
   chunks.strides[1][0] = 262144;
   EXPECT_EQ(choose(chunks, Target::avx512()),
             "contraction.dot m=d2 n=d3 k=d4 tile=4x4 lanes=16 prefetch=4 blocks-outside=d1");
+  // A runtime key count counts as 256 keys: 1 MiB of K. A runtime number of heads, or of
+  // queries, keeps the blocks inside.
+  NestShape runtimeKeys = heads;
+  runtimeKeys.extents[2] = loops::kNominalExtent;
+  runtimeKeys.runtime = {false, false, true, false};
+  EXPECT_EQ(choose(runtimeKeys, Target::avx512()),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4 blocks-outside=d0");
+  runtimeKeys.runtime = {true, false, true, false};
+  EXPECT_EQ(choose(runtimeKeys, Target::avx512()),
+            "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4");
   // Fewer keys, a K of 512 KiB or less: a parallel loop of Q K^T's own would cost more than
   // reading K in order saves.
   NestShape fewKeys = heads;

@@ -327,10 +327,11 @@ Stmt fuse(const Stmt &a, const Stmt &b) {
   if (fused->forKind == ForKind::Parallel) {
     runInnerLoopsSerially(fused->body);
     fused->bound = kept->bound;
-    if (a->forKind == ForKind::Parallel && b->forKind == ForKind::Parallel) {
+    if (a->forKind == ForKind::Parallel && b->forKind == ForKind::Parallel && a->bound &&
+        b->bound) {
       auto ca = asConstant(a->bound), cb = asConstant(b->bound);
-      if (ca && cb)
-        fused->bound = intConst(std::min(*ca, *cb));
+      fused->bound =
+          ca && cb ? intConst(std::min(*ca, *cb)) : binary(OpKind::MinSI, a->bound, b->bound);
     }
   }
   return fused;

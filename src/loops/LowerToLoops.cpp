@@ -1583,6 +1583,8 @@ private:
         down.push_back(stmt);
       columnsLeft = forLoop(column->name, binary(OpKind::SubI, extents[s.dimN], columnsDone),
                             ForKind::Serial, std::move(down));
+      for (auto d = s.blocksOutside.rbegin(); d != s.blocksOutside.rend(); ++d)
+        columnsLeft = forLoop(vars[*d]->name, extents[*d], ForKind::Serial, {columnsLeft});
     }
 
     // Block loops, then the other parallel dims, inside out; the outermost with at least two

@@ -713,7 +713,7 @@ std::vector<int> dimsReadCloser(const NestShape &nest, const Strategy &s,
   for (int d = int(nest.extents.size()) - 1; d >= 0; --d) {
     if (nest.reduction[size_t(d)] || d == s.dimM || d == s.dimN)
       continue;
-    if (b[size_t(d)] == 0 || b[size_t(d)] >= b[size_t(along)])
+    if (isRuntime(nest, d) || b[size_t(d)] == 0 || b[size_t(d)] >= b[size_t(along)])
       break;
     dims.insert(dims.begin(), d);
   }
@@ -736,18 +736,19 @@ std::vector<int> dimsReadCloser(const NestShape &nest, const Strategy &s,
 // own (over the n blocks, then the heads for the rest), whose fork and join cost more than the
 // order saves while B is small: decode with keys in one piece, 128 keys (K 512 KiB) 9.7 -> 10.9
 // µs, 160 15.4 -> 15.2, 192 18.5 -> 16.8, 256 29.0 -> 21.2, 384 53.2 -> 40.7; so only for a
-// B of more than kBlocksOutsideBytes. Only for one m block (more would each meet B's blocks in
-// turn; not measured), constant extents (decode over a runtime key count, with the columns Q·Kᵀ
-// leaves over in a loop of their own over the heads, ran slower at up to 512 keys: 75 -> 97 µs
-// at 512, 9.9 -> 17 at 100; 167 -> 128 at 1000), B read in place, and, for outer, a parallel
-// dim of two or more outside the k blocks, which never run on the threads. `blocks-outside=`
-// turns it off, or on for any number of m blocks.
+// B of more than kBlocksOutsideBytes, a runtime extent counting as kNominalExtent (decode over a
+// runtime key count, where Q·Kᵀ's columns left over run in a loop of their own over the heads:
+// 512 keys 77.1 -> 61.3 µs, 1000 keys 173 -> 130, but 100 keys 9.2 -> 10.5). Only for one m
+// block of a constant m (more would each meet B's blocks in turn; not measured), constant dims
+// outside, B read in place, and, for outer, constant extents but m's (its k blocks) and a
+// parallel dim of two or more outside the k blocks, which never run on the threads.
+// `blocks-outside=` turns it off, or on for any number of m blocks.
 constexpr int64_t kKeysOutside = 16;
 constexpr int64_t kBlocksOutsideBytes = 512 << 10;
 void placeBlocksOutside(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
   const bool dot = s.pipeline == Pipeline::ContractionDot;
   if ((!dot && s.pipeline != Pipeline::ContractionOuter) || s.dimN < 0 || s.dimK < 0 ||
-      !nest.runtime.empty() || s.packInput >= 0 ||
+      isRuntime(nest, s.dimM) || (!dot && !constantBesidesM(nest, s.dimM)) || s.packInput >= 0 ||
       !config.blocksOutside.value_or(extentOr1(nest, s.dimM) <= s.tileM))
     return;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
