@@ -145,8 +145,8 @@ struct ContextOptions {
   /// Hand-set lowering choices for every contraction, as `frank-jit --config=` takes them:
   /// comma-separated `pipeline=loops|contraction.outer|contraction.dot|contraction.gather|...`,
   /// `tile=MxN` (register tile), `k-block=K` (0: none), `key-chunks=N` (attention's keys in N
-  /// chunks, 1: one piece), `blocks-outside=0|1` (contraction.dot's blocks outside the parallel
-  /// dims B is read more closely along). Empty: the strategy selection decides.
+  /// chunks, 1: one piece), `blocks-outside=0|1` (the contraction tiles' blocks outside the
+  /// parallel dims B is read more closely along). Empty: the strategy selection decides.
   /// Checked when the context is made.
   std::string loweringConfig;
   /// Keep each compiled kernel's machine code on disk, and load it from there in later

@@ -729,8 +729,8 @@ std::vector<int> dimsReadCloser(const NestShape &nest, const Strategy &s,
 // the keys is cut into blocks of kKeysOutside keys, each block running over every head (the
 // accumulators are stored and loaded again between blocks): each reads whole rows of K and V.
 // S6 on the Xeon, one process alternating both orders: Q·Kᵀ 59.3 -> 52.7 and 61.2 -> 55.1 µs,
-// then P·V 53.0-57.1 -> 49.7-55.9 in four runs (blocks of 8 and 16 keys did the same, 32 lost
-// a third of that, 64 all of it); its keys in one piece (`key-chunks=1`) Q·Kᵀ 74.3 -> 62.5.
+// then P·V 53.0-57.1 -> 49.7-55.9 in four runs (blocks of 8 and 16 keys did the same, 32 a
+// little less, 64 nothing); its keys in one piece (`key-chunks=1`) Q·Kᵀ 74.3 -> 62.5.
 // The cost: a temporary of every head's scores (32 KiB a chunk at S6), formed before any head's
 // softmax, instead of one head's, and, when the keys are not split, a parallel loop of Q·Kᵀ's
 // own (over the n blocks, then the heads for the rest), whose fork and join cost more than the

@@ -22,9 +22,11 @@
 //   stalls the tiles for 14% of the time);
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
-//   along k, summed across lanes once at the end. Its blocks run outside the parallel dims
-//   along which B is read more closely than along n (the KV heads at decode), so that B is
-//   read in address order.
+//   along k, summed across lanes once at the end.
+//
+// Both take their blocks (dot's n blocks, outer's k blocks) outside the parallel dims along
+// which B is read more closely than along the blocks' dim (the KV heads at decode), so that B
+// is read in address order (`blocks-outside=d1`).
 // - contraction.gather: a contraction whose "A" operand is a folded gather (mul_mat_id): the
 //   body reads it with tensor.extract, one dim chosen per point by an integer input. The pairs
 //   (points of the dims the choices depend on: slots x tokens) are grouped by their choice into
@@ -124,8 +126,9 @@ struct Strategy {
   bool splitK = false;                 // stream: the parts split k, not n
   int prefetchAhead = 0;               // dot: B's rows are prefetched this many n blocks ahead;
                                        // stream: this many steps of rows ahead
-  std::vector<int> blocksOutside;      // dot: the parallel dims outside the tile that its
-                                       // blocks run outside of, outside in (B read in order)
+  std::vector<int> blocksOutside;      // the parallel dims outside the tile that dot's m and n
+                                       // blocks, or outer's k blocks, run outside of, outside
+                                       // in (B read in address order)
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
@@ -172,7 +175,7 @@ struct ConfigOverride {
   std::optional<bool> pack;
   std::optional<int> prefetchAhead;
   std::optional<int64_t> keyChunks; // attention's chunks of keys (generalize-attention)
-  std::optional<bool> blocksOutside; // dot: may the blocks run outside other parallel dims
+  std::optional<bool> blocksOutside; // may the tiles' blocks run outside other parallel dims
   std::string origin = "--config"; // where it was set, for the errors of choices it does not fit
   bool empty() const {
     return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead && !keyChunks &&
@@ -186,9 +189,9 @@ struct ConfigOverride {
 /// Parses `--config=` text (or, with `origin` "frank.config", an op's attribute):
 /// comma-separated `pipeline=NAME`, `tile=MxN`, `k-block=K` (0 for none), `pack=0|1`,
 /// `prefetch=N` (n blocks ahead, 0 for none), `key-chunks=N` (attention's keys in N chunks, 1
-/// for one piece), `blocks-outside=0|1` (contraction.dot's blocks kept inside every other
-/// parallel dim, or run outside those B is read more closely along than along n, however many m
-/// blocks). Throws frank::Error naming what is wrong.
+/// for one piece), `blocks-outside=0|1` (the tiles' blocks kept inside every other parallel dim,
+/// or run outside those B is read more closely along, however many m blocks). Throws
+/// frank::Error naming what is wrong.
 ConfigOverride parseConfig(const std::string &text, const std::string &origin = "--config");
 
 /// contraction.gather's vectors of `lanes` pairs, at most: every choice's group padded.
