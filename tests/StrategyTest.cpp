@@ -26,6 +26,18 @@ NestShape matmulNest(int64_t m, int64_t k, int64_t n) {
   return nest;
 }
 
+/// A sum of products over `extents` (reduction dims marked), inputs and output read at `strides`.
+NestShape productNest(std::vector<int64_t> extents, std::vector<bool> reduction,
+                      std::vector<std::vector<int64_t>> strides) {
+  NestShape nest;
+  nest.extents = std::move(extents);
+  nest.reduction = std::move(reduction);
+  nest.strides = std::move(strides);
+  nest.vectorBody = true;
+  nest.addAccumulates = true;
+  return nest;
+}
+
 /// y[m, n] += x[m, k] * w[n, k]: both inputs contiguous along k.
 NestShape transposedNest(int64_t m, int64_t k, int64_t n) {
   NestShape nest = matmulNest(m, k, n);
@@ -113,12 +125,8 @@ TEST(Strategy, GoldenContractions) {
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 pack=#1^T");
   // Attention's P V per head, V read in place as [S, Hkv, D]: rows 4 KiB apart, packed once per
   // head into a region of its own. dims (head, query, d, key).
-  NestShape pv;
-  pv.extents = {8, 512, 128, 128};
-  pv.reduction = {false, false, false, true};
-  pv.strides = {{65536, 128, 0, 1}, {128, 0, 1, 1024}, {65536, 128, 1, 0}};
-  pv.vectorBody = true;
-  pv.addAccumulates = true;
+  NestShape pv = productNest({8, 512, 128, 128}, {false, false, false, true},
+                             {{65536, 128, 0, 1}, {128, 0, 1, 1024}, {65536, 128, 1, 0}});
   EXPECT_EQ(choose(pv, Target::avx512()),
             "contraction.outer m=d1 n=d2 k=d3 tile=4x4 lanes=16 pack=#1");
   // A long k, or few m blocks to share the panels (decode): contraction.dot.
@@ -146,12 +154,8 @@ TEST(Strategy, GoldenContractions) {
   // heads and each block of keys reads whole rows of [S, Hkv, D]. Two m blocks, K stored
   // [Hkv, S, D] (the heads farther apart than the keys), or a dim K does not depend on keep
   // the blocks inside; `blocks-outside=` turns it off, or on for any number of m blocks.
-  NestShape heads;
-  heads.extents = {8, 4, 512, 128};
-  heads.reduction = {false, false, false, true};
-  heads.strides = {{512, 128, 0, 1}, {128, 0, 1024, 1}, {2048, 512, 1, 0}};
-  heads.vectorBody = true;
-  heads.addAccumulates = true;
+  NestShape heads = productNest({8, 4, 512, 128}, {false, false, false, true},
+                                {{512, 128, 0, 1}, {128, 0, 1024, 1}, {2048, 512, 1, 0}});
   EXPECT_EQ(choose(heads, Target::avx512()),
             "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4 blocks-outside=d0");
   EXPECT_EQ(choose(heads, Target::avx512(), "blocks-outside=0"),
@@ -171,14 +175,12 @@ TEST(Strategy, GoldenContractions) {
   shared.strides[1] = {0, 0, 1024, 1};
   EXPECT_EQ(choose(shared, Target::avx512()),
             "contraction.dot m=d1 n=d2 k=d3 tile=4x4 lanes=16 prefetch=4");
-  // Only the dims next to the tile: an outer dim K is read closely along, beyond one it is
-  // not, stays outside. dims (chunk, head, query, key, d) with K [S, chunk, Hkv, D].
-  NestShape chunks;
-  chunks.extents = {2, 8, 4, 256, 128};
-  chunks.reduction = {false, false, false, false, true};
-  chunks.strides = {{0, 512, 128, 0, 1}, {1024, 128, 0, 2048, 1}, {8192, 1024, 256, 1, 0}};
-  chunks.vectorBody = true;
-  chunks.addAccumulates = true;
+  // The innermost run of such dims, dims (chunk, head, query, key, d): with K [S, chunk, Hkv,
+  // D] the blocks run outside the chunks and the heads; with the chunks farthest apart, outside
+  // the heads only.
+  NestShape chunks =
+      productNest({2, 8, 4, 256, 128}, {false, false, false, false, true},
+                  {{0, 512, 128, 0, 1}, {1024, 128, 0, 2048, 1}, {8192, 1024, 256, 1, 0}});
   EXPECT_EQ(choose(chunks, Target::avx512()),
             "contraction.dot m=d2 n=d3 k=d4 tile=4x4 lanes=16 prefetch=4 blocks-outside=d0,d1");
   chunks.strides[1][0] = 262144;
@@ -204,12 +206,9 @@ TEST(Strategy, GoldenContractions) {
   // along the heads V is read more closely than along the keys, so the keys go in blocks of
   // 16, each over every head. Not without a parallel dim outside them (the k blocks never run
   // on the threads), nor with `k-block=0` or `blocks-outside=0`.
-  NestShape pvChunks;
-  pvChunks.extents = {2, 8, 4, 128, 256};
-  pvChunks.reduction = {false, false, false, false, true};
-  pvChunks.strides = {{8192, 1024, 256, 0, 1}, {262144, 128, 0, 1, 1024}, {4096, 512, 128, 1, 0}};
-  pvChunks.vectorBody = true;
-  pvChunks.addAccumulates = true;
+  NestShape pvChunks =
+      productNest({2, 8, 4, 128, 256}, {false, false, false, false, true},
+                  {{8192, 1024, 256, 0, 1}, {262144, 128, 0, 1, 1024}, {4096, 512, 128, 1, 0}});
   EXPECT_EQ(choose(pvChunks, Target::avx512()),
             "contraction.outer m=d2 n=d3 k=d4 tile=4x4 lanes=16 k-block=16 blocks-outside=d1");
   EXPECT_EQ(choose(pvChunks, Target::avx512(), "k-block=0"),
@@ -218,12 +217,8 @@ TEST(Strategy, GoldenContractions) {
             "contraction.outer m=d2 n=d3 k=d4 tile=4x4 lanes=16");
   EXPECT_EQ(choose(pvChunks, Target::avx512(), "k-block=64"),
             "contraction.outer m=d2 n=d3 k=d4 tile=4x4 lanes=16 k-block=64 blocks-outside=d1");
-  NestShape pvOnePiece;
-  pvOnePiece.extents = {8, 4, 128, 512};
-  pvOnePiece.reduction = {false, false, false, true};
-  pvOnePiece.strides = {{2048, 512, 0, 1}, {128, 0, 1, 1024}, {512, 128, 1, 0}};
-  pvOnePiece.vectorBody = true;
-  pvOnePiece.addAccumulates = true;
+  NestShape pvOnePiece = productNest({8, 4, 128, 512}, {false, false, false, true},
+                                     {{2048, 512, 0, 1}, {128, 0, 1, 1024}, {512, 128, 1, 0}});
   EXPECT_EQ(choose(pvOnePiece, Target::avx512()),
             "contraction.outer m=d1 n=d2 k=d3 tile=4x4 lanes=16");
   NestShape longRows = transposedNest(4, 4096, 512);
