@@ -31,6 +31,11 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
   auto bad = [&](const std::string &what) -> Error {
     return Error(fmt::format("error: {}='{}': {}", origin, text, what));
   };
+  auto zeroOrOne = [&](llvm::StringRef key, llvm::StringRef value) {
+    if (value != "0" && value != "1")
+      throw bad(fmt::format("{} '{}' is not 0 or 1", key.str(), value.str()));
+    return value == "1";
+  };
   llvm::SmallVector<llvm::StringRef> items;
   llvm::StringRef(text).split(items, ',', -1, false);
   for (llvm::StringRef item : items) {
@@ -65,9 +70,7 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
         throw bad(fmt::format("k-block '{}' is not a non-negative integer", value.str()));
       config.blockK = k;
     } else if (key == "pack") {
-      if (value != "0" && value != "1")
-        throw bad(fmt::format("pack '{}' is not 0 or 1", value.str()));
-      config.pack = value == "1";
+      config.pack = zeroOrOne(key, value);
     } else if (key == "prefetch") {
       int ahead = 0;
       if (value.getAsInteger(10, ahead) || ahead < 0 || ahead > 64)
@@ -79,9 +82,7 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
         throw bad(fmt::format("key-chunks '{}' is not an integer from 1 to 64", value.str()));
       config.keyChunks = chunks;
     } else if (key == "blocks-outside") {
-      if (value != "0" && value != "1")
-        throw bad(fmt::format("blocks-outside '{}' is not 0 or 1", value.str()));
-      config.blocksOutside = value == "1";
+      config.blocksOutside = zeroOrOne(key, value);
     } else {
       throw bad(fmt::format("unknown key '{}' (pipeline, tile, k-block, pack, prefetch, "
                             "key-chunks, blocks-outside)",

@@ -431,6 +431,12 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
     return red;
   };
   auto sum = [](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); };
+  auto weightedSum = [](Builder &bb, const Args &a) {
+    return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
+  };
+  auto expOfDifference = [](Builder &bb, const Args &a) {
+    return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
+  };
   auto max = [](Builder &bb, const Args &a) { return bb.binary(OpKind::MaximumF, a[1], a[0]); };
   Value *zero = b.constantFloat(0.0, e);
   Value *minusInf = b.constantFloat(-std::numeric_limits<double>::infinity(), e);
@@ -439,14 +445,9 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
   std::vector<int> sDims = concat({chunkDims, dims.batch, dims.m, dims.j});
   std::vector<int> rowDims = concat({chunkDims, dims.batch, dims.m});
   std::vector<int> scoreOrder = concat({sDims, dims.k});
-  Value *scores = b.generic(
-      {q, k}, b.fill(zero, emptyOver(sDims)),
-      {remap(qm, scoreOrder), remap(km, scoreOrder), over(scoreOrder, sDims)},
-      reductionFlags(scoreOrder, dims.k.size()),
-      [](Builder &bb, const Args &a) {
-        return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
-      },
-      "scores");
+  Value *scores = b.generic({q, k}, b.fill(zero, emptyOver(sDims)),
+                            {remap(qm, scoreOrder), remap(km, scoreOrder), over(scoreOrder, sDims)},
+                            reductionFlags(scoreOrder, dims.k.size()), weightedSum, "scores");
   Args logitInputs{scores};
   std::vector<AffineMap> logitMaps{over(sDims, sDims)};
   if (mask) {
@@ -473,13 +474,9 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
                             split ? "chunk_max" : "row_max");
   // exp(s - max) once, kept: the row sum and the normalization both read it (fusing it into
   // both would compute every exponential twice).
-  Value *exps = b.generic(
-      {logits, rowMax}, emptyOver(sDims),
-      {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)}, elementwise,
-      [](Builder &bb, const Args &a) {
-        return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
-      },
-      "exps");
+  Value *exps = b.generic({logits, rowMax}, emptyOver(sDims),
+                          {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)},
+                          elementwise, expOfDifference, "exps");
   Value *rowSum = b.generic({exps}, b.fill(zero, emptyOver(rowDims)),
                             {over(sDims, sDims), over(sDims, rowDims)}, keyRed, sum,
                             split ? "chunk_sum" : "row_sum");
@@ -490,9 +487,6 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
         {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)}, elementwise,
         [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); }, "probs");
   // O = sum_j P * V: in O's own layout, or per chunk.
-  auto weightedSum = [](Builder &bb, const Args &a) {
-    return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
-  };
   std::vector<int> outOrder = concat({chunkDims, dims.batch, dims.m, dims.n, dims.j});
   std::vector<int> partDims = concat({chunkDims, dims.batch, dims.m, dims.n});
   Value *outInit = b.fill(zero, split ? emptyOver(partDims) : init);
@@ -525,20 +519,11 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
   const std::vector<bool> overChunks{false, true}, elementwise2d{false, false};
   Value *rowMaxAll = b.generic({chunkMax}, b.fill(minusInf, b.empty(queryRowsType, {})),
                                {byQuery, query}, overChunks, max, "row_max");
-  Value *chunkWeights = b.generic(
-      {chunkMax, rowMaxAll}, b.empty(chunkRowsType, {}), {byChunk, queryOfChunk, byChunk},
-      elementwise2d,
-      [](Builder &bb, const Args &a) {
-        return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
-      },
-      "chunk_weights");
-  Value *denominator = b.generic(
-      {chunkWeights, chunkSum}, b.fill(zero, b.empty(queryRowsType, {})), {byQuery, byQuery, query},
-      overChunks,
-      [](Builder &bb, const Args &a) {
-        return bb.binary(OpKind::AddF, a[2], bb.binary(OpKind::MulF, a[0], a[1]));
-      },
-      "row_sum");
+  Value *chunkWeights =
+      b.generic({chunkMax, rowMaxAll}, b.empty(chunkRowsType, {}), {byChunk, queryOfChunk, byChunk},
+                elementwise2d, expOfDifference, "chunk_weights");
+  Value *denominator = b.generic({chunkWeights, chunkSum}, b.fill(zero, b.empty(queryRowsType, {})),
+                                 {byQuery, byQuery, query}, overChunks, weightedSum, "row_sum");
   Value *shares = b.generic(
       {chunkWeights, denominator}, b.empty(chunkRowsType, {}), {byChunk, queryOfChunk, byChunk},
       elementwise2d, [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); },
