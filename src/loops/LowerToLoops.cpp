@@ -450,8 +450,9 @@ private:
   // A fill whose result only the next op reads, as its `outs`: the tensor a contraction
   // accumulates into. The fill waits for that op (pendingFill_): a contraction whose tiles
   // run the whole reduction at once starts its accumulators at the fill's value instead of
-  // loading them, and the fill is never written (attention at S5 fills 4 MiB a call so).
-  // Anything else writes the fill first.
+  // loading them, and the fill is never written (attention at S5 fills 4 MiB a call so); one
+  // whose tiles run k block after k block starts them so on the first k block (S7's 2 MiB
+  // fill ran on one thread before the matmul). Anything else writes the fill first.
   struct PendingFill {
     const Op *consumer;
     Expr value;
@@ -480,8 +481,8 @@ private:
 
   // The fill the contraction lowering `op` may start from instead of its output, or null (and
   // any fill waiting is written).
-  Expr takeFillFor(const Op &op, bool wholeReduction) {
-    if (!pendingFill_ || pendingFill_->consumer != &op || !wholeReduction) {
+  Expr takeFillFor(const Op &op, bool tilesStartFromFill) {
+    if (!pendingFill_ || pendingFill_->consumer != &op || !tilesStartFromFill) {
       flushPendingFill();
       return nullptr;
     }
@@ -688,10 +689,11 @@ private:
     Strategy strategy = chooseStrategy(g, extents, result);
     if (emitOneTokenBranch(g, result, strategy, extents))
       return;
-    const bool wholeReduction = (strategy.pipeline == Pipeline::ContractionOuter ||
-                                 strategy.pipeline == Pipeline::ContractionDot) &&
-                                !strategy.blockK;
-    Expr fill = takeFillFor(op, wholeReduction);
+    // Only outer tiles run k blocks (their first starts from the fill).
+    const bool tilesStartFromFill =
+        strategy.pipeline == Pipeline::ContractionOuter ||
+        (strategy.pipeline == Pipeline::ContractionDot && !strategy.blockK);
+    Expr fill = takeFillFor(op, tilesStartFromFill);
     if (strategy.pipeline == Pipeline::ContractionGather ||
         strategy.pipeline == Pipeline::ContractionRanks) {
       emitCheckedGather(g, result, strategy, extents);
@@ -1235,7 +1237,7 @@ private:
   // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
   // innermost) over the body instantiated once per accumulator, and stores them.
   // `fill`, when not null, is what the output holds before the nest (takeFillFor): the tiles
-  // start from it instead of loading the output.
+  // start from it instead of loading the output (outer's with k blocks, on the first).
   void emitContraction(GenericView &g, const TensorStorage &result, const Strategy &s,
                        const std::vector<Expr> &extents, const Expr &fill) {
     const Op &op = g.op;
@@ -1478,8 +1480,12 @@ private:
           values[outArg] = var(acc, elem, lanes);
           Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
           if (outer) {
-            init.push_back(local(acc, fill ? broadcast(fill, lanes)
-                                           : load(result.buffer, outIndex, elem, lanes)));
+            Expr before = load(result.buffer, outIndex, elem, lanes);
+            if (fill)
+              before = s.blockK ? select(cmp("eq", kBlock, intConst(0)), broadcast(fill, lanes),
+                                         std::move(before))
+                                : broadcast(fill, lanes);
+            init.push_back(local(acc, std::move(before)));
             fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
           } else if (sumRows) {
             init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
