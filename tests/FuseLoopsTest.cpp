@@ -125,6 +125,53 @@ TEST(FuseLoops, AParallelLoopInsideTheFusedParallelLoopRunsSerially) {
   EXPECT_THAT(text, testing::HasSubstr("for j in 0..8 {")) << text;
 }
 
+// A loop's chunk-first variable (a packed panel's region, LowerToLoops.cpp) survives fusion:
+// fused loops bind one, the second's uses renamed to it; a loop made serial inside the fused
+// parallel loop indexes by its own variable instead, so that parallel chunks never share what a
+// chunk of the inner loop owned; and a loop of one iteration dissolves with it 0.
+TEST(FuseLoops, ChunkFirstVariablesSurviveFusion) {
+  Program p = producerConsumer(rowMajor, ForKind::Parallel, ForKind::Parallel);
+  p.body[0]->bound = intConst(1);
+  // The loops also write w and v (nothing reads them) at their chunk's first iteration.
+  auto addScratch = [](Program &program) {
+    for (const char *name : {"w", "v"})
+      program.buffers.push_back({name, ElemKind::F32, BufferRole::Temp, 0, intConst(kRows),
+                                 intConst(4 * kRows * kColumns)});
+  };
+  addScratch(p);
+  auto chunkIndexed = [](const Stmt &loop, const std::string &first, int buffer = 3) {
+    loop->chunkFirst = first;
+    loop->body.push_back(store(buffer, var(first, ElemKind::Index), floatConst(0, ElemKind::F32)));
+  };
+  chunkIndexed(p.body[0], "a_first");
+  chunkIndexed(p.body[2], "b_first", 4);
+  Stmt inner = p.body[0]->body[0];
+  inner->forKind = ForKind::Serial;
+  chunkIndexed(inner, "j_first");
+  fuseLoops(p);
+  ASSERT_EQ(p.body.size(), 2u) << print(p);
+  std::string text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("for i in 0..4 parallel(chunks of at least 1) chunk from "
+                                       "a_first {"))
+      << text;
+  EXPECT_THAT(text, testing::Not(testing::HasSubstr("b_first"))) << text;
+  EXPECT_THAT(text, testing::Not(testing::HasSubstr("j_first"))) << text;
+  EXPECT_THAT(text, testing::HasSubstr("for j in 0..8 {")) << text;
+  EXPECT_THAT(text, testing::HasSubstr("w[j] = 0f")) << text;
+  EXPECT_THAT(text, testing::HasSubstr("w[a_first] = 0f")) << text;
+  EXPECT_THAT(text, testing::HasSubstr("v[a_first] = 0f")) << text;
+
+  Program unit = producerConsumer(rowMajor, ForKind::Parallel, ForKind::Parallel, 1);
+  addScratch(unit);
+  unit.body[0]->bound = intConst(1);
+  unit.body[0] = forLoop("u", intConst(1), ForKind::Serial, {unit.body[0]});
+  chunkIndexed(unit.body[0], "u_first");
+  fuseLoops(unit);
+  text = print(unit);
+  EXPECT_THAT(text, testing::Not(testing::HasSubstr("u_first"))) << text;
+  EXPECT_THAT(text, testing::HasSubstr("w[0] = 0f")) << text;
+}
+
 // Rows of a runtime width (partial specialization): A writes t[i, j] for j < dims[0] in
 // tiles of 4 (dims[0] / 4 of them) and the columns those leave over; B reads t[i, `read`].
 // Strides and offsets are polynomials in the runtime sizes.

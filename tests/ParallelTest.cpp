@@ -131,6 +131,33 @@ TEST(ParallelLoops, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_TRUE(cmp.ok) << cmp.describe();
 }
 
+// A matmul packs B's panels into the region of the chunk of its parallel loop (its chunk's
+// first n block, `chunk from` in the loop IR): at every thread count, chunks of 1 to 8 n blocks,
+// no two chunks share a region, and the results are the same bits and the oracle's.
+TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
+  const int64_t m = 64, k = 2048, n = 512; // 8 n blocks of 4 vectors, k blocks, packed
+  Function matmul = context().load(componentPath("linear/matmul.mlir")).function("matmul");
+  std::string loops = matmul.emit(Stage::Loops, {"64x2048xf32", "2048x512xf32"});
+  EXPECT_THAT(loops, testing::ContainsRegex(
+                         "for n_block in 0..[0-9]+ parallel\\([^)]*\\) chunk from pack_region"))
+      << loops;
+  EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[\\(+pack_region \\*")) << loops;
+  // Sums of 2048 products in float against the double oracle: 1e-4 relative.
+  std::vector<float> x = oracle::randomFloats(m * k, 3), w = oracle::randomFloats(k * n, 4);
+  std::vector<Arg> args{Tensor::borrow(x.data(), DType::F32, {m, k}),
+                        Tensor::borrow(w.data(), DType::F32, {k, n})};
+  std::vector<Tensor> results;
+  for (int threads : {1, 2, 3, 5, 8}) {
+    ThreadCount count(threads);
+    results.push_back(matmul(args)[0]);
+    EXPECT_EQ(std::memcmp(results[0].data(), results.back().data(), results[0].byteSize()), 0)
+        << threads << " threads";
+  }
+  auto cmp = oracle::compare(results.back().as<float>(),
+                             oracle::matmul(x.data(), w.data(), m, k, n, false), 1e-4, 1e-4);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
 TEST(ParallelLoops, OnlyLargeSpecializedNestsGoParallel) {
   Function rms =
       context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");

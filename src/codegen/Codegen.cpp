@@ -636,6 +636,8 @@ private:
     b_.SetInsertPoint(bodyBB);
     scopes_.emplace_back();
     scopes_.back()[s.name] = iv;
+    if (!s.chunkFirst.empty())
+      scopes_.back()[s.chunkFirst] = begin;
     const std::optional<int64_t> trips = asConstant(s.value);
     const double outerRuns = runs_;
     runs_ *= trips ? double(std::max<int64_t>(*trips, 1)) : kUnknownTrips;
@@ -952,7 +954,13 @@ private:
     // A loop whose body has the shape of an earlier one's (the MoE block's gate and up
     // projections) takes the earlier chunk with its own context: one function to compile.
     const Uses uses = usesOf(s.body, /*withShape=*/true);
-    const std::string &shape = uses.shape;
+    // The body's names do not say which one the loop binds to its chunk's first iteration.
+    const std::string shape =
+        s.chunkFirst.empty()
+            ? uses.shape
+            : fmt::format("{}|first {}", uses.shape,
+                          std::find(uses.names.begin(), uses.names.end(), s.chunkFirst) -
+                              uses.names.begin());
     std::vector<llvm::Value *> fields;
     if (chunks_.count(shape)) {
       std::vector<std::pair<std::string, llvm::Value *>> captured;

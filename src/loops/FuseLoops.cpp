@@ -281,6 +281,8 @@ void dissolveUnitLoops(std::vector<Stmt> &stmts) {
     if (s->kind != StmtKind::For || asConstant(s->value) != std::optional<int64_t>(1))
       continue;
     std::vector<Stmt> body = substitute(s->body, s->name, intConst(0));
+    if (!s->chunkFirst.empty())
+      body = substitute(body, s->chunkFirst, intConst(0));
     if (!body.empty() && !s->comment.empty())
       body[0]->comment =
           body[0]->comment.empty() ? s->comment : s->comment + "; " + body[0]->comment;
@@ -296,6 +298,11 @@ void runInnerLoopsSerially(std::vector<Stmt> &stmts) {
   for (Stmt &s : stmts) {
     if (s->kind == StmtKind::For && s->forKind == ForKind::Parallel)
       s->forKind = ForKind::Serial;
+    // Inside a parallel loop a chunk of its own is each iteration.
+    if (s->kind == StmtKind::For && !s->chunkFirst.empty()) {
+      s->body = rename(s->body, s->chunkFirst, s->name);
+      s->chunkFirst.clear();
+    }
     runInnerLoopsSerially(s->body);
     runInnerLoopsSerially(s->elseBody);
   }
@@ -321,8 +328,13 @@ Stmt fuse(const Stmt &a, const Stmt &b) {
     second[0]->comment =
         second[0]->comment.empty() ? b->comment : b->comment + "; " + second[0]->comment;
   }
+  // One variable for the chunk's first iteration, if either loop binds one.
+  const std::string &first = a->chunkFirst.empty() ? b->chunkFirst : a->chunkFirst;
+  if (!a->chunkFirst.empty() && !b->chunkFirst.empty())
+    second = rename(second, b->chunkFirst, first);
   body.insert(body.end(), second.begin(), second.end());
   Stmt fused = forLoop(kept->name, kept->value, kept->forKind, std::move(body));
+  fused->chunkFirst = first;
   fused->comment = a->comment;
   if (fused->forKind == ForKind::Parallel) {
     runInnerLoopsSerially(fused->body);

@@ -508,6 +508,8 @@ static void printStmt(const Stmt &s, const Program &p, int indent, std::string &
                        : s->forKind == ForKind::Parallel
                            ? fmt::format(" parallel(chunks of at least {})", print(s->bound, &p))
                            : "";
+    if (!s->chunkFirst.empty())
+      kind += fmt::format(" chunk from {}", s->chunkFirst);
     out += fmt::format("{}for {} in 0..{}{} {{\n", pad, s->name, print(s->value, &p), kind);
     printStmts(s->body, p, indent + 2, out);
     out += pad + "}\n";

@@ -155,6 +155,11 @@ struct StmtNode {
   std::vector<Stmt> body;     // Block, For, If-then
   std::vector<Stmt> elseBody; // If
   std::string comment;        // printed above the statement (a strategy's choice, say)
+  // For: a variable bound to the first iteration of the chunk running the body (a parallel
+  // loop's chunk, a serial loop's 0), or empty. Only a loop no parallel loop encloses binds one:
+  // memory a chunk indexes by it is its own for as long as the chunk runs (fuse-loops renames it
+  // to the loop's variable when it makes the loop serial inside a parallel one).
+  std::string chunkFirst;
 };
 
 Stmt block(std::vector<Stmt> body);

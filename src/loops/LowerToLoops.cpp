@@ -1301,28 +1301,28 @@ private:
     Stmt pack;
     std::vector<Stmt> prefetchChunk, packChunk; // interleaved: before and after each tile
     Stmt packRest; // interleaved, runtime m: after the m blocks, the chunks none packed
-    // The pack is redone in every iteration of the parallel dims outside the tile, each into a
-    // region of its own (parallel iterations must not share one); `region` is its start.
-    Expr region = intConst(0);
+    // The pack is redone in every iteration of the parallel dims outside the tile, into the
+    // region of the chunk of the parallel loop running it (`packRegion`, the chunk's first
+    // iteration: chunks must not share one, and a chunk's iterations reuse its region, which
+    // stays in cache: S7 2-3% faster than with a region per iteration, 8 MiB of them).
+    Expr packRegion = var(freshName("pack_region"), ElemKind::Index);
     auto slotOf = [&](const Expr &kb) {
       if (auto c = asConstant(kb); c || !interleaved)
         return intConst(interleaved ? *c & 1 : 0);
       return binary(OpKind::AndI, kb, intConst(1));
     };
     auto panelAt = [&](const Expr &kb) {
-      return add(region,
-                 mul(add(mul(nBlock, intConst(slots)), slotOf(kb)), intConst(panelK * panelRow)));
+      return mul(add(mul(packRegion, intConst(slots)), slotOf(kb)), intConst(panelK * panelRow));
     };
     if (s.packInput >= 0) {
       const Value *operand = g.input(s.packInput);
       const TensorStorage &t = storageOf(operand);
+      // A region for each iteration of the loops that may run in parallel: the other
+      // parallel dims' and the n blocks' (at most one loop of them does).
       int64_t regions = 1;
       for (int d = 0; d < numLoops; ++d)
-        if (!g.isReduction(d) && d != s.dimM && d != s.dimN) {
-          region = add(mul(region, intConst(extent(d))), vars[d]);
+        if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
           regions *= extent(d);
-        }
-      region = mul(region, intConst(slots * panelK * extent(s.dimN)));
       packed = addTemp("packed_" + operand->name, elem,
                        intConst(regions * slots * panelK * extent(s.dimN)));
       const Expr &panel = nBlock;
@@ -1636,6 +1636,10 @@ private:
       if (!trips || *trips >= 2)
         parallel = int(l);
     }
+    // The packs run inside the other parallel dims' and the n blocks' loops: the parallel one
+    // among them (if any) gives each chunk its region, else there is one.
+    const bool packsPerChunk =
+        packed >= 0 && parallel >= 0 && loops[size_t(parallel)].first != mBlock;
     // The leftover tile runs in the loops inside the m blocks, after them.
     bool insideM = hasM;
     for (size_t l = loops.size(); l-- > 0;) {
@@ -1647,6 +1651,8 @@ private:
                             isParallel ? ForKind::Parallel : ForKind::Serial, std::move(body));
         if (isParallel)
           loop->bound = runtimeChunk(total, loops[l].second);
+        if (packsPerChunk && int(l) == parallel)
+          loop->chunkFirst = packRegion->name;
         return loop;
       };
       stmts = {wrap(std::move(stmts))};
@@ -1665,6 +1671,8 @@ private:
         leftover = {wrap(std::move(leftover))};
       }
     }
+    if (packed >= 0 && !packsPerChunk)
+      stmts.insert(stmts.begin(), let(packRegion->name, intConst(0)));
     if (stmts.size() > 1)
       stmts = {block(std::move(stmts))};
     stmts[0]->comment = strategyComment(op, s);

@@ -46,6 +46,10 @@ Stmt TreeWalk::stmt(const Stmt &s) {
   write('[', int(s->kind), int(s->forKind), int(s->type), s->lanes);
   if (!s->name.empty())
     name(s->name);
+  if (!s->chunkFirst.empty()) {
+    write('f');
+    name(s->chunkFirst);
+  }
   if (s->kind == StmtKind::Store || s->kind == StmtKind::Prefetch)
     buffer(s->buffer);
   else
