@@ -66,13 +66,24 @@ std::string choose(const NestShape &nest, Target target = Target::avx2(),
 
 TEST(Strategy, GoldenContractions) {
   // S7 on AVX2: 16 registers; B's rows are 16 KiB apart, so it is packed; a 2-row tile reads
-  // its panel faster than L2 delivers it, so k blocks keep the panel in 16 KiB of L1.
+  // its panel faster than L2 delivers it, so k blocks keep the panel in 16 KiB of L1. The k
+  // blocks run outside groups of 8 n blocks (a k block of A serves them from L2).
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
   // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it: to 6x4
   // by FMAs per load. Its panel (64 KiB) streams from L2 for every m block, so the 6 rows stay,
   // with a 2x4 tile for the 2 rows left over.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
+  // `n-group=` sets the group (one that divides the n blocks), 0 none.
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512(), "n-group=0"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512(), "n-group=32"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=32");
+  // The largest of 8, 4 and 2 that leaves two groups: 2 of 4 n blocks; none of 2.
+  EXPECT_EQ(choose(matmulNest(128, 4096, 128)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=2");
+  EXPECT_EQ(choose(matmulNest(128, 4096, 128), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
   // A k of 128 (32 KiB panels, read from L1) shrinks the rows to a size that divides them and
   // leaves no tile over to compile: 4 of 128 rows, 5 of 130.
@@ -82,7 +93,7 @@ TEST(Strategy, GoldenContractions) {
             "contraction.outer m=d0 n=d1 k=d2 tile=5x4 lanes=16 pack=#1");
   // So does a k block set by hand that fits the panel in L1.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512(), "k-block=128"),
-            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 k-block=128 pack=#1 n-group=8");
   // One row (GEMV): B streams by rows, four rows a step, each of two parts summing half of
   // them into a partial output of its own. Where a vector is a whole cache line, eight rows a
   // step, each prefetching its line of the next step's rows; `prefetch=` sets how many steps
@@ -109,10 +120,10 @@ TEST(Strategy, GoldenContractions) {
   // tile. The whole panel (512 x 32 floats, 64 KiB) would fit L2, but a 2-row tile keeps its
   // panel in 16 KiB of L1.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=2");
   // Packing pays from 4 m blocks on: 8 rows pack B, 6 read it in place.
   EXPECT_EQ(choose(matmulNest(8, 4096, 1024)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
   EXPECT_EQ(choose(matmulNest(6, 4096, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
   // With 4 rows or more per tile, panels of up to 64 KiB stay in L2: 256 rows of 64 floats.
   EXPECT_EQ(choose(matmulNest(37, 512, 128), Target::avx512()),
@@ -148,7 +159,7 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(transposedNest(4, 128, 512), Target::avx2(), "prefetch=3"),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=3");
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "prefetch=3"),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
   // Q K^T at decode over every KV head, dims (head, query, key, d): along the heads K is read
   // 512 bytes apart, more closely than along the keys (4 KiB), so the n blocks run outside the
   // heads and each block of keys reads whole rows of [S, Hkv, D]. Two m blocks, K stored
@@ -442,7 +453,8 @@ NestShape withRuntime(NestShape nest, std::vector<bool> runtime) {
 
 TEST(Strategy, RuntimeExtents) {
   const int64_t r = loops::kNominalExtent;
-  // Token count as M: the S7 tile, k blocks and packing.
+  // Token count as M: the S7 tile, k blocks and packing (no groups of n blocks: a runtime m's
+  // m blocks do not pack the next pair's panel between them).
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
   // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
@@ -532,6 +544,10 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("tile=5x1", matmulNest(4, 256, 256)), testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));
+  EXPECT_THAT(error("n-group=-2", mm), testing::HasSubstr("not a non-negative integer"));
+  EXPECT_THAT(error("n-group=3", mm), testing::HasSubstr("a group that divides its 8 n blocks"));
+  EXPECT_THAT(error("n-group=2", matmulNest(6, 4096, 1024)), testing::HasSubstr("n-group=2 needs"));
+  EXPECT_EQ(error("n-group=2", mm), "no error");
   // Only the reasons of the pipelines tried: a leading "; " was outer's empty one.
   EXPECT_THAT(error("pipeline=contraction.dot", mm),
               testing::HasSubstr("pipeline contraction.dot does not apply: no reduction dim"));
@@ -628,21 +644,34 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
                                              : "// pack this block's 128x32 panel of '%w'"));
-  // Two panel slots per n block: the m blocks pack the next k block's panel into the other,
-  // a chunk of rows after each tile, prefetched before it (wide: 21 tiles of 6 rows, the first
-  // 16 of them 16 rows a chunk; narrow: 64 tiles of 2 rows, 2 rows a chunk).
+  // Groups of 8 n blocks, the parallel loop; in each, the (k block, n block) pairs, k blocks
+  // outside. Two panel slots per chunk of groups: the m blocks pack the next pair's panel into
+  // the other, a chunk of rows after each tile, prefetched before it (wide: 21 tiles of 6 rows,
+  // the first 16 of them 16 rows a chunk; narrow: 64 tiles of 2 rows, 2 rows a chunk).
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "  for n_group in 0..{} parallel(chunks of at least 1) chunk from "
+                         "pack_region {{\n",
+                         wide ? 8 : 16)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "    for kn_pair in 0..128 {{\n      let k_block: index = (kn_pair / 8)\n"
+                         "      let n_block: index = ((n_group * 8) + remui(kn_pair, 8))\n"
+                         "      for m_block in 0..{} {{\n",
+                         wide ? 21 : 64)));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[2097152]"
                                              : "temp packed_w: f32[1048576]"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 16 rows of the next k block's panel\n"
-                                             : "// prefetch 2 rows of the next k block's panel\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "if andi(cmp.slt((k_block + 1), 16), "
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 16 rows of the next pair's panel\n"
+                                             : "// prefetch 2 rows of the next pair's panel\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(wide ? "if andi(cmp.slt((kn_pair + 1), 128), "
                                                "cmp.slt(m_block, 16)) {\n"
-                                             : "if andi(cmp.slt((k_block + 1), 32), "
+                                             : "if andi(cmp.slt((kn_pair + 1), 256), "
                                                "cmp.slt(m_block, 64)) {\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "prefetch w[((n_block * 64) + ((((k_block + 1) * "
-                                               "256) + ((m_block * 16) + row_1)) * 4096))]\n"
-                                             : "prefetch w[((n_block * 32) + ((((k_block + 1) * "
-                                               "128) + ((m_block * 2) + row_1)) * 4096))]\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         wide ? "prefetch w[((((n_group * 8) + remui((kn_pair + 1), 8)) * 64) + "
+                                "(((((kn_pair + 1) / 8) * 256) + ((m_block * 16) + row_1)) * "
+                                "4096))]\n"
+                              : "prefetch w[((((n_group * 8) + remui((kn_pair + 1), 8)) * 32) + "
+                                "(((((kn_pair + 1) / 8) * 128) + ((m_block * 2) + row_1)) * "
+                                "4096))]\n"));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
   // One prefetch per row of the panel, its first line.
   EXPECT_EQ(count(loops, "prefetch w["), 1) << loops;

@@ -1260,6 +1260,11 @@ private:
     Expr mBlock = var(freshName("m_block"), ElemKind::Index);
     Expr nBlock = var(freshName("n_block"), ElemKind::Index);
     Expr kBlock = var(freshName("k_block"), ElemKind::Index);
+    // Groups of n blocks (s.groupN): a parallel loop over the groups, then one over the group's
+    // (k block, n block) pairs, k blocks outside, binding k_block and n_block.
+    const int64_t group = s.groupN;
+    Expr nGroup = var(freshName("n_group"), ElemKind::Index);
+    Expr pairOfBlocks = var(freshName("kn_pair"), ElemKind::Index);
     const int nStep = outer ? lanes : 1;
     const Expr nBlockStart = mul(nBlock, intConst(s.tileN * nStep));
     // The loop coordinates of accumulator (r, c) of a tile starting at row `firstRow` and
@@ -1292,6 +1297,10 @@ private:
     // packed whole, and so are the rows of a runtime m's fewer m blocks did not pack.
     const int64_t kBlocks = s.blockK ? extent(s.dimK) / s.blockK : 0; // k blocks need a constant k
     const bool interleaved = s.packInput >= 0 && !s.packTransposed && kBlocks >= 2 && mTiles >= 2;
+    if (group && (!interleaved || runtimeM))
+      internalError("groups of n blocks without k blocks packed between the tiles");
+    // The panels take turns in their slots pair of blocks by pair: (k block) without groups.
+    const Expr pairNow = group ? pairOfBlocks : kBlock;
     // The fewest rows that divide the panel into at most one chunk per m block.
     int64_t chunkRows = interleaved ? (panelK + mTiles - 1) / mTiles : 1;
     while (panelK % chunkRows)
@@ -1306,13 +1315,13 @@ private:
     // iteration: chunks must not share one, and a chunk's iterations reuse its region, which
     // stays in cache: S7 2-3% faster than with a region per iteration, 8 MiB of them).
     Expr packRegion = var(freshName("pack_region"), ElemKind::Index);
-    auto slotOf = [&](const Expr &kb) {
-      if (auto c = asConstant(kb); c || !interleaved)
+    auto slotOf = [&](const Expr &pair) {
+      if (auto c = asConstant(pair); c || !interleaved)
         return intConst(interleaved ? *c & 1 : 0);
-      return binary(OpKind::AndI, kb, intConst(1));
+      return binary(OpKind::AndI, pair, intConst(1));
     };
-    auto panelAt = [&](const Expr &kb) {
-      return mul(add(mul(packRegion, intConst(slots)), slotOf(kb)), intConst(panelK * panelRow));
+    auto panelAt = [&](const Expr &pair) {
+      return mul(add(mul(packRegion, intConst(slots)), slotOf(pair)), intConst(panelK * panelRow));
     };
     if (s.packInput >= 0) {
       const Value *operand = g.input(s.packInput);
@@ -1330,8 +1339,8 @@ private:
       auto kAt = [&](const Expr &kb, const Expr &r) {
         return s.blockK ? add(mul(kb, intConst(s.blockK)), r) : r;
       };
-      auto packedAt = [&](const Expr &kb, const Expr &r, const Expr &column) {
-        return add(add(panelAt(kb), mul(r, intConst(panelRow))), column);
+      auto packedAt = [&](const Expr &pair, const Expr &r, const Expr &column) {
+        return add(add(panelAt(pair), mul(r, intConst(panelRow))), column);
       };
       Expr firstK = interleaved ? intConst(0) : kBlock;
       const int side = std::min(lanes, kTransposeSide);
@@ -1374,42 +1383,49 @@ private:
         pack = forLoop(column->name, intConst(panelRow), ForKind::Serial,
                        {forLoop(row->name, intConst(panelK), ForKind::Serial, {copy})});
       } else {
-        auto copyRow = [&](const Expr &kb, const Expr &r) {
+        // Row r of k block kb's panel of n block nb, into the slot of `pair`.
+        auto copyRow = [&](const Expr &kb, const Expr &nb, const Expr &pair, const Expr &r) {
           std::vector<Stmt> copies;
           for (int c = 0; c < s.tileN; ++c) {
             std::vector<Expr> iv = vars;
-            iv[s.dimN] = add(mul(panel, intConst(panelRow)), intConst(c * lanes));
+            iv[s.dimN] = add(mul(nb, intConst(panelRow)), intConst(c * lanes));
             iv[s.dimK] = kAt(kb, r);
             copies.push_back(
-                store(packed, packedAt(kb, r, intConst(c * lanes)),
+                store(packed, packedAt(pair, r, intConst(c * lanes)),
                       load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, lanes)));
           }
           return copies;
         };
-        pack = forLoop(row->name, intConst(panelK), ForKind::Serial, copyRow(firstK, row));
+        // A group's first pair: k block 0 of its first n block.
+        const Expr firstN = group ? mul(nGroup, intConst(group)) : panel;
+        pack = forLoop(row->name, intConst(panelK), ForKind::Serial,
+                       copyRow(firstK, firstN, firstK, row));
         if (interleaved) {
-          // Tile m prefetches chunk m of the next k block's panel before its products, and
-          // packs it after them.
-          Expr next = add(kBlock, intConst(1));
-          Expr hasNext = cmp("slt", next, intConst(kBlocks));
+          // Tile m prefetches chunk m of the next pair's panel (the next k block's, in a group
+          // the next n block's) before its products, and packs it after them.
+          Expr nextPair = add(pairNow, intConst(1));
+          Expr next = group ? quotient(nextPair, group) : nextPair;
+          Expr nextN =
+              group ? add(firstN, binary(OpKind::RemUI, nextPair, intConst(group))) : panel;
+          Expr hasNext = cmp("slt", nextPair, intConst(group ? kBlocks * group : kBlocks));
           Expr when =
               binary(OpKind::AndI, hasNext, cmp("slt", mBlock, intConst(panelK / chunkRows)));
           Expr chunk = mul(mBlock, intConst(chunkRows));
           Expr prefetchRow = var(freshName("row"), ElemKind::Index);
           // The row's first line: its panel row is at most kLinesPerPrefetch lines.
           std::vector<Expr> iv = vars;
-          iv[s.dimN] = mul(panel, intConst(panelRow));
+          iv[s.dimN] = mul(nextN, intConst(panelRow));
           iv[s.dimK] = kAt(next, add(chunk, prefetchRow));
           std::vector<Stmt> prefetches = {
               prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims))};
           prefetchChunk.push_back(ifThen(when, {forLoop(prefetchRow->name, intConst(chunkRows),
                                                         ForKind::Serial, std::move(prefetches))}));
-          prefetchChunk.back()->comment =
-              fmt::format("prefetch {} rows of the next k block's panel", chunkRows);
+          prefetchChunk.back()->comment = fmt::format("prefetch {} rows of the next {} panel",
+                                                      chunkRows, group ? "pair's" : "k block's");
           Expr chunkRow = var(freshName("row"), ElemKind::Index);
           packChunk.push_back(
               ifThen(when, {forLoop(chunkRow->name, intConst(chunkRows), ForKind::Serial,
-                                    copyRow(next, add(chunk, chunkRow)))}));
+                                    copyRow(next, nextN, nextPair, add(chunk, chunkRow)))}));
           packChunk.back()->comment = "then pack them";
           if (runtimeM) {
             const int64_t chunks = panelK / chunkRows;
@@ -1418,8 +1434,9 @@ private:
                     intConst(chunkRows));
             Expr rest = var(freshName("row"), ElemKind::Index);
             packRest = ifThen(
-                hasNext, {forLoop(rest->name, binary(OpKind::SubI, intConst(panelK), packedRows),
-                                  ForKind::Serial, copyRow(next, add(packedRows, rest)))});
+                hasNext,
+                {forLoop(rest->name, binary(OpKind::SubI, intConst(panelK), packedRows),
+                         ForKind::Serial, copyRow(next, nextN, nextPair, add(packedRows, rest)))});
             packRest->comment = "pack the rest of the next k block's panel";
           }
         }
@@ -1464,7 +1481,7 @@ private:
                 std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
             auto &e = loaded[key];
             if (!e && i == s.packInput) {
-              Expr at = add(add(panelAt(kBlock), mul(vars[s.dimK], intConst(panelRow))),
+              Expr at = add(add(panelAt(pairNow), mul(vars[s.dimK], intConst(panelRow))),
                             intConst(c * lanes));
               e = bindLet(arg, load(packed, at, elem, lanes), step);
             } else if (!e) {
@@ -1607,7 +1624,11 @@ private:
                     [&](int d, const auto &loop) { return loop.first == vars[d]; }))
       internalError("blocks outside dims that are not the innermost parallel ones");
     const auto outside = std::ptrdiff_t(loops.size() - s.blocksOutside.size());
-    if (outer) {
+    if (outer && group) {
+      loops.push_back({nGroup, intConst(*asConstant(nTrips) / group)});
+      loops.push_back({pairOfBlocks, intConst(kBlocks * group)});
+      loops.push_back({mBlock, mTrips});
+    } else if (outer) {
       if (hasN)
         loops.push_back({nBlock, nTrips});
       if (s.blockK)
@@ -1630,7 +1651,7 @@ private:
       total = mul(total, extents[d]);
     int parallel = -1;
     for (size_t l = 0; l < loops.size() && parallel < 0; ++l) {
-      if (loops[l].first == kBlock)
+      if (loops[l].first == kBlock || loops[l].first == pairOfBlocks)
         break; // never split a reduction
       auto trips = asConstant(loops[l].second);
       if (!trips || *trips >= 2)
@@ -1647,6 +1668,12 @@ private:
       bool isParallel =
           int(l) == parallel && (!constantTotal || *constantTotal >= kMinParallelElements);
       auto wrap = [&](std::vector<Stmt> body) {
+        if (loops[l].first == pairOfBlocks)
+          body.insert(
+              body.begin(),
+              {let(kBlock->name, quotient(pairOfBlocks, group)),
+               let(nBlock->name, add(mul(nGroup, intConst(group)),
+                                     binary(OpKind::RemUI, pairOfBlocks, intConst(group))))});
         Stmt loop = forLoop(loops[l].first->name, loops[l].second,
                             isParallel ? ForKind::Parallel : ForKind::Serial, std::move(body));
         if (isParallel)
@@ -1665,7 +1692,7 @@ private:
           stmts.push_back(packRest);
         if (pack && !interleaved)
           stmts.insert(stmts.begin(), pack);
-      } else if (loops[l].first == kBlock && interleaved) {
+      } else if ((loops[l].first == kBlock || loops[l].first == pairOfBlocks) && interleaved) {
         stmts.insert(stmts.begin(), pack);
       } else if (insideM && !leftover.empty()) {
         leftover = {wrap(std::move(leftover))};

@@ -19,7 +19,9 @@
 //   blocks the panels take turns in two slots: the m blocks of one k block pack the next k
 //   block's panel into the other slot a chunk of rows after each tile, having prefetched the
 //   chunk into L2 before the tile, so reading B overlaps the products (S7: a whole-panel pack
-//   stalls the tiles for 14% of the time);
+//   stalls the tiles for 14% of the time); and the n blocks run in groups, each group taking
+//   its k blocks outside its n blocks, so that a k block of A serves the group from L2
+//   (`n-group=8`);
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
 //   along k, summed across lanes once at the end.
@@ -129,6 +131,8 @@ struct Strategy {
   std::vector<int> blocksOutside;      // the parallel dims outside the tile that dot's m and n
                                        // blocks, or outer's k blocks, run outside of, outside
                                        // in (B read in address order)
+  int64_t groupN = 0;                  // outer, packed k blocks: n blocks per group, the k
+                                       // blocks running outside a group's n blocks; 0 for none
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
@@ -176,10 +180,11 @@ struct ConfigOverride {
   std::optional<int> prefetchAhead;
   std::optional<int64_t> keyChunks; // attention's chunks of keys (generalize-attention)
   std::optional<bool> blocksOutside; // may the tiles' blocks run outside other parallel dims
+  std::optional<int64_t> groupN;     // outer's n blocks per group (0: no groups)
   std::string origin = "--config"; // where it was set, for the errors of choices it does not fit
   bool empty() const {
     return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead && !keyChunks &&
-           !blocksOutside;
+           !blocksOutside && !groupN;
   }
   /// This override with the fields `op` sets replaced: an op's `frank.config` attribute wins
   /// over the function-wide `--config`.
@@ -190,7 +195,9 @@ struct ConfigOverride {
 /// comma-separated `pipeline=NAME`, `tile=MxN`, `k-block=K` (0 for none), `pack=0|1`,
 /// `prefetch=N` (n blocks ahead, 0 for none), `key-chunks=N` (attention's keys in N chunks, 1
 /// for one piece), `blocks-outside=0|1` (the tiles' blocks kept inside every other parallel dim,
-/// or run outside those B is read more closely along, however many m blocks). Throws
+/// or run outside those B is read more closely along, however many m blocks), `n-group=G`
+/// (contraction.outer's n blocks in groups of G, each running its k blocks outside its n
+/// blocks; 0 for none). Throws
 /// frank::Error naming what is wrong.
 ConfigOverride parseConfig(const std::string &text, const std::string &origin = "--config");
 
