@@ -1265,6 +1265,10 @@ private:
     const int64_t group = s.groupN;
     Expr nGroup = var(freshName("n_group"), ElemKind::Index);
     Expr pairOfBlocks = var(freshName("kn_pair"), ElemKind::Index);
+    auto kBlockOf = [&](const Expr &pair) { return quotient(pair, group); };
+    auto nBlockOf = [&](const Expr &pair) {
+      return add(mul(nGroup, intConst(group)), binary(OpKind::RemUI, pair, intConst(group)));
+    };
     const int nStep = outer ? lanes : 1;
     const Expr nBlockStart = mul(nBlock, intConst(s.tileN * nStep));
     // The loop coordinates of accumulator (r, c) of a tile starting at row `firstRow` and
@@ -1299,7 +1303,8 @@ private:
     const bool interleaved = s.packInput >= 0 && !s.packTransposed && kBlocks >= 2 && mTiles >= 2;
     if (group && (!interleaved || runtimeM))
       internalError("groups of n blocks without k blocks packed between the tiles");
-    // The panels take turns in their slots pair of blocks by pair: (k block) without groups.
+    // Consecutive panels take turns in the two slots: those of a group's (k block, n block)
+    // pairs, or of the k blocks without groups.
     const Expr pairNow = group ? pairOfBlocks : kBlock;
     // The fewest rows that divide the panel into at most one chunk per m block.
     int64_t chunkRows = interleaved ? (panelK + mTiles - 1) / mTiles : 1;
@@ -1404,9 +1409,8 @@ private:
           // Tile m prefetches chunk m of the next pair's panel (the next k block's, in a group
           // the next n block's) before its products, and packs it after them.
           Expr nextPair = add(pairNow, intConst(1));
-          Expr next = group ? quotient(nextPair, group) : nextPair;
-          Expr nextN =
-              group ? add(firstN, binary(OpKind::RemUI, nextPair, intConst(group))) : panel;
+          Expr next = group ? kBlockOf(nextPair) : nextPair;
+          Expr nextN = group ? nBlockOf(nextPair) : panel;
           Expr hasNext = cmp("slt", nextPair, intConst(group ? kBlocks * group : kBlocks));
           Expr when =
               binary(OpKind::AndI, hasNext, cmp("slt", mBlock, intConst(panelK / chunkRows)));
@@ -1669,11 +1673,8 @@ private:
           int(l) == parallel && (!constantTotal || *constantTotal >= kMinParallelElements);
       auto wrap = [&](std::vector<Stmt> body) {
         if (loops[l].first == pairOfBlocks)
-          body.insert(
-              body.begin(),
-              {let(kBlock->name, quotient(pairOfBlocks, group)),
-               let(nBlock->name, add(mul(nGroup, intConst(group)),
-                                     binary(OpKind::RemUI, pairOfBlocks, intConst(group))))});
+          body.insert(body.begin(), {let(kBlock->name, kBlockOf(pairOfBlocks)),
+                                     let(nBlock->name, nBlockOf(pairOfBlocks))});
         Stmt loop = forLoop(loops[l].first->name, loops[l].second,
                             isParallel ? ForKind::Parallel : ForKind::Serial, std::move(body));
         if (isParallel)
