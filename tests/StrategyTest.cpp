@@ -135,7 +135,7 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(transposedNest(512, 128, 128), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16 pack=#1^T");
   // Attention's P V per head, V read in place as [S, Hkv, D]: rows 4 KiB apart, packed once per
-  // head into a region of its own. dims (head, query, d, key).
+  // head. dims (head, query, d, key).
   NestShape pv = productNest({8, 512, 128, 128}, {false, false, false, true},
                              {{65536, 128, 0, 1}, {128, 0, 1, 1024}, {65536, 128, 1, 0}});
   EXPECT_EQ(choose(pv, Target::avx512()),

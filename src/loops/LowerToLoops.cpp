@@ -1231,8 +1231,9 @@ private:
   // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:
   //   outer: [other parallel dims] n blocks [k blocks] m blocks { tile }
   //      or: [other parallel dims] k blocks [blocksOutside dims] n blocks m blocks { tile }
-  // With packing, each (n block, k block) first copies its panel of B to a region of its own,
-  // where the m blocks then read it contiguously (each parallel n block packs its own panels).
+  //      or: [other parallel dims] n groups (k block, n block) pairs m blocks { tile }
+  // With packing, each (n block, k block) first copies its panel of B to a slot of its chunk's
+  // region, where the m blocks then read it contiguously.
   //   dot:   [other parallel dims] m blocks n blocks [blocksOutside dims] { tile }
   // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
   // innermost) over the body instantiated once per accumulator, and stores them.

@@ -686,7 +686,8 @@ int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
 int choosePackInput(const NestShape &nest, const Strategy &s) {
   if (!reusesPanels(nest, s))
     return -1;
-  // Each iteration of the other parallel dims packs into a region of its own: at most 8 MiB.
+  // The regions, one per iteration of the other parallel dims (of the chunks of whichever loop
+  // runs in parallel, at most as many): at most 8 MiB.
   int64_t regions = 1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && int(d) != s.dimM && int(d) != s.dimN)

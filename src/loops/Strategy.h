@@ -76,8 +76,9 @@
 // contraction.outer also takes a B that is contiguous along k rather than n (Q x K^T, x W^T with
 // a short k, where contraction.dot would sum 16-lane accumulators after only a few steps): B is
 // then always packed, transposed panel by panel, and printed `pack=#i^T`. Any packed B is packed
-// again in every iteration of the parallel dims outside the tile (each head of attention), each
-// into a region of its own so that parallel iterations do not share one.
+// again in every iteration of the parallel dims outside the tile (each head of attention), into
+// the region of the chunk of the parallel loop that runs it, so that parallel chunks do not
+// share one while each chunk's iterations reuse theirs (`chunk from pack_region`).
 //
 // With runtime extents (partial specialization), contraction.outer applies when n is a constant
 // and contraction.dot when k is: the m blocks, dot's n blocks and outer's reductions then run a
