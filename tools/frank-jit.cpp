@@ -86,12 +86,14 @@ cl::opt<bool> boundsChecks("bounds-checks",
                            cl::init(true), cl::sub(runCmd), cl::sub(benchCmd), cl::cat(category));
 cl::opt<std::string> loweringConfig(
     "config",
-    cl::desc("Override the strategy of every contraction: comma-separated pipeline=loops|"
-             "contraction.outer|contraction.dot|contraction.gather|contraction.choices|"
-             "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1, prefetch=N "
-             "(contraction.dot: n blocks ahead), key-chunks=N (attention's keys in N chunks, "
-             "1: one piece), blocks-outside=0|1 (the contraction tiles' blocks outside the "
-             "parallel dims B is read more closely along)"),
+    cl::desc(
+        "Override the strategy of every contraction: comma-separated pipeline=loops|"
+        "contraction.outer|contraction.dot|contraction.gather|contraction.choices|"
+        "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1, prefetch=N "
+        "(contraction.dot: n blocks ahead), key-chunks=N (attention's keys in N chunks, "
+        "1: one piece), blocks-outside=0|1 (the contraction tiles' blocks outside the "
+        "parallel dims B is read more closely along), n-group=G (contraction.outer's n blocks in "
+        "groups of G, k blocks outside each; 0: none)"),
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
 

@@ -146,7 +146,8 @@ struct ContextOptions {
   /// comma-separated `pipeline=loops|contraction.outer|contraction.dot|contraction.gather|...`,
   /// `tile=MxN` (register tile), `k-block=K` (0: none), `key-chunks=N` (attention's keys in N
   /// chunks, 1: one piece), `blocks-outside=0|1` (the contraction tiles' blocks outside the
-  /// parallel dims B is read more closely along). Empty: the strategy selection decides.
+  /// parallel dims B is read more closely along), `n-group=G` (contraction.outer's n blocks in
+  /// groups of G, k blocks outside each; 0: none). Empty: the strategy selection decides.
   /// Checked when the context is made.
   std::string loweringConfig;
   /// Keep each compiled kernel's machine code on disk, and load it from there in later
