@@ -136,7 +136,8 @@ TEST(ParallelLoops, ResultsDoNotDependOnTheThreadCount) {
 // A matmul packs B's panels into the region of the chunk of its parallel loop (its chunk's
 // first iteration, `chunk from` in the loop IR): at every thread count, chunks of 1 to 8 n
 // blocks (without groups) or of 1 or 2 groups of 4, no two chunks share a region, and the
-// results are the same bits and the oracle's.
+// results are the same bits and the oracle's. The same with M a runtime value, whose 10 m blocks
+// pack part of the next pair's panel and leave the rest to after them.
 TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
   const int64_t m = 64, k = 2048, n = 512; // 8 n blocks of 4 vectors, k blocks, packed
   // Sums of 2048 products in float against the double oracle: 1e-4 relative.
@@ -144,25 +145,30 @@ TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
   std::vector<Arg> args{Tensor::borrow(x.data(), DType::F32, {m, k}),
                         Tensor::borrow(w.data(), DType::F32, {k, n})};
   const std::vector<double> expected = oracle::matmul(x.data(), w.data(), m, k, n, false);
-  for (const char *config : {"", "n-group=0"}) {
-    Context ctx(withConfig(config));
-    Function matmul = ctx.load(componentPath("linear/matmul.mlir")).function("matmul");
-    std::string loops = matmul.emit(Stage::Loops, {"64x2048xf32", "2048x512xf32"});
-    EXPECT_THAT(loops, testing::ContainsRegex(fmt::format(
-                           "for n_{} in 0..{} parallel\\([^)]*\\) chunk from pack_region",
-                           *config ? "block" : "group", *config ? 8 : 2)))
-        << loops;
-    EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[\\(+pack_region \\*")) << loops;
-    std::vector<Tensor> results;
-    for (int threads : {1, 2, 3, 5, 8}) {
-      ThreadCount count(threads);
-      results.push_back(matmul(args)[0]);
-      EXPECT_EQ(std::memcmp(results[0].data(), results.back().data(), results[0].byteSize()), 0)
-          << config << ", " << threads << " threads";
+  for (bool runtimeM : {false, true})
+    for (const char *config : {"", "n-group=0"}) {
+      SCOPED_TRACE(fmt::format("'{}'{}", config, runtimeM ? ", runtime m" : ""));
+      Context ctx(withConfig(config));
+      Function matmul = ctx.load(componentPath("linear/matmul.mlir")).function("matmul");
+      if (runtimeM)
+        matmul = matmul.withRuntimeDims({{"x", 0}});
+      std::string loops =
+          matmul.emit(Stage::Loops, {runtimeM ? "?x2048xf32" : "64x2048xf32", "2048x512xf32"});
+      EXPECT_THAT(loops, testing::ContainsRegex(fmt::format(
+                             "for n_{} in 0..{} parallel\\(.*\\) chunk from pack_region",
+                             *config ? "block" : "group", *config ? 8 : 2)))
+          << loops;
+      EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[\\(+pack_region \\*")) << loops;
+      std::vector<Tensor> results;
+      for (int threads : {1, 2, 3, 5, 8}) {
+        ThreadCount count(threads);
+        results.push_back(matmul(args)[0]);
+        EXPECT_EQ(std::memcmp(results[0].data(), results.back().data(), results[0].byteSize()), 0)
+            << threads << " threads";
+      }
+      auto cmp = oracle::compare(results.back().as<float>(), expected, 1e-4, 1e-4);
+      EXPECT_TRUE(cmp.ok) << cmp.describe();
     }
-    auto cmp = oracle::compare(results.back().as<float>(), expected, 1e-4, 1e-4);
-    EXPECT_TRUE(cmp.ok) << config << ": " << cmp.describe();
-  }
 }
 
 TEST(ParallelLoops, OnlyLargeSpecializedNestsGoParallel) {

@@ -155,6 +155,9 @@ std::vector<PartialCase> partialCases() {
   // panel 8 rows after each of their first 32 tiles, and the rows fewer m blocks leave are
   // packed after them (all of them with one row, none with 300).
   cases.push_back(matmulCase(768, 128, {1, 5, 37, 300}, 43, "matmul_k_blocks"));
+  // The same with 256 columns: the n blocks in groups (2 of 2 with AVX-512, 2 of 4 with AVX2),
+  // each group's (k block, n block) pairs packing the next pair's panel the same way.
+  cases.push_back(matmulCase(768, 256, {1, 5, 37, 300}, 47, "matmul_n_groups"));
 
   // x Wᵀ with M and N both runtime values (K = 64): contraction.dot over a runtime number of m
   // and n blocks, then one-row and one-column tiles, its parallel loop the m blocks themselves.
@@ -346,6 +349,16 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(loops.find("for m_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << loops;
   // K and N are constants: the panels of W are packed once for every m block and leftover row.
   EXPECT_NE(loops.find("pack this block's"), std::string::npos) << loops;
+  // With 256 columns and 768 rows of W the n blocks run in groups, the k blocks outside each
+  // group's n blocks, and the rows of the next pair's panel the m blocks left are packed after.
+  std::string grouped = context()
+                            .load(componentPath("linear/matmul.mlir"))
+                            .function("matmul")
+                            .emit(Stage::Loops, {"?x768xf32", "768x256xf32"});
+  EXPECT_NE(grouped.find(" n-group="), std::string::npos) << grouped;
+  EXPECT_NE(grouped.find("for kn_pair in 0.."), std::string::npos) << grouped;
+  EXPECT_NE(grouped.find("// pack the rest of the next pair's panel"), std::string::npos)
+      << grouped;
   // One row (a decode step) streams W row after row instead: the kernel branches on M, the
   // stream first (the matmul cases above run both branches of one kernel against the oracle).
   const size_t branch = loops.find("if cmp.eq(dims[0], 1) {");

@@ -453,10 +453,12 @@ NestShape withRuntime(NestShape nest, std::vector<bool> runtime) {
 
 TEST(Strategy, RuntimeExtents) {
   const int64_t r = loops::kNominalExtent;
-  // Token count as M: the S7 tile, k blocks and packing (no groups of n blocks: a runtime m's
-  // m blocks do not pack the next pair's panel between them).
+  // Token count as M: the S7 tile, k blocks, packing and groups of n blocks (a runtime m counts
+  // as its nominal m blocks, which pack the next pair's panel between them).
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
+  EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false}), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
   // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
   EXPECT_EQ(choose(withRuntime(matmulNest(4, r, 128), {false, false, true}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16");

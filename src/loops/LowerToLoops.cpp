@@ -1302,7 +1302,7 @@ private:
     // packed whole, and so are the rows of a runtime m's fewer m blocks did not pack.
     const int64_t kBlocks = s.blockK ? extent(s.dimK) / s.blockK : 0; // k blocks need a constant k
     const bool interleaved = s.packInput >= 0 && !s.packTransposed && kBlocks >= 2 && mTiles >= 2;
-    if (group && (!interleaved || runtimeM))
+    if (group && !interleaved)
       internalError("groups of n blocks without k blocks packed between the tiles");
     // Consecutive panels take turns in the two slots: those of a group's (k block, n block)
     // pairs, or of the k blocks without groups.
@@ -1442,7 +1442,8 @@ private:
                 hasNext,
                 {forLoop(rest->name, binary(OpKind::SubI, intConst(panelK), packedRows),
                          ForKind::Serial, copyRow(next, nextN, nextPair, add(packedRows, rest)))});
-            packRest->comment = "pack the rest of the next k block's panel";
+            packRest->comment =
+                fmt::format("pack the rest of the next {} panel", group ? "pair's" : "k block's");
           }
         }
       }
