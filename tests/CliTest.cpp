@@ -783,7 +783,7 @@ namespace {
 
 TEST(CliConfig, OverrideShowsInLoopsAndKeepsResults) {
   const std::string matmul = kComponents + "/linear/matmul.mlir";
-  ToolResult r = runTool({"compile", matmul, "--function=matmul", "--input=10x64xf32",
+  ToolResult r = runTool({"compile", matmul, "--function=matmul", "--input=16x64xf32",
                           "--input=64x32xf32", "--emit=loops", "--config=tile=3x2,pack=0"});
   EXPECT_SUCCESS(r);
   // The lanes follow the host the tool runs on.
@@ -804,11 +804,11 @@ TEST(CliConfig, OverrideShowsInLoopsAndKeepsResults) {
 TEST(CliConfig, BadOverrideIsAnError) {
   ToolResult r =
       runTool({"compile", kComponents + "/linear/matmul.mlir", "--function=matmul",
-               "--input=10x64xf32", "--input=64x32xf32", "--emit=loops", "--config=tile=3y2"});
+               "--input=16x64xf32", "--input=64x32xf32", "--emit=loops", "--config=tile=3y2"});
   EXPECT_FAILURE(r);
   EXPECT_THAT(r.err, testing::HasSubstr("error: --config='tile=3y2': tile '3y2' is not MxN"));
   r = runTool({"compile", kComponents + "/linear/matmul.mlir", "--function=matmul",
-               "--input=10x64xf32", "--input=64x32xf32", "--emit=loops", "--config=tile=11x1"});
+               "--input=14x64xf32", "--input=64x32xf32", "--emit=loops", "--config=tile=15x1"});
   EXPECT_FAILURE(r);
   EXPECT_THAT(r.err, testing::HasSubstr("does not fit"));
 }

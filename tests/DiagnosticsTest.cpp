@@ -860,7 +860,7 @@ std::vector<std::pair<std::string, std::string>> cliFiles() {
           {"lookup.mlir", kLookup},
           {"sized.mlir", kSized},
           {"mm.mlir", kMatmul},
-          {"mm_tile.mlir", matmulWithConfig("tile=11x1")},
+          {"mm_tile.mlir", matmulWithConfig("tile=15x1")},
           {"mm_k_block.mlir", matmulWithConfig("k-block=48")},
           {"x.npy", serializeNpy(x)},
           {"ids.npy", serializeNpy(ids)},
@@ -1093,9 +1093,9 @@ const CliCase kCliCases[] = {
      "--config: pipeline contraction.gather does not apply: it reads no operand through a "
      "gather"},
     {"config_tile_does_not_fit",
-     {"compile", "{dir}/mm.mlir", "--input=10x64xf32", "--input=64x32xf32", "--config=tile=11x1"},
+     {"compile", "{dir}/mm.mlir", "--input=14x64xf32", "--input=64x32xf32", "--config=tile=15x1"},
      "mm.mlir:9:3",
-     "--config: tile 11x1 does not fit the contraction.outer nest (10 rows; N must divide "
+     "--config: tile 15x1 does not fit the contraction.outer nest (14 rows; N must divide "
      "{vectors of 32} vectors)"},
     {"config_k_block_does_not_divide",
      {"compile", "{dir}/mm.mlir", "--input=16x64xf32", "--input=64x32xf32", "--config=k-block=48"},
@@ -1103,9 +1103,9 @@ const CliCase kCliCases[] = {
      "--config: k-block 48 does not divide the nest's one reduction dim"},
     // So do the choices set on the op, named as such; with --config too, both are named.
     {"config_attribute_tile_does_not_fit",
-     {"compile", "{dir}/mm_tile.mlir", "--input=10x64xf32", "--input=64x32xf32"},
+     {"compile", "{dir}/mm_tile.mlir", "--input=14x64xf32", "--input=64x32xf32"},
      "mm_tile.mlir:9:3",
-     "frank.config: tile 11x1 does not fit the contraction.outer nest (10 rows; N must divide "
+     "frank.config: tile 15x1 does not fit the contraction.outer nest (14 rows; N must divide "
      "{vectors of 32} vectors)"},
     {"config_attribute_and_flag",
      {"compile", "{dir}/mm_k_block.mlir", "--input=16x64xf32", "--input=64x32xf32",

@@ -121,10 +121,27 @@ TEST(Strategy, GoldenContractions) {
   // panel in 16 KiB of L1.
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=2");
-  // Packing pays from 4 m blocks on: 8 rows pack B, 6 read it in place.
+  // Packing pays from 4 m blocks on, or from 2 when B takes k blocks (each k block's panel
+  // packed between the tiles of the one before): 8 rows in 2x4 tiles pack B, 12 rows in 6x4
+  // tiles (2 blocks) a B of 4096 rows but not one of 128 (a single panel).
   EXPECT_EQ(choose(matmulNest(8, 4096, 1024)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
-  EXPECT_EQ(choose(matmulNest(6, 4096, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
+  EXPECT_EQ(choose(matmulNest(8, 128, 1024)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1");
+  EXPECT_EQ(choose(matmulNest(12, 4096, 1024), Target::avx512(), "pipeline=contraction.outer"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
+  EXPECT_EQ(choose(matmulNest(12, 128, 1024), Target::avx512(), "pipeline=contraction.outer"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16");
+  // A few rows, up to 3/8 of the registers (6 with AVX2, 12 with AVX-512), stream B as one row
+  // does: each vector of B is loaded once and added to every row's accumulator. More take tiles.
+  EXPECT_EQ(choose(matmulNest(6, 4096, 4096)),
+            "contraction.stream m=d0 n=d1 k=d2 tile=4x2 lanes=8 split=k");
+  EXPECT_EQ(choose(matmulNest(7, 4096, 4096)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
+  EXPECT_EQ(choose(matmulNest(12, 4096, 4096), Target::avx512()),
+            "contraction.stream m=d0 n=d1 k=d2 tile=8x2 lanes=16 split=k prefetch=1");
+  EXPECT_EQ(choose(matmulNest(13, 4096, 4096), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
   // With 4 rows or more per tile, panels of up to 64 KiB stay in L2: 256 rows of 64 floats.
   EXPECT_EQ(choose(matmulNest(37, 512, 128), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
@@ -544,11 +561,12 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_EQ(error("blocks-outside=1", mm), "no error"); // only contraction.dot takes it
   EXPECT_THAT(error("tile", mm), testing::HasSubstr("is not key=value"));
   EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
-  EXPECT_THAT(error("tile=5x1", matmulNest(4, 256, 256)), testing::HasSubstr("does not fit"));
+  EXPECT_THAT(error("pipeline=contraction.outer,tile=5x1", matmulNest(4, 256, 256)),
+              testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));
   EXPECT_THAT(error("n-group=-2", mm), testing::HasSubstr("not a non-negative integer"));
   EXPECT_THAT(error("n-group=3", mm), testing::HasSubstr("a group that divides its 8 n blocks"));
-  EXPECT_THAT(error("n-group=2", matmulNest(6, 4096, 1024)), testing::HasSubstr("n-group=2 needs"));
+  EXPECT_THAT(error("n-group=2", matmulNest(6, 128, 1024)), testing::HasSubstr("n-group=2 needs"));
   EXPECT_EQ(error("n-group=2", mm), "no error");
   // Only the reasons of the pipelines tried: a leading "; " was outer's empty one.
   EXPECT_THAT(error("pipeline=contraction.dot", mm),

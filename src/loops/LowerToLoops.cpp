@@ -2377,6 +2377,8 @@ private:
     const int lanes = s.lanes;
     const int64_t k = *asConstant(extents[s.dimK]);
     const int64_t n = *asConstant(extents[s.dimN]);
+    // The output's rows (m), each B vector loaded once for all of them.
+    const int64_t rowsOut = s.dimM >= 0 ? *asConstant(extents[s.dimM]) : 1;
     const bool splitK = s.splitK;
     const int parts = s.tileN;
     const int64_t partVectors = splitK ? n / lanes : n / lanes / s.tileN;
@@ -2387,52 +2389,80 @@ private:
     Expr step = var(freshName("k_step"), ElemKind::Index);
     Expr v = var(freshName("v"), ElemKind::Index);
     // split k: each part sums its rows of B into a partial output of its own, added up after.
-    int partial = splitK ? addTemp("partial", elem, intConst(parts * n)) : -1;
+    const int64_t partialSize = rowsOut * n;
+    int partial = splitK ? addTemp("partial", elem, intConst(parts * partialSize)) : -1;
+    auto partialAt = [&](const Expr &p, const Expr &row, const Expr &column) {
+      return add(add(mul(p, intConst(partialSize)), mul(row, intConst(n))), column);
+    };
     auto accumulatorAt = [&](const std::vector<Expr> &iv) {
       if (splitK)
-        return std::make_pair(partial, add(mul(part, intConst(n)), iv[s.dimN]));
+        return std::make_pair(partial,
+                              partialAt(part, s.dimM >= 0 ? iv[s.dimM] : intConst(0), iv[s.dimN]));
       return std::make_pair(result.buffer, accessIndex(g.outputMap(), iv, result.dims));
     };
-    // `rows` rows of B from `firstRow`, added to vector v of the part.
+    // `rows` rows of B from `firstRow`, added to vector v of the part in every output row.
     auto addRows = [&](int rows, const Expr &firstRow) {
-      std::vector<Expr> iv(numLoops, intConst(0));
-      iv[s.dimN] = splitK ? mul(v, intConst(lanes))
-                          : mul(add(mul(part, intConst(partVectors)), v), intConst(lanes));
-      auto [accBuffer, accIndex] = accumulatorAt(iv);
-      std::string acc = freshName("acc");
-      std::vector<Stmt> body{local(acc, load(accBuffer, accIndex, elem, lanes))};
+      std::vector<std::vector<Expr>> ivs(size_t(rowsOut), std::vector<Expr>(numLoops, intConst(0)));
+      std::vector<Stmt> body;
+      std::vector<std::string> accs;
+      for (int64_t i = 0; i < rowsOut; ++i) {
+        std::vector<Expr> &iv = ivs[size_t(i)];
+        iv[s.dimN] = splitK ? mul(v, intConst(lanes))
+                            : mul(add(mul(part, intConst(partVectors)), v), intConst(lanes));
+        if (s.dimM >= 0)
+          iv[s.dimM] = intConst(i);
+        auto [accBuffer, accIndex] = accumulatorAt(iv);
+        accs.push_back(freshName("acc"));
+        body.push_back(local(accs.back(), load(accBuffer, accIndex, elem, lanes)));
+      }
       Expr aheadFirstRow = binary(OpKind::MinSI, add(firstRow, intConst(s.prefetchAhead * s.tileM)),
                                   intConst(k - rows));
       for (int r = 0; r < rows; ++r) {
-        iv[s.dimK] = add(firstRow, intConst(r));
-        std::unordered_map<const Value *, Expr> values;
-        for (int i = 0; i < g.numInputs(); ++i) {
-          const Value *operand = g.input(i);
-          const Value *arg = g.body().arguments[i].get();
-          if (!operand->type.isTensor()) {
-            values[arg] = scalarOf(operand);
-            continue;
+        for (std::vector<Expr> &iv : ivs)
+          iv[s.dimK] = add(firstRow, intConst(r));
+        std::unordered_map<const Value *, Expr> shared; // B's vectors, loaded once
+        for (int64_t i = 0; i < rowsOut; ++i) {
+          const std::vector<Expr> &iv = ivs[size_t(i)];
+          std::unordered_map<const Value *, Expr> values;
+          for (int j = 0; j < g.numInputs(); ++j) {
+            const Value *operand = g.input(j);
+            const Value *arg = g.body().arguments[j].get();
+            if (!operand->type.isTensor()) {
+              values[arg] = scalarOf(operand);
+              continue;
+            }
+            // B (not read along m) is loaded once, in the first row, for every row.
+            const bool perRow = s.dimM >= 0 && mapUses(g.map(j), s.dimM);
+            if (!perRow && i > 0) {
+              values[arg] = shared[arg];
+              continue;
+            }
+            const TensorStorage &t = storageOf(operand);
+            int width = mapUses(g.map(j), s.dimN) ? lanes : 1;
+            values[arg] = bindLet(
+                arg, load(t.buffer, accessIndex(g.map(j), iv, t.dims), operand->type.elem, width),
+                body);
+            shared[arg] = values[arg];
+            // B's line at this vector, `prefetchAhead` steps of rows further: after a part's
+            // last step, the next part's rows; at the end of B, the step's own rows rather than
+            // rows past B (see prefetch in LoopIR.h). One bound for the step's rows: a bound
+            // per row made O3 take a third longer on S8.
+            if (s.prefetchAhead && width == lanes && !perRow && mapUses(g.map(j), s.dimK)) {
+              std::vector<Expr> ahead = iv;
+              ahead[s.dimK] = add(aheadFirstRow, intConst(r));
+              body.push_back(prefetch(t.buffer, accessIndex(g.map(j), ahead, t.dims)));
+            }
           }
-          const TensorStorage &t = storageOf(operand);
-          int width = mapUses(g.map(i), s.dimN) ? lanes : 1;
-          values[arg] = bindLet(
-              arg, load(t.buffer, accessIndex(g.map(i), iv, t.dims), operand->type.elem, width),
-              body);
-          // B's line at this vector, `prefetchAhead` steps of rows further: after a part's
-          // last step, the next part's rows; at the end of B, the step's own rows rather than
-          // rows past B (see prefetch in LoopIR.h). One bound for the step's rows: a bound
-          // per row made O3 take a third longer on S8.
-          if (s.prefetchAhead && width == lanes && mapUses(g.map(i), s.dimK)) {
-            std::vector<Expr> ahead = iv;
-            ahead[s.dimK] = add(aheadFirstRow, intConst(r));
-            body.push_back(prefetch(t.buffer, accessIndex(g.map(i), ahead, t.dims)));
-          }
+          values[outArg] = var(accs[size_t(i)], elem, lanes);
+          BodyContext context{iv, extents, outArg, true};
+          body.push_back(
+              assign(accs[size_t(i)], lowerScalarBlock(g.body(), values, context, body)));
         }
-        values[outArg] = var(acc, elem, lanes);
-        BodyContext context{iv, extents, outArg, true};
-        body.push_back(assign(acc, lowerScalarBlock(g.body(), values, context, body)));
       }
-      body.push_back(store(accBuffer, accIndex, var(acc, elem, lanes)));
+      for (int64_t i = 0; i < rowsOut; ++i) {
+        auto [accBuffer, accIndex] = accumulatorAt(ivs[size_t(i)]);
+        body.push_back(store(accBuffer, accIndex, var(accs[size_t(i)], elem, lanes)));
+      }
       return forLoop(v->name, intConst(partVectors), ForKind::Serial, std::move(body));
     };
     Expr firstK = splitK ? mul(part, intConst(partK)) : intConst(0);
@@ -2440,8 +2470,8 @@ private:
     if (splitK) {
       Expr zero = var(freshName("v"), ElemKind::Index);
       perPart.push_back(
-          forLoop(zero->name, intConst(partVectors), ForKind::Serial,
-                  {store(partial, add(mul(part, intConst(n)), mul(zero, intConst(lanes))),
+          forLoop(zero->name, intConst(rowsOut * partVectors), ForKind::Serial,
+                  {store(partial, add(mul(part, intConst(partialSize)), mul(zero, intConst(lanes))),
                          broadcast(floatConst(0, elem), lanes))}));
     }
     perPart.push_back(forLoop(step->name, intConst(partK / s.tileM), ForKind::Serial,
@@ -2449,20 +2479,33 @@ private:
     if (partK % s.tileM)
       perPart.push_back(
           addRows(int(partK % s.tileM), add(firstK, intConst(partK - partK % s.tileM))));
-    Stmt nest = forLoop(part->name, intConst(parts), ForKind::Parallel, std::move(perPart));
-    nest->bound = minChunk(n * k, parts);
+    // Parallel only when large (kMinParallelElements), as other nests: a router's few rows of
+    // products would otherwise bring in a chunk function and a call to the thread pool.
+    const int64_t total = rowsOut * n * k;
+    const bool parallel = total >= kMinParallelElements;
+    Stmt nest = forLoop(part->name, intConst(parts), parallel ? ForKind::Parallel : ForKind::Serial,
+                        std::move(perPart));
+    if (parallel)
+      nest->bound = minChunk(total, parts);
     nest->comment = strategyComment(g.op, s);
     std::vector<Stmt> stmts{nest};
     if (splitK) {
+      Expr row = var(freshName("m"), ElemKind::Index);
       Expr j = var(freshName("n"), ElemKind::Index);
       std::vector<Expr> iv(numLoops, intConst(0));
       iv[s.dimN] = j;
+      if (s.dimM >= 0)
+        iv[s.dimM] = row;
       Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
       Expr sum = load(result.buffer, outIndex, elem);
       for (int p = 0; p < parts; ++p)
-        sum = binary(OpKind::AddF, sum, load(partial, add(intConst(p * n), j), elem));
+        sum =
+            binary(OpKind::AddF, sum,
+                   load(partial, partialAt(intConst(p), s.dimM >= 0 ? row : intConst(0), j), elem));
       Stmt gatherParts =
           forLoop(j->name, intConst(n), ForKind::Vectorize, {store(result.buffer, outIndex, sum)});
+      if (s.dimM >= 0)
+        gatherParts = forLoop(row->name, intConst(rowsOut), ForKind::Serial, {gatherParts});
       gatherParts->comment = "add the parts' partial sums";
       stmts.push_back(gatherParts);
     }

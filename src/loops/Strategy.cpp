@@ -615,20 +615,33 @@ std::optional<Strategy> tryChoices(const NestShape &nest, int lanes, const Targe
   return s;
 }
 
-// One row of output (no m dim of extent > 1) and one reduction dim: stream B by rows. The
-// parts split k for the threads, or N in long runs where k cannot split (two: each reads half
-// of every row of B, 8 KiB at S8); each step adds 4 rows of B, or 8 (below).
+// The most output rows contraction.stream takes: an accumulator each, 3/8 of the registers (12
+// with AVX-512, 6 with AVX2). A few rows (a matmul of a handful of tokens) read B as one row
+// does, once and in order, each vector of B added to every row; outer's tiles read B down its
+// columns, a panel per n block, and with one m block pack nothing. Matmuls by 4096x4096 on the
+// 2-core Xeon, specialized, B warm (`frank-jit bench`, medians of 5), outer then stream: 2 rows
+// 1.36-1.38 -> 1.17 ms, 4 rows 1.63-1.73 -> 1.22-1.28, 8 rows 3.64 -> 1.52-1.58, 9 rows 3.23 ->
+// 1.75, 10 rows 3.29 -> 1.99, 12 rows (outer packing B in k blocks) 2.68 -> 2.51; from 14 rows the
+// stream's loads of its accumulators and broadcasts pass the tiles' (3.00 against 3.15 ms; 16
+// rows 3.06 against 3.64). AVX2's limit is the same share of its registers, not timed.
+int64_t maxStreamRows(const Target &target) { return target.vectorRegisters * 3 / 8; }
+
+// Up to maxStreamRows rows of output (m) and one reduction dim: stream B by rows. The parts
+// split k for the threads, or N in long runs where k cannot split (two: each reads half of every
+// row of B, 8 KiB at S8); each step adds 4 rows of B, or 8 (below), to every output row.
 std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target &target,
                                   std::string &why) {
   std::optional<Strategy> outer = tryOuter(nest, lanes, target, why);
-  if (!outer || outer->dimK < 0 || extentOr1(nest, outer->dimM) != 1)
+  if (!outer || outer->dimK < 0 || extentOr1(nest, outer->dimM) > maxStreamRows(target))
     return std::nullopt;
   for (size_t d = 0; d < nest.extents.size(); ++d)
-    if (int(d) != outer->dimN && int(d) != outer->dimK && nest.extents[d] != 1)
+    if (int(d) != outer->dimN && int(d) != outer->dimK && int(d) != outer->dimM &&
+        nest.extents[d] != 1)
       return std::nullopt;
   Strategy s = *outer;
   s.pipeline = Pipeline::ContractionStream;
-  s.dimM = -1;
+  if (extentOr1(nest, s.dimM) == 1)
+    s.dimM = -1;
   int64_t vectors = nest.extents[s.dimN] / lanes;
   // Where a vector is a whole cache line (f32 in 512 bits), 8 rows a step, and each load of a
   // row prefetches the same line of the row a step ahead: with rows 16 KiB apart the hardware
@@ -651,15 +664,25 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
   return s;
 }
 
-// An outer-product nest with one reduction dim whose B panels serve at least 4 m blocks: the
-// case that k blocks and packing pay for. With 2x4 tiles on a Zen 3 (medians of 9 alternating
-// rounds), packing a 4096x1024 B runs m = 4 and 6 as fast as reading it in place (2 and 3
-// blocks: 2.03 against 2.04 ms, 2.67 against 2.61) and m = 8 faster (2.22 against 2.87 ms);
-// attention at decode (S6, 2 blocks of 2 query rows per KV head) runs 0.147 ms without
-// packing V and 0.169 ms packing it.
+// The most bytes of a B panel (k-block x NR vectors) that stay in cache for the m blocks: 64 KiB
+// in L2 for tiles of 4 rows or more, 16 KiB in L1 for fewer (see chooseBlockK).
+int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 16 << 10; }
+
+// An outer-product nest with one reduction dim whose B panels serve at least 4 m blocks, or 2
+// when B is too large for one panel: the cases that k blocks and packing pay for. With 2x4 tiles
+// on a Zen 3 (medians of 9 alternating rounds), packing a 4096x1024 B whole ran m = 4 and 6 as
+// fast as reading it in place (2 and 3 blocks: 2.03 against 2.04 ms, 2.67 against 2.61) and m = 8
+// faster (2.22 against 2.87 ms); attention at decode (S6, 2 blocks of 2 query rows per KV head, a
+// panel of its V per chunk of keys) runs 0.147 ms without packing V and 0.169 ms packing it. In k
+// blocks, each packed between the previous one's tiles (LowerToLoops), 2 m blocks pay: matmuls
+// by 4096x4096 on the 2-core Xeon with 6x4 tiles, B warm, 12 rows 3.71 -> 2.71 ms, 16 rows 5.86
+// -> 3.06, 20 rows 3.34 (`frank-jit bench`, medians of 5).
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
-  return s.pipeline == Pipeline::ContractionOuter && s.dimK >= 0 &&
-         constantBesidesM(nest, s.dimM) && extentOr1(nest, s.dimM) / s.tileM >= 4;
+  if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 || !constantBesidesM(nest, s.dimM))
+    return false;
+  const int64_t mBlocks = extentOr1(nest, s.dimM) / s.tileM;
+  const int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
+  return mBlocks >= 4 || (mBlocks >= 2 && nest.extents[s.dimK] * panelRow > panelBudget(s));
 }
 
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) within
@@ -676,7 +699,7 @@ int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
     return 0;
   int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
   int64_t k = nest.extents[s.dimK];
-  const int64_t budget = s.tileM >= 4 ? 64 << 10 : 16 << 10;
+  const int64_t budget = panelBudget(s);
   return k * panelRow <= budget ? 0 : dividingBlock(k, budget / panelRow, 16);
 }
 

@@ -62,16 +62,17 @@
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
 //   the lane of its choice. A's rows stream contiguously, which is what reading them all costs
 //   anyway when the choices are innermost: the extra lanes are free FMAs beside the memory.
-// - contraction.stream: a contraction.outer nest with one row of output (GEMV: x[K] W[K, N])
-//   reads B row after row instead of in column stripes: N is split into a few parts (the
-//   parallel loop), and each part adds MR rows of B at a time to its slice of the output, which
-//   stays in L1. Each row of B is then read in long contiguous runs, as the prefetchers and DRAM
-//   want; column stripes touch every 4 KiB page of B for 256 bytes at a time. The tile is
-//   printed as MRxP: rows per step by parts. When the body is a sum of products the parts split
-//   k instead (`split=k`): each sums its contiguous share of B's rows into a partial output of
-//   its own, and the partial outputs are added at the end. With `prefetch=N` each load of a
-//   row of B prefetches the same line N steps of rows ahead (the default where a vector is a
-//   whole line).
+// - contraction.stream: a contraction.outer nest with one row of output (GEMV: x[K] W[K, N]),
+//   or a few (up to 3/8 of the vector registers: a matmul of a handful of tokens), reads B row
+//   after row instead of in column stripes: N is split into a few parts (the parallel loop), and
+//   each part adds MR rows of B at a time to its slice of every output row, which stays in L1,
+//   each vector of B loaded once for all the rows. Each row of B is then read in long contiguous
+//   runs, as the prefetchers and DRAM want; column stripes touch every 4 KiB page of B for 256
+//   bytes at a time. The tile is printed as MRxP: rows per step by parts. When the body is a sum of
+//   products the parts split k instead (`split=k`): each sums its contiguous share of B's rows into
+//   a partial output of its own, and the partial outputs are added at the end. With `prefetch=N`
+//   each load of a row of B prefetches the same line N steps of rows ahead (the default where a
+//   vector is a whole line).
 //
 // contraction.outer also takes a B that is contiguous along k rather than n (Q x K^T, x W^T with
 // a short k, where contraction.dot would sum 16-lane accumulators after only a few steps): B is
