@@ -150,7 +150,9 @@ std::vector<PartialCase> partialCases() {
         },
         std::move(name)};
   };
-  cases.push_back(matmulCase(96, 208, {1, 5, 16, 37, 100}, 41, "matmul"));
+  // 2 to 8 rows take the stream in tiers of 4 rows (up to 8 with AVX-512, 4 with AVX2), the rows
+  // past the runtime ones repeating the last (2, 5 and 6 rows), then the tiles.
+  cases.push_back(matmulCase(96, 208, {1, 2, 4, 5, 6, 8, 9, 16, 37, 100}, 41, "matmul"));
   // With k blocks (768 rows of W in three panels of 256 x 128): the m blocks pack the next
   // panel 8 rows after each of their first 32 tiles, and the rows fewer m blocks leave are
   // packed after them (all of them with one row, none with 300).
@@ -366,6 +368,15 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_LT(branch, loops.find("contraction.stream m=- n=d1 k=d2")) << loops;
   EXPECT_LT(loops.find("contraction.stream"), loops.find("} else {", branch)) << loops;
   EXPECT_LT(loops.find("} else {", branch), loops.find("contraction.outer m=d0 n=d1 k=d2"))
+      << loops;
+  // A few rows stream too, in tiers of 4 rows, each reading its last row of x past the runtime
+  // ones; then the tiles.
+  const size_t tier = loops.find("if cmp.sle(dims[0], 4) {", branch);
+  ASSERT_NE(tier, std::string::npos) << loops;
+  EXPECT_LT(tier, loops.find("contraction.stream m=d0 n=d1 k=d2", tier)) << loops;
+  EXPECT_NE(loops.find("minsi(3, (dims[0] - 1))", tier), std::string::npos) << loops;
+  EXPECT_LT(loops.find("contraction.stream m=d0 n=d1 k=d2", tier),
+            loops.find("contraction.outer m=d0 n=d1 k=d2"))
       << loops;
   // Decode attention over a runtime KV length: Q K^T takes the keys as n, in a runtime number
   // of n blocks and then one-column tiles; P V reduces over them.
