@@ -605,7 +605,7 @@ private:
       // runtime token count: a stream of a few rows, or tiles over a nominal 1024 m blocks), so
       // the lighter counts as much work as the heavier for the cold-code estimate: else the
       // stream's few rows would be cold beside the tiles, and compiled without fused
-      // multiply-adds (8 rows by 4096x4096, partly specialized: 1.86 ms against 1.60).
+      // multiply-adds (8 rows by 4096x4096, partly specialized: 1.86 ms against 1.54).
       const double thenWork = workOf(s->body), elseWork = workOf(s->elseBody);
       const double outerRuns = runs_;
       auto emitAlternative = [&](llvm::BasicBlock *bb, const std::vector<Stmt> &stmts,
@@ -779,7 +779,6 @@ private:
     return 1 + nodesOf(s.value) + nodesOf(s.index) + nodesOf(s.bound);
   }
 
-  // Statements and expression nodes: roughly what a tree costs LLVM to optimize and compile.
   // The work of `stmts` as the cold-code estimate counts it (runs_): nodes times the trips of
   // the loops around them, a runtime trip count as kUnknownTrips, a widened loop's trips over
   // kVectorizedLanes.
@@ -799,6 +798,7 @@ private:
     return work;
   }
 
+  // Statements and expression nodes: roughly what a tree costs LLVM to optimize and compile.
   static size_t weightOf(const std::vector<Stmt> &stmts, size_t scale = 1) {
     size_t n = 0;
     for (const Stmt &st : stmts) {
