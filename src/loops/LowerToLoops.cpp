@@ -1109,6 +1109,24 @@ private:
     return gather;
   }
 
+  static std::vector<Expr> withTokens(std::vector<Expr> extents, int tokens, int64_t count) {
+    extents[size_t(tokens)] = intConst(count);
+    return extents;
+  }
+
+  // The strategy for `extents`, or none when a lowering override that the general nest takes
+  // does not fit them.
+  std::optional<Strategy> strategyIfItFits(GenericView &g, const std::vector<Expr> &extents,
+                                           const TensorStorage &result) {
+    try {
+      return chooseStrategy(g, extents, result);
+    } catch (const InternalError &) {
+      throw;
+    } catch (const Error &) {
+      return std::nullopt;
+    }
+  }
+
   // The rows a runtime m's padded streams take: each tier this many more than the one before, up
   // to kMaxStreamTierRows. A tier of 12 rows would run 9 to 12 rows by 4096x4096 in 2.5 ms
   // against the tiles' 2.9, but it made the partly specialized matmul compile in 100 ms instead
@@ -1145,18 +1163,11 @@ private:
       oneTokenPipeline = Pipeline::ContractionChoices;
     else
       return false;
-    std::vector<Expr> oneToken = extents;
-    oneToken[tokens] = intConst(1);
-    Strategy one;
-    try {
-      one = chooseStrategy(g, oneToken, result);
-    } catch (const InternalError &) {
-      throw;
-    } catch (const Error &) {
-      return false; // a lowering override that the general nest takes and this one does not
-    }
-    if (one.pipeline != oneTokenPipeline)
+    std::vector<Expr> oneToken = withTokens(extents, tokens, 1);
+    std::optional<Strategy> chosen = strategyIfItFits(g, oneToken, result);
+    if (!chosen || chosen->pipeline != oneTokenPipeline)
       return false;
+    const Strategy &one = *chosen;
     flushPendingFill(); // every branch adds to the output as it is
     std::vector<Stmt> whenOne, otherwise;
     std::vector<Stmt> *enclosing = current_;
@@ -1171,21 +1182,14 @@ private:
     for (int64_t rows = kStreamTier;
          one.pipeline == Pipeline::ContractionStream && one.splitK && rows <= kMaxStreamTierRows;
          rows += kStreamTier) {
-      std::vector<Expr> tierExtents = extents;
-      tierExtents[tokens] = intConst(rows);
-      Strategy few;
-      try {
-        few = chooseStrategy(g, tierExtents, result);
-      } catch (const InternalError &) {
-        throw;
-      } catch (const Error &) {
-        break;
-      }
-      if (few.pipeline != Pipeline::ContractionStream || !few.splitK || few.dimM != tokens)
+      std::vector<Expr> tierExtents = withTokens(extents, tokens, rows);
+      std::optional<Strategy> few = strategyIfItFits(g, tierExtents, result);
+      if (!few || few->pipeline != Pipeline::ContractionStream || !few->splitK ||
+          few->dimM != tokens)
         break;
       tiers.push_back({rows, {}});
       current_ = &tiers.back().second;
-      emitStream(g, result, few, tierExtents, extents[tokens]);
+      emitStream(g, result, *few, tierExtents, extents[tokens]);
     }
     current_ = &otherwise;
     if (general.pipeline == Pipeline::ContractionRanks)
