@@ -160,7 +160,7 @@ TEST(ShareBodies, MoeBlockProjectionsShareOneChunk) {
   EXPECT_EQ(count(loops, "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=1792\n"), 1)
       << loops;
   std::string ir = fn.emit(Stage::LLVM, shapes);
-  EXPECT_EQ(count(ir, "call void @frank_parallel_for(ptr @frank_kernel.m_block.chunk"), 2) << ir;
+  EXPECT_EQ(count(ir, "call void @frank_parallel_for(ptr @frank_kernel.m_block_1.chunk"), 2) << ir;
   EXPECT_EQ(count(ir, "call void @frank_parallel_for(ptr @frank_kernel.m_part.chunk"), 1) << ir;
 }
 

@@ -132,8 +132,9 @@ TEST(Strategy, GoldenContractions) {
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
   EXPECT_EQ(choose(matmulNest(12, 128, 1024), Target::avx512(), "pipeline=contraction.outer"),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16");
-  // A few rows, up to 3/8 of the registers (6 with AVX2, 12 with AVX-512), stream B as one row
-  // does: each vector of B is loaded once and added to every row's accumulator. More take tiles.
+  // A few rows, up to 3/8 of the registers (6 with AVX2, 12 with AVX-512), stream a B of 1 MiB or
+  // more as one row does: each vector of B is loaded once and added to every row's accumulator.
+  // More rows take tiles.
   EXPECT_EQ(choose(matmulNest(6, 4096, 4096)),
             "contraction.stream m=d0 n=d1 k=d2 tile=4x2 lanes=8 split=k");
   EXPECT_EQ(choose(matmulNest(7, 4096, 4096)),
@@ -142,6 +143,11 @@ TEST(Strategy, GoldenContractions) {
             "contraction.stream m=d0 n=d1 k=d2 tile=8x2 lanes=16 split=k prefetch=1");
   EXPECT_EQ(choose(matmulNest(13, 4096, 4096), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
+  // A B under 1 MiB stays in cache for the tiles (the MoE block's router, 8 experts by 32 tokens).
+  EXPECT_EQ(choose(matmulNest(8, 1024, 32), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=8x2 lanes=16");
+  EXPECT_EQ(choose(matmulNest(8, 1024, 256), Target::avx512()),
+            "contraction.stream m=d0 n=d1 k=d2 tile=8x2 lanes=16 split=k prefetch=1");
   // With 4 rows or more per tile, panels of up to 64 KiB stay in L2: 256 rows of 64 floats.
   EXPECT_EQ(choose(matmulNest(37, 512, 128), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");

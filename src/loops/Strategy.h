@@ -63,7 +63,8 @@
 //   the lane of its choice. A's rows stream contiguously, which is what reading them all costs
 //   anyway when the choices are innermost: the extra lanes are free FMAs beside the memory.
 // - contraction.stream: a contraction.outer nest with one row of output (GEMV: x[K] W[K, N]),
-//   or a few (up to 3/8 of the vector registers: a matmul of a handful of tokens), reads B row
+//   or a few (up to 3/8 of the vector registers, a B of 1 MiB or more: a matmul of a handful of
+//   tokens by weights), reads B row
 //   after row instead of in column stripes: N is split into a few parts (the parallel loop), and
 //   each part adds MR rows of B at a time to its slice of every output row, which stays in L1,
 //   each vector of B loaded once for all the rows. Each row of B is then read in long contiguous
