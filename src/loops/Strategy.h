@@ -64,16 +64,15 @@
 //   anyway when the choices are innermost: the extra lanes are free FMAs beside the memory.
 // - contraction.stream: a contraction.outer nest with one row of output (GEMV: x[K] W[K, N]),
 //   or a few (up to 3/8 of the vector registers, a B of 1 MiB or more: a matmul of a handful of
-//   tokens by weights), reads B row
-//   after row instead of in column stripes: N is split into a few parts (the parallel loop), and
-//   each part adds MR rows of B at a time to its slice of every output row, which stays in L1,
-//   each vector of B loaded once for all the rows. Each row of B is then read in long contiguous
-//   runs, as the prefetchers and DRAM want; column stripes touch every 4 KiB page of B for 256
-//   bytes at a time. The tile is printed as MRxP: rows per step by parts. When the body is a sum of
-//   products the parts split k instead (`split=k`): each sums its contiguous share of B's rows into
-//   a partial output of its own, and the partial outputs are added at the end. With `prefetch=N`
-//   each load of a row of B prefetches the same line N steps of rows ahead (the default where a
-//   vector is a whole line).
+//   tokens by weights), reads B row after row instead of in column stripes: N is split into a
+//   few parts (the parallel loop), and each part adds MR rows of B at a time to its slice of
+//   every output row, which stays in L1, each vector of B loaded once for all the rows. Each row
+//   of B is then read in long contiguous runs, as the prefetchers and DRAM want; column stripes
+//   touch every 4 KiB page of B for 256 bytes at a time. The tile is printed as MRxP: rows per
+//   step by parts. When the body is a sum of products the parts split k instead (`split=k`):
+//   each sums its contiguous share of B's rows into a partial output of its own, and the partial
+//   outputs are added at the end. With `prefetch=N` each load of a row of B prefetches the same
+//   line N steps of rows ahead (the default where a vector is a whole line).
 //
 // contraction.outer also takes a B that is contiguous along k rather than n (Q x K^T, x W^T with
 // a short k, where contraction.dot would sum 16-lane accumulators after only a few steps): B is
