@@ -652,9 +652,7 @@ private:
       scopes_.back()[s.chunkFirst] = begin;
     const std::optional<int64_t> trips = asConstant(s.value);
     const double outerRuns = runs_;
-    runs_ *= trips ? double(std::max<int64_t>(*trips, 1)) : kUnknownTrips;
-    if (s.forKind == ForKind::Vectorize)
-      runs_ = std::max(outerRuns, runs_ / kVectorizedLanes);
+    runs_ *= runsPerTrip(s);
     emitStatements(s.body, s.forKind == ForKind::Parallel ||
                                (outlining_ && s.forKind == ForKind::Serial && trips &&
                                 *trips <= kMaxOutlinedTrips));
@@ -779,22 +777,22 @@ private:
     return 1 + nodesOf(s.value) + nodesOf(s.index) + nodesOf(s.bound);
   }
 
-  // The work of `stmts` as the cold-code estimate counts it (runs_): nodes times the trips of
-  // the loops around them, a runtime trip count as kUnknownTrips, a widened loop's trips over
-  // kVectorizedLanes.
+  // How many times a loop runs its body, for the cold-code estimate (runs_): its trips, a
+  // runtime trip count as kUnknownTrips, a widened loop's trips over kVectorizedLanes.
+  static double runsPerTrip(const StmtNode &loop) {
+    const std::optional<int64_t> trips = asConstant(loop.value);
+    const double runs = trips ? double(std::max<int64_t>(*trips, 1)) : kUnknownTrips;
+    return loop.forKind == ForKind::Vectorize ? std::max(1.0, runs / kVectorizedLanes) : runs;
+  }
+
+  // The work of `stmts` as the cold-code estimate counts it: nodes times the runs of the loops
+  // around them.
   static double workOf(const std::vector<Stmt> &stmts) {
     double work = 0;
-    for (const Stmt &st : stmts) {
-      work += double(nodesOf(*st));
-      double trips = 1;
-      if (st->kind == StmtKind::For) {
-        const std::optional<int64_t> constant = asConstant(st->value);
-        trips = constant ? double(std::max<int64_t>(*constant, 1)) : kUnknownTrips;
-        if (st->forKind == ForKind::Vectorize)
-          trips = std::max(1.0, trips / kVectorizedLanes);
-      }
-      work += trips * workOf(st->body) + workOf(st->elseBody);
-    }
+    for (const Stmt &st : stmts)
+      work += double(nodesOf(*st)) +
+              (st->kind == StmtKind::For ? runsPerTrip(*st) : 1.0) * workOf(st->body) +
+              workOf(st->elseBody);
     return work;
   }
 

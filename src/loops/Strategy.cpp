@@ -633,9 +633,9 @@ int64_t maxStreamRows(const Target &target) { return target.vectorRegisters * 3 
 constexpr int64_t kMinStreamedBytes = 1 << 20;
 
 // Up to maxStreamRows rows of output (m), several of them with a B of kMinStreamedBytes or more,
-// and one reduction dim: stream B by rows. The parts
-// split k for the threads, or N in long runs where k cannot split (two: each reads half of every
-// row of B, 8 KiB at S8); each step adds 4 rows of B, or 8 (below), to every output row.
+// and one reduction dim: stream B by rows. The parts split k for the threads, or N in long runs
+// where k cannot split (two: each reads half of every row of B, 8 KiB at S8); each step adds 4
+// rows of B, or 8 (below), to every output row.
 std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target &target,
                                   std::string &why) {
   std::optional<Strategy> outer = tryOuter(nest, lanes, target, why);
@@ -679,6 +679,11 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
 // in L2 for tiles of 4 rows or more, 16 KiB in L1 for fewer (see chooseBlockK).
 int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 16 << 10; }
 
+// The bytes of one row of a B panel: NR vectors.
+int64_t panelRowBytes(const NestShape &nest, const Strategy &s) {
+  return int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
+}
+
 // An outer-product nest with one reduction dim whose B panels serve at least 4 m blocks, or 2
 // when B is too large for one panel: the cases that k blocks and packing pay for. With 2x4 tiles
 // on a Zen 3 (medians of 9 alternating rounds), packing a 4096x1024 B whole ran m = 4 and 6 as
@@ -692,8 +697,8 @@ bool reusesPanels(const NestShape &nest, const Strategy &s) {
   if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 || !constantBesidesM(nest, s.dimM))
     return false;
   const int64_t mBlocks = extentOr1(nest, s.dimM) / s.tileM;
-  const int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
-  return mBlocks >= 4 || (mBlocks >= 2 && nest.extents[s.dimK] * panelRow > panelBudget(s));
+  return mBlocks >= 4 ||
+         (mBlocks >= 2 && nest.extents[s.dimK] * panelRowBytes(nest, s) > panelBudget(s));
 }
 
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) within
@@ -708,7 +713,7 @@ bool reusesPanels(const NestShape &nest, const Strategy &s) {
 int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
   if (!reusesPanels(nest, s))
     return 0;
-  int64_t panelRow = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
+  const int64_t panelRow = panelRowBytes(nest, s);
   int64_t k = nest.extents[s.dimK];
   const int64_t budget = panelBudget(s);
   return k * panelRow <= budget ? 0 : dividingBlock(k, budget / panelRow, 16);
