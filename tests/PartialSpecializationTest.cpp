@@ -342,11 +342,9 @@ TEST(Partial, ChunksOfConstantRowsAreANumber) {
 }
 
 TEST(Partial, ContractionsKeepTheirRegisterTiles) {
+  Function matmul = context().load(componentPath("linear/matmul.mlir")).function("matmul");
   // Runtime M: the outer tile runs a runtime number of m blocks, then one-row tiles.
-  std::string loops = context()
-                          .load(componentPath("linear/matmul.mlir"))
-                          .function("matmul")
-                          .emit(Stage::Loops, {"?x512xf32", "512x512xf32"});
+  std::string loops = matmul.emit(Stage::Loops, {"?x512xf32", "512x512xf32"});
   EXPECT_NE(loops.find("contraction.outer m=d0 n=d1 k=d2"), std::string::npos) << loops;
   EXPECT_NE(loops.find("for m_block in 0..(dims[0] / "), std::string::npos) << loops;
   EXPECT_NE(loops.find("for m_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << loops;
@@ -354,10 +352,7 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(loops.find("pack this block's"), std::string::npos) << loops;
   // With 256 columns and 768 rows of W the n blocks run in groups, the k blocks outside each
   // group's n blocks, and the rows of the next pair's panel the m blocks left are packed after.
-  std::string grouped = context()
-                            .load(componentPath("linear/matmul.mlir"))
-                            .function("matmul")
-                            .emit(Stage::Loops, {"?x768xf32", "768x256xf32"});
+  std::string grouped = matmul.emit(Stage::Loops, {"?x768xf32", "768x256xf32"});
   EXPECT_NE(grouped.find(" n-group="), std::string::npos) << grouped;
   EXPECT_NE(grouped.find("for kn_pair in 0.."), std::string::npos) << grouped;
   EXPECT_NE(grouped.find("// pack the rest of the next pair's panel"), std::string::npos)
