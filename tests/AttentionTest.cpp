@@ -116,12 +116,17 @@ TEST_P(AttentionCausalTest, MatchesOracle) {
 }
 
 // Skv >= S throughout (a query with no visible key is undefined); Skv > S is the chunked-prefill
-// case where the queries are the last S positions. S5 with the causal mask last.
+// case where the queries are the last S positions. The tiles skip the keys their rows do not
+// see: S = 37 puts tiles of 4 query rows across the end of a group member's positions (the
+// grouped rows are g * S + s), and S = 12 with G = 2 has two tiles of 6 rows a member. S5 with
+// the causal mask last.
 const AttnShape kCausalShapes[] = {
-    {1, 1, 1, 1, 1, 4},   {1, 4, 4, 2, 2, 8},     {1, 3, 7, 4, 2, 16},       {2, 5, 5, 8, 2, 8},
-    {1, 9, 20, 8, 1, 32}, {1, 16, 16, 4, 4, 64},  {1, 7, 30, 16, 2, 64},     {2, 12, 12, 2, 1, 128},
-    {1, 6, 6, 3, 1, 5},   {1, 10, 17, 6, 3, 24},  {1, 1, 9, 4, 2, 16},       {1, 31, 33, 8, 4, 16},
-    {3, 2, 2, 2, 1, 8},   {1, 40, 64, 8, 1, 128}, {1, 128, 128, 32, 8, 128},
+    {1, 1, 1, 1, 1, 4},     {1, 4, 4, 2, 2, 8},     {1, 3, 7, 4, 2, 16},
+    {2, 5, 5, 8, 2, 8},     {1, 9, 20, 8, 1, 32},   {1, 16, 16, 4, 4, 64},
+    {1, 7, 30, 16, 2, 64},  {2, 12, 12, 2, 1, 128}, {1, 6, 6, 3, 1, 5},
+    {1, 10, 17, 6, 3, 24},  {1, 1, 9, 4, 2, 16},    {1, 31, 33, 8, 4, 16},
+    {3, 2, 2, 2, 1, 8},     {1, 40, 64, 8, 1, 128}, {1, 37, 41, 8, 2, 64},
+    {1, 12, 12, 2, 1, 128}, {1, 70, 200, 4, 2, 32}, {1, 128, 128, 32, 8, 128},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCausalTest,
@@ -132,6 +137,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCausalTest,
                                               attnName(std::get<0>(info.param)),
                                               modeName(std::get<1>(info.param)));
                          });
+
+// The causal prefill's mask is read before anything runs (CausalMask.h): the specialized IR marks
+// the scores and P·V with the keys each query sees, and their tiles skip the rest: a Q·Kᵀ tile
+// whose rows see none of its 64 keys, and the P·V steps past the last key its rows see.
+TEST(AttentionCausal, TilesSkipTheKeysTheMaskHides) {
+  Function fn = attentionModule().function("attention_gqa_causal");
+  const std::vector<std::string> types = {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32",
+                                          "f32"};
+  std::string specialized = fn.emit(Stage::Specialized, types);
+  EXPECT_EQ(count(specialized, "frank.visible_keys = [1, 2, 128, 0]"), 1) << specialized;
+  EXPECT_EQ(count(specialized, "frank.visible_keys = [1, 3, 128, 0]"), 1) << specialized;
+  std::string loops = fn.emit(Stage::Loops, types);
+  EXPECT_THAT(loops, testing::HasSubstr("if cmp.sle((n_block * 64), minsi((remui((m_block * 4), "
+                                        "128) + 3), 127)) {"));
+  EXPECT_THAT(loops, testing::HasSubstr("in 0..minsi(128, maxsi((minsi((remui((m_block_1 * 4), "
+                                        "128) + 3), 127) + 1), 0)) {"));
+  // Without the mask, every tile runs.
+  std::string plain = attentionModule().function("attention_gqa").emit(Stage::Loops, types);
+  EXPECT_THAT(plain, testing::Not(testing::HasSubstr("minsi"))) << plain;
+}
 
 class AttentionDecodeTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};
 

@@ -332,6 +332,128 @@ INSTANTIATE_TEST_SUITE_P(Masks, AttentionOpTest, testing::Values("", "i1", "f32"
                            return info.param.empty() ? std::string("none") : info.param;
                          });
 
+// Masks computed from the indices of query m and key j: the comparisons that say "j <= m + c"
+// in any of their spellings mark the kernel's scores and P·V with the keys each query sees
+// (CausalMask.h), which their tiles skip; the others do not, and run every key. Every form
+// against plain loops, in both modes. 70 queries by 90 keys: every row sees a key.
+struct IndexMask {
+  const char *name;
+  const char *body; // computes %keep from %m and %j
+  bool recognized;
+  bool (*keep)(int64_t m, int64_t j);
+};
+
+// V as [B, N, J] (`keysInner`) as well as [B, J, N]: P·V then packs V transposed.
+class IndexMaskTest : public testing::TestWithParam<std::tuple<IndexMask, bool>> {};
+
+TEST_P(IndexMaskTest, MatchesPlainLoops) {
+  const auto &[mask, keysInner] = GetParam();
+  std::string text =
+      fmt::format(R"(
+    func.func @f(%q: tensor<?x?x?xf32>, %k: tensor<?x?x?xf32>, %v: tensor<?x?x?xf32>, %scale: f32) -> tensor<?x?x?xf32> {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %c3 = arith.constant 3 : index
+      %c20 = arith.constant 20 : index
+      %c21 = arith.constant 21 : index
+      %b = tensor.dim %q, %c0 : tensor<?x?x?xf32>
+      %rows = tensor.dim %q, %c1 : tensor<?x?x?xf32>
+      %keys = tensor.dim %k, %c1 : tensor<?x?x?xf32>
+      %n = tensor.dim %v, {1} : tensor<?x?x?xf32>
+      %mi = tensor.empty(%b, %rows, %keys) : tensor<?x?x?xi1>
+      %mask = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                               iterator_types = ["parallel", "parallel", "parallel"]}}
+          outs(%mi : tensor<?x?x?xi1>) {{
+      ^bb0(%unused: i1):
+        %m = linalg.index 1 : index
+        %j = linalg.index 2 : index
+        {0}
+        linalg.yield %keep : i1
+      }} -> tensor<?x?x?xi1>
+      %e = tensor.empty(%b, %rows, %n) : tensor<?x?x?xf32>
+      %o = iree_linalg_ext.attention {{indexing_maps = [
+             affine_map<(b, m, k, j, n) -> (b, m, k)>, affine_map<(b, m, k, j, n) -> (b, j, k)>,
+             affine_map<(b, m, k, j, n) -> {2}>, affine_map<(b, m, k, j, n) -> ()>,
+             affine_map<(b, m, k, j, n) -> (b, m, j)>, affine_map<(b, m, k, j, n) -> (b, m, n)>]}}
+          ins(%q, %k, %v, %scale, %mask : tensor<?x?x?xf32>, tensor<?x?x?xf32>, tensor<?x?x?xf32>, f32, tensor<?x?x?xi1>)
+          outs(%e : tensor<?x?x?xf32>) {{
+      ^bb0(%s: f32):
+        iree_linalg_ext.yield %s : f32
+      }} -> tensor<?x?x?xf32>
+      return %o : tensor<?x?x?xf32>
+    }})",
+                  mask.body, keysInner ? "%c1" : "%c2", keysInner ? "(b, n, j)" : "(b, j, n)");
+  const int64_t B = 2, M = 70, K = 32, J = 90, N = 48;
+  auto valueAt = [&](int64_t b, int64_t j, int64_t n) {
+    return keysInner ? (b * N + n) * J + j : (b * J + j) * N + n;
+  };
+  auto q = values(B * M * K, 20), k = values(B * J * K, 21), v = values(B * J * N, 22);
+  const float scale = 0.2f;
+  std::vector<double> expected(B * M * N, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t m = 0; m < M; ++m) {
+      std::vector<double> s(J, -INFINITY);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < J; ++j) {
+        if (!mask.keep(m, j))
+          continue;
+        double dot = 0;
+        for (int64_t p = 0; p < K; ++p)
+          dot += static_cast<double>(q[(b * M + m) * K + p]) * k[(b * J + j) * K + p];
+        mx = std::max(mx, s[j] = dot * scale);
+      }
+      double sum = 0;
+      for (double &x : s)
+        sum += (x = std::exp(x - mx));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < J; ++j)
+          expected[(b * M + m) * N + n] += s[j] / sum * v[valueAt(b, j, n)];
+    }
+  std::vector<int64_t> valueShape =
+      keysInner ? std::vector<int64_t>{B, N, J} : std::vector<int64_t>{B, J, N};
+  std::vector<Arg> args{borrow(q, {B, M, K}), borrow(k, {B, J, K}), borrow(v, valueShape),
+                        Scalar::f32(scale)};
+  expectBoth(text, args, expected, 1e-4, 1e-5);
+  const std::vector<std::string> types{"2x70x32xf32", "2x90x32xf32",
+                                       keysInner ? "2x48x90xf32" : "2x90x48xf32", "f32"};
+  Function fn = context().loadString(text, "ops.mlir").function("f");
+  EXPECT_EQ(count(fn.emit(Stage::Specialized, types), "frank.visible_keys"),
+            mask.recognized ? 2 : 0);
+  std::string loops = fn.emit(Stage::Loops, types);
+  EXPECT_EQ(count(loops, "unless its rows see none of its keys") > 0, mask.recognized) << loops;
+  EXPECT_EQ(count(loops, "pack=#1^T") > 0, keysInner) << loops;
+}
+
+const IndexMask kIndexMasks[] = {
+    {"sle", "%last = arith.addi %m, %c20 : index\n %keep = arith.cmpi sle, %j, %last : index", true,
+     [](int64_t m, int64_t j) { return j <= m + 20; }},
+    {"sgt_swapped", "%end = arith.addi %c21, %m : index\n %keep = arith.cmpi sgt, %end, %j : index",
+     true, [](int64_t m, int64_t j) { return j < m + 21; }},
+    {"ult", "%end = arith.addi %m, %c21 : index\n %keep = arith.cmpi ult, %j, %end : index", true,
+     [](int64_t m, int64_t j) { return j < m + 21; }},
+    {"sge_minus",
+     "%a = arith.addi %m, %c20 : index\n %last = arith.subi %a, %c3 : index\n"
+     " %keep = arith.cmpi sge, %last, %j : index",
+     true, [](int64_t m, int64_t j) { return j <= m + 17; }},
+    // The keys from the query's on: a bound below, not above.
+    {"from_query_on", "%keep = arith.cmpi sge, %j, %m : index", false,
+     [](int64_t m, int64_t j) { return j >= m; }},
+    // Two conditions: a window of keys.
+    {"window",
+     "%last = arith.addi %m, %c20 : index\n %a = arith.cmpi sle, %j, %last : index\n"
+     " %first = arith.subi %m, %c3 : index\n %b2 = arith.cmpi sge, %j, %first : index\n"
+     " %keep = arith.andi %a, %b2 : i1",
+     false, [](int64_t m, int64_t j) { return j <= m + 20 && j >= m - 3; }},
+};
+
+INSTANTIATE_TEST_SUITE_P(Forms, IndexMaskTest,
+                         testing::Combine(testing::ValuesIn(kIndexMasks), testing::Bool()),
+                         [](const auto &info) {
+                           return fmt::format("{}{}", std::get<0>(info.param).name,
+                                              std::get<1>(info.param) ? "_keys_inner" : "");
+                         });
+
 TEST(NamedOps, SlicesViewsAndDenseConstants) {
   // A rank-reducing slice of a reshaped tensor, added to a dense constant, inserted into a copy
   // of the input.

@@ -352,6 +352,13 @@ const DiagCase kDiagCases[] = {
      "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"], doc = "
      "\"x\"}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD GENERIC_TAIL,
      "3:83", "unsupported attribute 'doc' on 'linalg.generic'"},
+    // The keys a causal mask hides are the compiler's finding, never the author's promise.
+    {"generic_visible_keys",
+     GENERIC_HEAD
+     "  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = [\"parallel\"], "
+     "frank.visible_keys = [0, 0, 1, 0]}\n" GENERIC_OPERANDS GENERIC_BLOCK GENERIC_YIELD
+         GENERIC_TAIL,
+     "3:83", "'frank.visible_keys' is derived from an attention's causal mask, not written"},
     // The lowering choices an op may carry are checked where they are written.
     {"generic_config_bad_value",
      GENERIC_HEAD

@@ -174,6 +174,20 @@ bool GenericView::allParallel() const {
   return true;
 }
 
+std::optional<VisibleKeys> visibleKeys(const Op &generic) {
+  if (!generic.hasAttr(kVisibleKeysAttr))
+    return std::nullopt;
+  const AttrList &values = generic.attr(kVisibleKeysAttr).list();
+  return VisibleKeys{int(values[0].integer()), int(values[1].integer()), values[2].integer(),
+                     values[3].integer()};
+}
+
+void setVisibleKeys(Op &generic, const VisibleKeys &keys) {
+  generic.attrs[kVisibleKeysAttr] =
+      Attribute{AttrList{Attribute{int64_t{keys.query}}, Attribute{int64_t{keys.key}},
+                         Attribute{keys.period}, Attribute{keys.offset}}};
+}
+
 bool isTerminator(OpKind kind) {
   return kind == OpKind::LinalgYield || kind == OpKind::Return || kind == OpKind::FlowReturn ||
          kind == OpKind::ExtYield || kind == OpKind::ScfYield;

@@ -3,6 +3,8 @@
 
 #include "ir/IR.h"
 
+#include <optional>
+
 namespace frank {
 
 /// linalg.generic: operands are ins then the single outs; one result; one body region whose
@@ -27,6 +29,18 @@ struct GenericView {
 /// linalg.generic, iree_linalg_ext.attention), as `--config=` text; the generics the op becomes
 /// carry it. It wins over `--config` for the contractions of that op.
 inline constexpr const char *kConfigAttr = "frank.config";
+
+/// `frank.visible_keys = [query dim, key dim, period, offset]` on a generic (CausalMask.h): its
+/// points whose key dim's index passes (the query dim's index mod period) + offset may be
+/// skipped, since what they add is exactly 0 or what they write is never read. Generalize sets it
+/// on an attention's scores and weighted sum when a causal mask hides those keys.
+inline constexpr const char *kVisibleKeysAttr = "frank.visible_keys";
+struct VisibleKeys {
+  int query = 0, key = 0;
+  int64_t period = 1, offset = 0;
+};
+std::optional<VisibleKeys> visibleKeys(const Op &generic);
+void setVisibleKeys(Op &generic, const VisibleKeys &keys);
 
 /// arith.cmpf / arith.cmpi predicate, e.g. "olt", "eq".
 inline const std::string &predicate(const Op &op) { return op.attr("predicate").string(); }

@@ -281,6 +281,9 @@ private:
       out += "]";
       if (op.hasAttr(kConfigAttr))
         out += ", " + configEntry(op);
+      if (op.hasAttr(kVisibleKeysAttr))
+        out +=
+            fmt::format(", {} = {}", kVisibleKeysAttr, intList(op.attr(kVisibleKeysAttr).list()));
       out += "}";
       size_t numInputs = g.numInputs();
       if (numInputs > 0)

@@ -93,6 +93,11 @@ void verifyGeneric(const Op &op) {
     if (!indexedPlainly[d])
       fail(op.loc, fmt::format("unsupported: loop dim d{} is not indexed by any operand", d));
   }
+  if (auto keys = visibleKeys(op);
+      keys && (keys->query == keys->key || std::max(keys->query, keys->key) >= numLoops ||
+               std::min(keys->query, keys->key) < 0 || keys->period < 1))
+    fail(op.loc, fmt::format("'{}' names loops {} and {} with period {} in a generic of {} loops",
+                             kVisibleKeysAttr, keys->query, keys->key, keys->period, numLoops));
   verifyRegion(op, 0, {true, OpKind::LinalgYield, &op}, {Type::scalar(g.output()->type.elem)});
 }
 

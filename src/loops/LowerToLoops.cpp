@@ -1486,6 +1486,23 @@ private:
       pack->comment = fmt::format("pack this block's {}x{} panel of '%{}'{}", panelK, panelRow,
                                   operand->name, s.packTransposed ? ", transposed" : "");
     }
+    // frank.visible_keys (CausalMask.h) with the query as m and the key as n, or as outer's k: a
+    // tile skips the keys none of its rows sees, as n the whole tile when its first key is past
+    // them, as k the reduction steps past them.
+    std::optional<VisibleKeys> visible = visibleKeys(op);
+    if (visible && (visible->query != s.dimM ||
+                    (visible->key != s.dimN && (visible->key != s.dimK || !outer))))
+      visible.reset();
+    // The last key that one of `rows` rows from `firstRow` sees.
+    auto lastVisibleKey = [&](const Expr &firstRow, int rows) {
+      const int64_t period = visible->period;
+      Expr lastRow = add(firstRow, intConst(rows - 1));
+      if (auto m = asConstant(extents[s.dimM]); !m || *m > period)
+        lastRow = binary(OpKind::MinSI,
+                         add(binary(OpKind::RemUI, firstRow, intConst(period)), intConst(rows - 1)),
+                         intConst(period - 1));
+      return add(lastRow, intConst(visible->offset));
+    };
     const Value *outArg = g.body().arguments.back().get();
     // dot: when a row's NR outputs are consecutive elements (n is the output's last dim), one
     // reduce_add sums the row's accumulators into an NR-lane vector added to them at once.
@@ -1583,11 +1600,22 @@ private:
           trips = intConst(s.blockK);
         else if (*d == s.dimK && !outer)
           trips = intConst(extent(*d) / lanes);
+        if (*d == s.dimK && visible && visible->key == s.dimK) {
+          // The keys from this k block's first up to the last one a row sees.
+          Expr seen = add(lastVisibleKey(firstRow, rows), intConst(1));
+          if (s.blockK)
+            seen = binary(OpKind::SubI, seen, mul(kBlock, intConst(s.blockK)));
+          trips = binary(OpKind::MinSI, trips, binary(OpKind::MaxSI, seen, intConst(0)));
+        }
         stmts = {forLoop(vars[*d]->name, trips, ForKind::Serial, std::move(stmts))};
       }
       std::vector<Stmt> tile = std::move(init);
       tile.insert(tile.end(), stmts.begin(), stmts.end());
       tile.insert(tile.end(), fini.begin(), fini.end());
+      if (visible && visible->key == s.dimN) {
+        tile = {ifThen(cmp("sle", column0, lastVisibleKey(firstRow, rows)), std::move(tile))};
+        tile[0]->comment = "unless its rows see none of its keys";
+      }
       return tile;
     };
     std::vector<Stmt> stmts = prefetchChunk;

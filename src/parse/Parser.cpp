@@ -882,6 +882,11 @@ void Parser::parseGenericAttrs(Op &op) {
       haveIters = true;
     } else if (key.text == kConfigAttr) {
       parseConfigValue(op);
+    } else if (key.text == kVisibleKeysAttr) {
+      // A promise the lowering would trust without checking it: only the compiler makes it,
+      // from an attention's mask.
+      failAt(key,
+             fmt::format("'{}' is derived from an attention's causal mask, not written", key.text));
     } else {
       failAt(key, fmt::format("unsupported attribute '{}' on 'linalg.generic'", key.text));
     }

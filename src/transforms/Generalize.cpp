@@ -4,6 +4,7 @@
 #include "ir/Clone.h"
 #include "ir/Ops.h"
 #include "loops/Strategy.h"
+#include "transforms/CausalMask.h"
 
 #include <algorithm>
 #include <limits>
@@ -355,6 +356,36 @@ std::pair<Value *, AffineMap> splitKeyDim(Builder &b, Value *t, const AffineMap 
   return {b.reshape(t, groups, to, t->name + "_chunks"), split};
 }
 
+// With a causal mask (CausalMask.h), the scores of keys it hides are never read and their
+// probabilities are 0: the scores' and the weighted sum's generics (loops in `scoreOrder`,
+// `outOrder`, by attention dim) may skip those keys.
+void markVisibleKeys(const Value &mask, const AffineMap &maskMap, const AttentionDims &dims,
+                     Op &scores, const std::vector<int> &scoreOrder, Op &out,
+                     const std::vector<int> &outOrder) {
+  if (dims.m.size() != 1 || dims.j.size() != 1)
+    return;
+  // The mask's dims that are the query and the key (-1: none).
+  auto maskDimOf = [&](int d) {
+    for (size_t r = 0; r < maskMap.results.size(); ++r)
+      if (!maskMap.results[r].isConstant && maskMap.results[r].value == d)
+        return int(r);
+    return -1;
+  };
+  const int query = maskDimOf(dims.m[0]), key = maskDimOf(dims.j[0]);
+  std::optional<CausalBound> bound;
+  if (query >= 0 && key >= 0)
+    bound = causalBoundOf(mask, query, key);
+  if (!bound)
+    return;
+  auto loopOf = [](const std::vector<int> &order, int d) {
+    return int(std::find(order.begin(), order.end(), d) - order.begin());
+  };
+  setVisibleKeys(scores, {loopOf(scoreOrder, dims.m[0]), loopOf(scoreOrder, dims.j[0]),
+                          bound->period, bound->offset});
+  setVisibleKeys(out, {loopOf(outOrder, dims.m[0]), loopOf(outOrder, dims.j[0]), bound->period,
+                       bound->offset});
+}
+
 // Attention as generics: scores (Q·K) scaled and masked, row max, exp, row sum, then P·V. With
 // `keyChunks` > 1 (chooseKeyChunks) every step up to P·V runs per chunk of keys, a new outermost
 // dim, and P·V stays unnormalized; a combine then weighs each chunk's output by
@@ -494,6 +525,9 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks) {
   Value *out = b.generic({probs, v}, outInit, {over(outOrder, sDims), remap(vm, outOrder), outMap},
                          reductionFlags(outOrder, dims.j.size()), weightedSum,
                          split ? "chunk_out" : op.result()->name);
+  if (mask && mask->type.elem == ElemKind::I1)
+    markVisibleKeys(*mask, maps[4].map(), dims, *scores->definingOp, scoreOrder, *out->definingOp,
+                    outOrder);
   if (!split)
     return out;
 

@@ -1,0 +1,26 @@
+// \file Causal masks: an attention's boolean mask computed from indices alone, as the causal
+// prefill's `keep = j <= s + (Skv - S)`, says which keys each query sees before anything runs.
+// Generalize marks the scores (Q·K) and the weighted sum (P·V) it makes of such an attention
+// with `frank.visible_keys`, and the contraction tiles skip the keys no row of theirs sees:
+// scores that the mask replaces by -inf, and probabilities that are exactly 0 (exp(-inf)).
+#pragma once
+
+#include "ir/IR.h"
+
+#include <optional>
+
+namespace frank {
+
+/// Query q sees key j when j <= (q mod period) + offset.
+struct CausalBound {
+  int64_t period = 1;
+  int64_t offset = 0;
+};
+
+/// The keys `mask` (a static i1 tensor, query at dim `queryDim`, key at dim `keyDim`) keeps,
+/// when it is a generic of indices alone comparing the key's index with the query's plus a
+/// constant, seen through collapse_shape (the query's index being the last of the dims merged
+/// into the query dim: the grouped layout's g * S + s), or nullopt.
+std::optional<CausalBound> causalBoundOf(const Value &mask, int queryDim, int keyDim);
+
+} // namespace frank
