@@ -40,6 +40,13 @@ std::string attnName(const AttnShape &s) {
   return fmt::format("b{}_s{}_skv{}_h{}_hkv{}_d{}", s.b, s.s, s.skv, s.h, s.hkv, s.d);
 }
 
+// A context of its own, lowering with `--config=` text `config`, memory cache only.
+std::unique_ptr<Context> contextWith(const std::string &config) {
+  ContextOptions options = withConfig(config);
+  options.diskCache = false;
+  return std::make_unique<Context>(options);
+}
+
 Module &attentionModule() {
   static Module module = context().load(componentPath("attention/attention_gqa.mlir"));
   return module;
@@ -80,10 +87,12 @@ TEST_P(AttentionGqaTest, MatchesOracle) {
 // GQA ratios H/Hkv of 1, 2, 3, 4 and 8; Skv equal to, above and below S; head dims 64 and 128
 // and odd ones; one query; the S5 benchmark shape last.
 const AttnShape kAttnShapes[] = {
-    {1, 1, 1, 1, 1, 1},        {1, 3, 5, 2, 2, 8},    {2, 7, 7, 4, 2, 16},   {1, 5, 3, 8, 2, 8},
-    {1, 9, 13, 8, 1, 32},      {2, 4, 4, 16, 2, 64},  {1, 17, 17, 4, 1, 64}, {1, 6, 11, 2, 1, 128},
-    {3, 2, 9, 3, 3, 5},        {1, 31, 31, 6, 2, 24}, {2, 1, 33, 4, 4, 16},  {1, 13, 40, 8, 4, 128},
-    {1, 16, 16, 8, 8, 64},     {1, 33, 17, 4, 2, 17}, {1, 64, 64, 8, 2, 64}, {1, 1, 1, 8, 1, 128},
+    {1, 1, 1, 1, 1, 1},        {1, 3, 5, 2, 2, 8},      {2, 7, 7, 4, 2, 16},
+    {1, 5, 3, 8, 2, 8},        {1, 9, 13, 8, 1, 32},    {2, 4, 4, 16, 2, 64},
+    {1, 17, 17, 4, 1, 64},     {1, 6, 11, 2, 1, 128},   {3, 2, 9, 3, 3, 5},
+    {1, 31, 31, 6, 2, 24},     {2, 1, 33, 4, 4, 16},    {1, 13, 40, 8, 4, 128},
+    {1, 16, 16, 8, 8, 64},     {1, 33, 17, 4, 2, 17},   {1, 64, 64, 8, 2, 64},
+    {1, 1, 1, 8, 1, 128},      {1, 300, 320, 3, 1, 16}, {2, 520, 520, 2, 2, 8},
     {1, 128, 128, 32, 8, 128},
 };
 
@@ -121,12 +130,13 @@ TEST_P(AttentionCausalTest, MatchesOracle) {
 // grouped rows are g * S + s), and S = 12 with G = 2 has two tiles of 6 rows a member. S5 with
 // the causal mask last.
 const AttnShape kCausalShapes[] = {
-    {1, 1, 1, 1, 1, 4},     {1, 4, 4, 2, 2, 8},     {1, 3, 7, 4, 2, 16},
-    {2, 5, 5, 8, 2, 8},     {1, 9, 20, 8, 1, 32},   {1, 16, 16, 4, 4, 64},
-    {1, 7, 30, 16, 2, 64},  {2, 12, 12, 2, 1, 128}, {1, 6, 6, 3, 1, 5},
-    {1, 10, 17, 6, 3, 24},  {1, 1, 9, 4, 2, 16},    {1, 31, 33, 8, 4, 16},
-    {3, 2, 2, 2, 1, 8},     {1, 40, 64, 8, 1, 128}, {1, 37, 41, 8, 2, 64},
-    {1, 12, 12, 2, 1, 128}, {1, 70, 200, 4, 2, 32}, {1, 128, 128, 32, 8, 128},
+    {1, 1, 1, 1, 1, 4},     {1, 4, 4, 2, 2, 8},        {1, 3, 7, 4, 2, 16},
+    {2, 5, 5, 8, 2, 8},     {1, 9, 20, 8, 1, 32},      {1, 16, 16, 4, 4, 64},
+    {1, 7, 30, 16, 2, 64},  {2, 12, 12, 2, 1, 128},    {1, 6, 6, 3, 1, 5},
+    {1, 10, 17, 6, 3, 24},  {1, 1, 9, 4, 2, 16},       {1, 31, 33, 8, 4, 16},
+    {3, 2, 2, 2, 1, 8},     {1, 40, 64, 8, 1, 128},    {1, 37, 41, 8, 2, 64},
+    {1, 12, 12, 2, 1, 128}, {1, 70, 200, 4, 2, 32},    {1, 300, 320, 3, 1, 16},
+    {1, 260, 300, 4, 1, 8}, {1, 128, 128, 32, 8, 128},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCausalTest,
@@ -137,6 +147,54 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCausalTest,
                                               attnName(std::get<0>(info.param)),
                                               modeName(std::get<1>(info.param)));
                          });
+
+// Prefill whose scores of a KV head pass 1 MiB runs its queries in blocks (generalize-attention),
+// each block's scores, softmax and P·V one after another: 300 positions of 3 heads by 320 keys
+// (1.1 MiB) in 2 blocks of 450 queries, a block ending inside a head's positions; 512 positions
+// of 32 heads in 4 blocks of 512. A causal mask's tiles then find a query's position from its
+// block. `query-blocks=N` sets the count.
+TEST(AttentionPrefill, ManyQueriesRunInBlocks) {
+  auto explain = [](const std::string &function, std::vector<std::string> types,
+                    const std::string &config = "") {
+    Kernel kernel = contextWith(config)
+                        ->load(componentPath("attention/attention_gqa.mlir"))
+                        .function(function)
+                        .specialize(types);
+    for (const std::string &line : kernel.explanation())
+      if (line.find("queries in") != std::string::npos)
+        return line.substr(line.find("queries in"));
+    return std::string("none");
+  };
+  EXPECT_EQ(explain("attention_gqa", {"1x300x3x16xf32", "1x320x1x16xf32", "1x320x1x16xf32", "f32"}),
+            "queries in 2 blocks of 450 queries (prefill; 320 keys)");
+  const std::vector<std::string> s512 = {"1x512x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32",
+                                         "f32"};
+  EXPECT_EQ(explain("attention_gqa_causal", s512),
+            "queries in 4 blocks of 512 queries (prefill; 512 keys)");
+  EXPECT_EQ(explain("attention_gqa", s512, "query-blocks=16"),
+            "queries in 16 blocks of 128 queries (query-blocks; 512 keys)");
+  EXPECT_EQ(explain("attention_gqa", s512, "query-blocks=1"),
+            "queries in one piece: query-blocks=1");
+  EXPECT_EQ(
+      explain("attention_gqa", {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"}),
+      "queries in one piece: the scores of 512 queries by 128 keys fit in 1024 KiB");
+  EXPECT_THAT([&] { explain("attention_gqa", s512, "query-blocks=3"); },
+              testing::ThrowsMessage<Error>(testing::HasSubstr(
+                  "query-blocks=3 does not fit this attention: 2048 queries do not split into 3 "
+                  "whole blocks")));
+  // The blocks are the parallel loop; the causal tiles count a block's rows from its first.
+  Function causal = attentionModule().function("attention_gqa_causal");
+  std::string specialized = causal.emit(Stage::Specialized, s512);
+  EXPECT_EQ(count(specialized, "frank.visible_keys = [2, 3, 512, 0, 0, 512]"), 1) << specialized;
+  std::string loops = causal.emit(Stage::Loops, s512);
+  EXPECT_THAT(loops, testing::ContainsRegex("  for d0_[0-9]+ in 0[.][.]4 parallel"));
+  EXPECT_THAT(loops, testing::ContainsRegex("remui[(][(][(]d0_[0-9]+ [*] 512[)] [+] [(]m_block"));
+  checkAttention(causal, {1, 512, 512, 32, 8, 128}, Mode::Specialized, /*causal=*/true);
+  checkAttention(contextWith("query-blocks=16")
+                     ->load(componentPath("attention/attention_gqa.mlir"))
+                     .function("attention_gqa_causal"),
+                 {1, 512, 512, 32, 8, 128}, Mode::Specialized, /*causal=*/true);
+}
 
 // The causal prefill's mask is read before anything runs (CausalMask.h): the specialized IR marks
 // the scores and P·V with the keys each query sees, and their tiles skip the rest: a Q·Kᵀ tile
@@ -276,19 +334,13 @@ TEST(AttentionDecode, KeyChunksOverrideSetsTheCountWhereTheKeysSplit) {
   const AttnShape s6{1, 1, 512, 32, 8, 128};
   const std::vector<std::string> types{"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32",
                                        "f32"};
-  auto withConfig = [](const std::string &config) {
-    ContextOptions options;
-    options.loweringConfig = config;
-    options.diskCache = false;
-    return std::make_unique<Context>(options);
-  };
   // In one piece, Q K^T's blocks of keys run on the threads, outside the heads (unless
   // `blocks-outside=0`), and the softmax and P V over the heads.
   for (auto [config, loop] :
        {std::pair{"key-chunks=8", "\n  for d0 in 0\\.\\.8 parallel"},
         std::pair{"key-chunks=1", "\n  for n_block in 0\\.\\.[0-9]+ parallel"},
         std::pair{"key-chunks=1,blocks-outside=0", "\n  for d0 in 0\\.\\.8 parallel"}}) {
-    auto ctx = withConfig(config);
+    auto ctx = contextWith(config);
     Function fn =
         ctx->load(componentPath("attention/attention_gqa.mlir")).function("attention_gqa_decode");
     std::string specialized = fn.emit(Stage::Specialized, types);
@@ -301,14 +353,14 @@ TEST(AttentionDecode, KeyChunksOverrideSetsTheCountWhereTheKeysSplit) {
   // The op's attribute wins over the function's config.
   std::string text = componentTextWith("attention/attention_gqa.mlir", "#att_out]}",
                                        "#att_out], frank.config = \"key-chunks=4\"}");
-  auto ctx = withConfig("key-chunks=1");
+  auto ctx = contextWith("key-chunks=1");
   Function fn = ctx->loadString(text, "attention_chunks.mlir").function("attention_gqa_decode");
   EXPECT_THAT(fn.emit(Stage::Loops, types), testing::HasSubstr("\n  for d0 in 0..4 parallel"));
   checkAttention(fn, s6, Mode::Specialized, /*causal=*/false);
 
   auto error = [&](const std::string &config, const std::string &function) {
     try {
-      withConfig(config)
+      contextWith(config)
           ->load(componentPath("attention/attention_gqa.mlir"))
           .function(function)
           .emit(Stage::Loops, types);

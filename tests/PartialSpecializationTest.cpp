@@ -300,12 +300,15 @@ TEST(Partial, SignatureAndExplanationNameTheRuntimeDims) {
       attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"%value", 1}});
   Kernel k = fn.specialize({"1x1x32x128xf32", "1x9x8x128xf32", "1x9x8x128xf32", "f32"});
   EXPECT_EQ(k.signature(), "1x1x32x128xf32, 1x?x8x128xf32, 1x?x8x128xf32, f32");
-  ASSERT_EQ(k.explanation().size(), 5u);
+  ASSERT_EQ(k.explanation().size(), 6u);
   EXPECT_EQ(k.explanation()[1],
             "argument #1 (%key): tensor<?x?x?x?xf32> -> tensor<1x?x8x128xf32>, baked in: dim 0 "
             "= 1, dim 2 = 8, dim 3 = 128, runtime: dim 1");
-  // The attention keeps its keys in one piece: chunks of a runtime count would not be whole.
+  // The attention keeps its queries and its keys in one piece: with a runtime count of keys,
+  // neither a block's scores nor the chunks of keys have a known size.
   EXPECT_THAT(k.explanation()[4],
+              testing::EndsWith(": queries in one piece: the key count is a runtime value"));
+  EXPECT_THAT(k.explanation()[5],
               testing::EndsWith(": keys in one piece: the key count is a runtime value"));
 }
 

@@ -178,14 +178,23 @@ std::optional<VisibleKeys> visibleKeys(const Op &generic) {
   if (!generic.hasAttr(kVisibleKeysAttr))
     return std::nullopt;
   const AttrList &values = generic.attr(kVisibleKeysAttr).list();
-  return VisibleKeys{int(values[0].integer()), int(values[1].integer()), values[2].integer(),
-                     values[3].integer()};
+  VisibleKeys keys{int(values[0].integer()), int(values[1].integer()), values[2].integer(),
+                   values[3].integer()};
+  if (values.size() == 6) {
+    keys.block = int(values[4].integer());
+    keys.blockRows = values[5].integer();
+  }
+  return keys;
 }
 
 void setVisibleKeys(Op &generic, const VisibleKeys &keys) {
-  generic.attrs[kVisibleKeysAttr] =
-      Attribute{AttrList{Attribute{int64_t{keys.query}}, Attribute{int64_t{keys.key}},
-                         Attribute{keys.period}, Attribute{keys.offset}}};
+  AttrList values{Attribute{int64_t{keys.query}}, Attribute{int64_t{keys.key}},
+                  Attribute{keys.period}, Attribute{keys.offset}};
+  if (keys.block >= 0) {
+    values.push_back(Attribute{int64_t{keys.block}});
+    values.push_back(Attribute{keys.blockRows});
+  }
+  generic.attrs[kVisibleKeysAttr] = Attribute{values};
 }
 
 bool isTerminator(OpKind kind) {

@@ -31,13 +31,16 @@ struct GenericView {
 inline constexpr const char *kConfigAttr = "frank.config";
 
 /// `frank.visible_keys = [query dim, key dim, period, offset]` on a generic (CausalMask.h): its
-/// points whose key dim's index passes (the query dim's index mod period) + offset may be
-/// skipped, since what they add is exactly 0 or what they write is never read. Generalize sets it
-/// on an attention's scores and weighted sum when a causal mask hides those keys.
+/// points whose key dim's index passes (the query's index mod period) + offset may be skipped,
+/// since what they add is exactly 0 or what they write is never read. Generalize sets it on an
+/// attention's scores and weighted sum when a causal mask hides those keys. With blocks of
+/// queries, `[..., block dim, rows]`: the query's index is block * rows + the query dim's.
 inline constexpr const char *kVisibleKeysAttr = "frank.visible_keys";
 struct VisibleKeys {
   int query = 0, key = 0;
   int64_t period = 1, offset = 0;
+  int block = -1; // -1: none
+  int64_t blockRows = 0;
 };
 std::optional<VisibleKeys> visibleKeys(const Op &generic);
 void setVisibleKeys(Op &generic, const VisibleKeys &keys);

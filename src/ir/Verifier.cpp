@@ -95,9 +95,12 @@ void verifyGeneric(const Op &op) {
   }
   if (auto keys = visibleKeys(op);
       keys && (keys->query == keys->key || std::max(keys->query, keys->key) >= numLoops ||
-               std::min(keys->query, keys->key) < 0 || keys->period < 1))
-    fail(op.loc, fmt::format("'{}' names loops {} and {} with period {} in a generic of {} loops",
-                             kVisibleKeysAttr, keys->query, keys->key, keys->period, numLoops));
+               std::min(keys->query, keys->key) < 0 || keys->period < 1 ||
+               keys->block >= numLoops || (keys->block >= 0 && keys->blockRows < 1)))
+    fail(op.loc, fmt::format("'{}' names loops {} and {} with period {} (block loop {} of {} "
+                             "rows) in a generic of {} loops",
+                             kVisibleKeysAttr, keys->query, keys->key, keys->period, keys->block,
+                             keys->blockRows, numLoops));
   verifyRegion(op, 0, {true, OpKind::LinalgYield, &op}, {Type::scalar(g.output()->type.elem)});
 }
 

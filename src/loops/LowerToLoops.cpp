@@ -1494,10 +1494,15 @@ private:
                     (visible->key != s.dimN && (visible->key != s.dimK || !outer))))
       visible.reset();
     // The last key that one of `rows` rows from `firstRow` sees.
-    auto lastVisibleKey = [&](const Expr &firstRow, int rows) {
+    auto lastVisibleKey = [&](Expr firstRow, int rows) {
       const int64_t period = visible->period;
+      std::optional<int64_t> queries = asConstant(extents[s.dimM]);
+      if (visible->block >= 0) {
+        firstRow = add(mul(vars[size_t(visible->block)], intConst(visible->blockRows)), firstRow);
+        queries = std::nullopt;
+      }
       Expr lastRow = add(firstRow, intConst(rows - 1));
-      if (auto m = asConstant(extents[s.dimM]); !m || *m > period)
+      if (!queries || *queries > period)
         lastRow = binary(OpKind::MinSI,
                          add(binary(OpKind::RemUI, firstRow, intConst(period)), intConst(rows - 1)),
                          intConst(period - 1));

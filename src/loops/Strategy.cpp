@@ -81,6 +81,11 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
       if (value.getAsInteger(10, chunks) || chunks < 1 || chunks > 64)
         throw bad(fmt::format("key-chunks '{}' is not an integer from 1 to 64", value.str()));
       config.keyChunks = chunks;
+    } else if (key == "query-blocks") {
+      int64_t blocks = 0;
+      if (value.getAsInteger(10, blocks) || blocks < 1 || blocks > 1024)
+        throw bad(fmt::format("query-blocks '{}' is not an integer from 1 to 1024", value.str()));
+      config.queryBlocks = blocks;
     } else if (key == "blocks-outside") {
       config.blocksOutside = zeroOrOne(key, value);
     } else if (key == "n-group") {
@@ -90,7 +95,7 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
       config.groupN = group;
     } else {
       throw bad(fmt::format("unknown key '{}' (pipeline, tile, k-block, pack, prefetch, "
-                            "key-chunks, blocks-outside, n-group)",
+                            "key-chunks, query-blocks, blocks-outside, n-group)",
                             key.str()));
     }
   }
@@ -116,6 +121,7 @@ ConfigOverride ConfigOverride::overriddenBy(const ConfigOverride &op) const {
   take(merged.prefetchAhead, op.prefetchAhead);
   take(merged.groupN, op.groupN);
   take(merged.keyChunks, op.keyChunks);
+  take(merged.queryBlocks, op.queryBlocks);
   take(merged.blocksOutside, op.blocksOutside);
   return merged;
 }

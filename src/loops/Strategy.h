@@ -181,12 +181,13 @@ struct ConfigOverride {
   std::optional<bool> pack;
   std::optional<int> prefetchAhead;
   std::optional<int64_t> keyChunks; // attention's chunks of keys (generalize-attention)
+  std::optional<int64_t> queryBlocks; // attention's blocks of queries (generalize-attention)
   std::optional<bool> blocksOutside; // may the tiles' blocks run outside other parallel dims
   std::optional<int64_t> groupN;     // outer's n blocks per group (0: no groups)
   std::string origin = "--config"; // where it was set, for the errors of choices it does not fit
   bool empty() const {
     return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead && !keyChunks &&
-           !blocksOutside && !groupN;
+           !queryBlocks && !blocksOutside && !groupN;
   }
   /// This override with the fields `op` sets replaced: an op's `frank.config` attribute wins
   /// over the function-wide `--config`.
