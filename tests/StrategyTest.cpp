@@ -645,10 +645,11 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4 blocks-outside=d1\n"));
   // P V's keys in blocks of 16, each over every KV head.
   EXPECT_THAT(decode, testing::HasSubstr(" k-block=16 blocks-outside=d1\n"));
-  if (wide)
+  if (wide) {
     EXPECT_THAT(decode,
                 testing::ContainsRegex("for k_block_[0-9]+ in 0\\.\\.16 \\{\n *for d1_[0-9]+ "
                                        "in 0\\.\\.8 \\{\n *for n_block_[0-9]+ in 0\\.\\.2 "));
+  }
   // The n blocks outside the KV heads: each block of keys reads its rows of K whole.
   EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
                           "  for d0 in 0..2 parallel(chunks of at least 1) {{\n    for n_block in "

@@ -282,19 +282,25 @@ constexpr int64_t kMaxSplitQueries = 16;
 constexpr int64_t kMaxKeyChunks = 8;
 constexpr int64_t kMinChunkKeys = 256;
 
-// How many chunks of keys an attention op runs in (1: one piece), and why, for --explain.
-// `forced` (`key-chunks=N`) sets the count wherever the keys split into N whole chunks.
-struct KeyChunks {
-  int64_t chunks = 1;
+// How many pieces (chunks of keys, blocks of queries) an attention op runs in, and why, for
+// --explain.
+struct Pieces {
+  int64_t count = 1;
   std::string why;
+  std::string explained() const { return count > 1 ? why : "one piece: " + why; }
 };
 
-KeyChunks keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<int64_t> forced) {
-  auto onePiece = [&](const std::string &why) {
-    if (forced && *forced > 1)
-      fail(op.loc, fmt::format("key-chunks={} does not fit this attention: {}", *forced, why));
-    return KeyChunks{1, why};
-  };
+// One piece because of `why`: an error where `forced` (`<key>=N`) asked for more.
+Pieces unsplit(const Op &op, const char *key, std::optional<int64_t> forced,
+               const std::string &why) {
+  if (forced && *forced > 1)
+    fail(op.loc, fmt::format("{}={} does not fit this attention: {}", key, *forced, why));
+  return Pieces{1, why};
+}
+
+// `forced` (`key-chunks=N`) sets the count wherever the keys split into N whole chunks.
+Pieces keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<int64_t> forced) {
+  auto onePiece = [&](const std::string &why) { return unsplit(op, "key-chunks", forced, why); };
   if (forced == 1)
     return {1, "key-chunks=1"};
   bool hasMask = op.attr("num_inputs").integer() == 5;
@@ -316,8 +322,8 @@ KeyChunks keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<in
   if (!keys)
     return onePiece("the key count is a runtime value");
   auto split = [&](int64_t chunks, const char *how) {
-    return KeyChunks{chunks, fmt::format("{} chunks of {} keys ({}; {} queries a KV head)", chunks,
-                                         *keys / chunks, how, queries)};
+    return Pieces{chunks, fmt::format("{} chunks of {} keys ({}; {} queries a KV head)", chunks,
+                                      *keys / chunks, how, queries)};
   };
   if (forced) {
     if (*keys % *forced != 0)
@@ -344,18 +350,9 @@ KeyChunks keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<in
 // Each block packs its KV head's keys again, which fewer, larger blocks pay less often.
 constexpr int64_t kMaxBlockScoreBytes = 1 << 20;
 
-struct QueryBlocks {
-  int64_t blocks = 1;
-  std::string why;
-};
-
-QueryBlocks queryBlocksFor(const Op &op, const AttentionDims &dims, int64_t keyChunks,
-                           std::optional<int64_t> forced) {
-  auto onePiece = [&](const std::string &why) {
-    if (forced && *forced > 1)
-      fail(op.loc, fmt::format("query-blocks={} does not fit this attention: {}", *forced, why));
-    return QueryBlocks{1, why};
-  };
+Pieces queryBlocksFor(const Op &op, const AttentionDims &dims, int64_t keyChunks,
+                      std::optional<int64_t> forced) {
+  auto onePiece = [&](const std::string &why) { return unsplit(op, "query-blocks", forced, why); };
   if (forced == 1)
     return {1, "query-blocks=1"};
   if (keyChunks > 1)
@@ -374,8 +371,8 @@ QueryBlocks queryBlocksFor(const Op &op, const AttentionDims &dims, int64_t keyC
   }
   const int64_t rowBytes = keys * (elemBits(op.result()->type.elem) / 8);
   auto split = [&](int64_t blocks, const char *how) {
-    return QueryBlocks{blocks, fmt::format("{} blocks of {} queries ({}; {} keys)", blocks,
-                                           *queries / blocks, how, keys)};
+    return Pieces{blocks, fmt::format("{} blocks of {} queries ({}; {} keys)", blocks,
+                                      *queries / blocks, how, keys)};
   };
   if (forced) {
     if (*queries % *forced != 0)
@@ -668,17 +665,15 @@ std::pair<int64_t, int64_t> choosePieces(const Op &op, const AttentionChoices &c
   if (op.hasAttr(kConfigAttr))
     config = config.overriddenBy(loops::parseConfig(op.attr(kConfigAttr).string(), kConfigAttr));
   const AttentionDims dims = attentionDims(op);
-  KeyChunks chunks = keyChunksFor(op, dims, config.keyChunks);
-  QueryBlocks blocks = queryBlocksFor(op, dims, chunks.chunks, config.queryBlocks);
+  Pieces chunks = keyChunksFor(op, dims, config.keyChunks);
+  Pieces blocks = queryBlocksFor(op, dims, chunks.count, config.queryBlocks);
   if (choices.explain) {
     choices.explain->push_back(
-        fmt::format("{} at {}: queries in {}", op.name(), op.loc.str(),
-                    blocks.blocks > 1 ? blocks.why : "one piece: " + blocks.why));
+        fmt::format("{} at {}: queries in {}", op.name(), op.loc.str(), blocks.explained()));
     choices.explain->push_back(
-        fmt::format("{} at {}: keys in {}", op.name(), op.loc.str(),
-                    chunks.chunks > 1 ? chunks.why : "one piece: " + chunks.why));
+        fmt::format("{} at {}: keys in {}", op.name(), op.loc.str(), chunks.explained()));
   }
-  return {chunks.chunks, blocks.blocks};
+  return {chunks.count, blocks.count};
 }
 
 void generalizeBlock(FuncOp &fn, Block &block, Ops which, const AttentionChoices &choices = {}) {
