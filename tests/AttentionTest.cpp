@@ -190,6 +190,14 @@ TEST(AttentionPrefill, ManyQueriesRunInBlocks) {
   EXPECT_THAT(loops, testing::ContainsRegex("  for d0_[0-9]+ in 0[.][.]4 parallel"));
   EXPECT_THAT(loops, testing::ContainsRegex("remui[(][(][(]d0_[0-9]+ [*] 512[)] [+] [(]m_block"));
   checkAttention(causal, {1, 512, 512, 32, 8, 128}, Mode::Specialized, /*causal=*/true);
+  // A runtime batch leaves the blocks' views without a size: one piece.
+  Function partial = attentionModule()
+                         .function("attention_gqa_causal")
+                         .withRuntimeDims(parseRuntimeDims("query:0,key:0,value:0"));
+  EXPECT_THAT(
+      partial.specialize(s512).explanation(),
+      testing::Contains(testing::EndsWith("queries in one piece: '%q_3d' has a runtime size")));
+  checkAttention(partial, {2, 300, 320, 3, 1, 16}, Mode::Specialized, /*causal=*/true);
   checkAttention(contextWith("query-blocks=16")
                      ->load(componentPath("attention/attention_gqa.mlir"))
                      .function("attention_gqa_causal"),

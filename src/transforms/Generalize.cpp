@@ -359,6 +359,12 @@ Pieces queryBlocksFor(const Op &op, const AttentionDims &dims, int64_t keyChunks
     return onePiece("its keys split into chunks");
   if (dims.m.size() != 1)
     return onePiece("its queries are several dims");
+  // The blocks are views of Q, the mask and the output, which need their sizes.
+  const bool hasMask = op.attr("num_inputs").integer() == 5;
+  for (const Value *t :
+       {op.operands[0], hasMask ? op.operands[4] : op.operands[0], op.operands.back()})
+    if (!t->type.hasStaticShape())
+      return onePiece(fmt::format("'%{}' has a runtime size", t->name));
   std::optional<int64_t> queries = staticAttentionDim(op, dims.m[0]);
   if (!queries)
     return onePiece("the query count is a runtime value");
