@@ -185,7 +185,7 @@ TEST(AttentionPrefill, ManyQueriesRunInBlocks) {
   // The blocks are the parallel loop; the causal tiles count a block's rows from its first.
   Function causal = attentionModule().function("attention_gqa_causal");
   std::string specialized = causal.emit(Stage::Specialized, s512);
-  EXPECT_EQ(count(specialized, "frank.visible_keys = [2, 3, 512, 0, 0, 512]"), 1) << specialized;
+  EXPECT_EQ(count(specialized, "frank.visible_keys = [2, 3, 512, 0, 0, 512]"), 5) << specialized;
   std::string loops = causal.emit(Stage::Loops, s512);
   EXPECT_THAT(loops, testing::ContainsRegex("  for d0_[0-9]+ in 0[.][.]4 parallel"));
   EXPECT_THAT(loops, testing::ContainsRegex("remui[(][(][(]d0_[0-9]+ [*] 512[)] [+] [(]m_block"));
@@ -205,20 +205,29 @@ TEST(AttentionPrefill, ManyQueriesRunInBlocks) {
 }
 
 // The causal prefill's mask is read before anything runs (CausalMask.h): the specialized IR marks
-// the scores and P·V with the keys each query sees, and their tiles skip the rest: a Q·Kᵀ tile
-// whose rows see none of its 64 keys, and the P·V steps past the last key its rows see.
+// the scores, the softmax up to its sum and P·V with the keys each query sees, and they skip the
+// rest: a Q·Kᵀ tile whose rows see none of its 64 keys, the softmax's loops over a row's keys
+// past the vector of 16 that holds its last, and the P·V steps past the last key its rows see. The
+// normalization writes every key (0 where the mask hides it), and the softmax stays one pass over
+// each block of 4 rows in the one parallel loop over KV heads, its temporaries one block of rows.
 TEST(AttentionCausal, TilesSkipTheKeysTheMaskHides) {
   Function fn = attentionModule().function("attention_gqa_causal");
   const std::vector<std::string> types = {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32",
                                           "f32"};
   std::string specialized = fn.emit(Stage::Specialized, types);
-  EXPECT_EQ(count(specialized, "frank.visible_keys = [1, 2, 128, 0]"), 1) << specialized;
+  EXPECT_EQ(count(specialized, "frank.visible_keys = [1, 2, 128, 0]"), 5) << specialized;
   EXPECT_EQ(count(specialized, "frank.visible_keys = [1, 3, 128, 0]"), 1) << specialized;
   std::string loops = fn.emit(Stage::Loops, types);
   EXPECT_THAT(loops, testing::HasSubstr("if cmp.sle((n_block * 64), minsi((remui((m_block * 4), "
                                         "128) + 3), 127)) {"));
   EXPECT_THAT(loops, testing::HasSubstr("in 0..minsi(128, maxsi((minsi((remui((m_block_1 * 4), "
                                         "128) + 3), 127) + 1), 0)) {"));
+  EXPECT_EQ(count(loops, "in 0..minsi(128, maxsi((((minsi(remui(((d1_3_block * 4) + d1_3), 128), "
+                         "127) + 16) / 16) * 16), 0)) vectorized {"),
+            4)
+      << loops;
+  EXPECT_EQ(count(loops, " parallel("), 1) << loops; // the mask, Q·Kᵀ, softmax and P·V
+  EXPECT_THAT(loops, testing::HasSubstr("t_33[((d2_3 + (d1_3 * 128)) + (d0_1 * 65536))] = "));
   // Without the mask, every tile runs.
   std::string plain = attentionModule().function("attention_gqa").emit(Stage::Loops, types);
   EXPECT_THAT(plain, testing::Not(testing::HasSubstr("minsi"))) << plain;

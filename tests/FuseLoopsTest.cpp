@@ -62,6 +62,31 @@ TEST(FuseLoops, RowLocalConsumerFuses) {
       << text;
 }
 
+// Inner loops whose extents a constant bounds (a causal mask's keys, `minsi(8, i + 1)`) range
+// within that bound: row-local loops over them still fuse, and the bound is what the proof uses
+// (`mostTrips`).
+TEST(FuseLoops, InnerLoopsBoundedByAMinimumFuse) {
+  Program p = producerConsumer(rowMajor);
+  auto seen = [](const char *row) {
+    return binary(OpKind::MinSI, intConst(kColumns), add(var(row, ElemKind::Index), intConst(1)));
+  };
+  p.body[0]->body[0]->value = seen("i");
+  p.body[2]->body[0]->value = seen("i2");
+  EXPECT_EQ(mostTrips(p.body[0]->body[0]->value), kColumns);
+  EXPECT_EQ(mostTrips(binary(OpKind::MinSI, var("i", ElemKind::Index), var("j", ElemKind::Index))),
+            std::nullopt);
+  fuseLoops(p);
+  std::string text = print(p);
+  ASSERT_EQ(p.body.size(), 2u) << text;
+  EXPECT_THAT(text, testing::HasSubstr("for j in 0..minsi(8, (i2 + 1)) vectorized {")) << text;
+  // Past the row's 8 columns, the bound proves nothing: the loops stay apart.
+  Program wide = producerConsumer(rowMajor);
+  wide.body[0]->body[0]->value =
+      binary(OpKind::MinSI, intConst(kColumns + 1), var("i", ElemKind::Index));
+  fuseLoops(wide);
+  EXPECT_EQ(wide.body.size(), 3u) << print(wide);
+}
+
 // Under a unit loop each (a batch of 1), the nests first lose it, with its variable 0, and then
 // fuse as before.
 TEST(FuseLoops, UnitLoopsDissolveSoThatTheNestsUnderThemFuse) {

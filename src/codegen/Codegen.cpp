@@ -650,7 +650,7 @@ private:
     scopes_.back()[s.name] = iv;
     if (!s.chunkFirst.empty())
       scopes_.back()[s.chunkFirst] = begin;
-    const std::optional<int64_t> trips = asConstant(s.value);
+    const std::optional<int64_t> trips = mostTrips(s.value); // at most: a causal mask's keys
     const double outerRuns = runs_;
     runs_ *= runsPerTrip(s);
     emitStatements(s.body, s.forKind == ForKind::Parallel ||

@@ -33,12 +33,13 @@ std::set<std::string> namesUsed(const Stmt &stmt) {
 }
 
 // The most trips of the innermost statements of `body` (the product of the extents of the loops
-// around them), or nullopt when an extent is not a constant.
+// around them, at most: a causal mask's keys stop early), or nullopt when no constant bounds an
+// extent.
 std::optional<int64_t> tripsOf(const std::vector<Stmt> &body) {
   int64_t most = 1;
   for (const Stmt &s : body) {
     auto inner = tripsOf(s->body), orElse = tripsOf(s->elseBody);
-    auto extent = s->kind == StmtKind::For ? asConstant(s->value) : std::optional<int64_t>(1);
+    auto extent = s->kind == StmtKind::For ? mostTrips(s->value) : std::optional<int64_t>(1);
     if (!inner || !orElse || !extent)
       return std::nullopt;
     most = std::max({most, saturatingMul(*extent, *inner), *orElse});

@@ -161,7 +161,14 @@ void collect(const Expr &e, BodyFacts &facts) {
 void collect(const std::vector<Stmt> &stmts, BodyFacts &facts) {
   for (const Stmt &s : stmts) {
     switch (s->kind) {
-    case StmtKind::For: facts.innerLoops[s->name] = polyOf(s->value); break;
+    case StmtKind::For: {
+      // A loop whose extent a constant bounds (a causal mask's keys) ranges within that bound.
+      std::optional<Poly> extent = polyOf(s->value);
+      if (std::optional<int64_t> most = mostTrips(s->value); !extent && most)
+        extent = constantPoly(*most);
+      facts.innerLoops[s->name] = extent;
+      break;
+    }
     case StmtKind::Let:
     case StmtKind::Local: facts.bound.insert(s->name); break;
     case StmtKind::Assign: facts.assignsOutside |= !facts.bound.count(s->name); break;

@@ -639,6 +639,17 @@ std::vector<Stmt> substitute(const std::vector<Stmt> &stmts, const std::string &
   return rewriteExprs(stmts, [&](const Expr &e) { return substitute(e, from, to); });
 }
 
+std::optional<int64_t> mostTrips(const Expr &extent) {
+  if (auto c = asConstant(extent))
+    return c;
+  if (extent->kind != ExprKind::Binary || extent->op != OpKind::MinSI)
+    return std::nullopt;
+  auto a = mostTrips(extent->args[0]), b = mostTrips(extent->args[1]);
+  if (a && b)
+    return std::min(*a, *b);
+  return a ? a : b;
+}
+
 // The depth of the loop of `access` named `var`, innermost first; -1 when none is.
 static int depthOf(const BufferAccess &access, const std::string &var) {
   for (size_t d = access.loops.size(); d-- > 0;)
@@ -676,7 +687,7 @@ bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int
         continue;
       if (d < 0 || c < 0)
         return false;
-      auto values = asConstant(a.loops[size_t(d)]->value);
+      auto values = mostTrips(a.loops[size_t(d)]->value);
       if (!values || *values <= 0)
         return false;
       if (d < static_cast<int>(depth)) {

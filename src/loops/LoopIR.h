@@ -199,6 +199,9 @@ struct BufferAccess {
 /// The accesses of `buffer` in `body`, in program order. A loop's extent and bound are read
 /// outside it.
 std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer);
+/// The most iterations a loop of `extent` runs, where a constant bounds it: the extent itself, or
+/// the smallest constant a `minsi` takes (a causal mask's keys, `minsi(128, ...)`).
+std::optional<int64_t> mostTrips(const Expr &extent);
 /// Whether the iterations of the loop at `depth` around every access (a serial loop of constant
 /// extent) each touch a row of their own: each access is `S * i + inner + outer` for the loop's
 /// variable i, the same S (`rowStride` receives it), an inner part (loops inside it, constants,

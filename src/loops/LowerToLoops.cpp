@@ -38,6 +38,8 @@ constexpr int64_t kLinesPerPrefetch = 8;
 constexpr int kTransposeSide = 8;
 
 constexpr int64_t kLineBytes = 64;
+// A loop over a causal mask's keys runs whole vectors of this many (16 f32 with AVX-512).
+constexpr int64_t kKeysAVector = 16;
 // The span the L2's hardware streamer follows a run of lines within.
 constexpr int64_t kPageBytes = 4096;
 
@@ -792,12 +794,31 @@ private:
     } else {
       inner = bodyAt(iv);
     }
+    // frank.visible_keys with the query's loop outside the key's: the key loop stops after the
+    // last key its row sees, rounded up to whole vectors of 16 (any key past a row's own is
+    // computed as the mask has it), so that the vectorized loop has no scalar rest: with one,
+    // the causal S5 took 0.70-0.71 ms against 0.64-0.66 running every key.
+    std::optional<VisibleKeys> visible = visibleKeys(op);
+    auto levelOf = [&](int d) {
+      return int(std::find(order.begin(), order.end(), d) - order.begin());
+    };
+    if (visible &&
+        (levelOf(visible->query) > levelOf(visible->key) || levelOf(visible->key) > innermost ||
+         (visible->block >= 0 && levelOf(visible->block) > levelOf(visible->key))))
+      visible.reset();
     // Build the nest from the inside out.
     std::vector<Stmt> stmts = std::move(inner);
     for (int level = innermost + 1; level-- > 0;) {
       const int d = order[level];
       bool vectorize = specialized() && level == innermost;
-      stmts = {forLoop(names[d], extents[d], vectorize ? ForKind::Vectorize : ForKind::Serial,
+      Expr trips = extents[d];
+      if (visible && d == visible->key) {
+        Expr last = lastKeySeen(*visible, iv, extents, iv[size_t(visible->query)], 1);
+        Expr vectors = quotient(add(last, intConst(kKeysAVector)), kKeysAVector);
+        trips = binary(OpKind::MinSI, trips,
+                       binary(OpKind::MaxSI, mul(vectors, intConst(kKeysAVector)), intConst(0)));
+      }
+      stmts = {forLoop(names[d], trips, vectorize ? ForKind::Vectorize : ForKind::Serial,
                        std::move(stmts))};
 
       bool firstReduction = accumulate && g.isReduction(d) &&
@@ -1275,6 +1296,24 @@ private:
   // innermost) over the body instantiated once per accumulator, and stores them.
   // `fill`, when not null, is what the output holds before the nest (takeFillFor): the tiles
   // start from it instead of loading the output (outer's with k blocks, on the first).
+  // frank.visible_keys: the last key that one of `rows` query rows from `firstRow` sees, in a
+  // nest of loop variables `vars` and extents `extents`.
+  static Expr lastKeySeen(const VisibleKeys &visible, const std::vector<Expr> &vars,
+                          const std::vector<Expr> &extents, Expr firstRow, int rows) {
+    const int64_t period = visible.period;
+    std::optional<int64_t> queries = asConstant(extents[size_t(visible.query)]);
+    if (visible.block >= 0) {
+      firstRow = add(mul(vars[size_t(visible.block)], intConst(visible.blockRows)), firstRow);
+      queries = std::nullopt;
+    }
+    Expr lastRow = add(firstRow, intConst(rows - 1));
+    if (!queries || *queries > period)
+      lastRow = binary(OpKind::MinSI,
+                       add(binary(OpKind::RemUI, firstRow, intConst(period)), intConst(rows - 1)),
+                       intConst(period - 1));
+    return add(lastRow, intConst(visible.offset));
+  }
+
   void emitContraction(GenericView &g, const TensorStorage &result, const Strategy &s,
                        const std::vector<Expr> &extents, const Expr &fill) {
     const Op &op = g.op;
@@ -1493,20 +1532,8 @@ private:
     if (visible && (visible->query != s.dimM ||
                     (visible->key != s.dimN && (visible->key != s.dimK || !outer))))
       visible.reset();
-    // The last key that one of `rows` rows from `firstRow` sees.
-    auto lastVisibleKey = [&](Expr firstRow, int rows) {
-      const int64_t period = visible->period;
-      std::optional<int64_t> queries = asConstant(extents[s.dimM]);
-      if (visible->block >= 0) {
-        firstRow = add(mul(vars[size_t(visible->block)], intConst(visible->blockRows)), firstRow);
-        queries = std::nullopt;
-      }
-      Expr lastRow = add(firstRow, intConst(rows - 1));
-      if (!queries || *queries > period)
-        lastRow = binary(OpKind::MinSI,
-                         add(binary(OpKind::RemUI, firstRow, intConst(period)), intConst(rows - 1)),
-                         intConst(period - 1));
-      return add(lastRow, intConst(visible->offset));
+    auto lastVisibleKey = [&](const Expr &firstRow, int rows) {
+      return lastKeySeen(*visible, vars, extents, firstRow, rows);
     };
     const Value *outArg = g.body().arguments.back().get();
     // dot: when a row's NR outputs are consecutive elements (n is the output's last dim), one

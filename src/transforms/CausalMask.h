@@ -1,8 +1,11 @@
 // \file Causal masks: an attention's boolean mask computed from indices alone, as the causal
 // prefill's `keep = j <= s + (Skv - S)`, says which keys each query sees before anything runs.
-// Generalize marks the scores (Q·K) and the weighted sum (P·V) it makes of such an attention
-// with `frank.visible_keys`, and the contraction tiles skip the keys no row of theirs sees:
-// scores that the mask replaces by -inf, and probabilities that are exactly 0 (exp(-inf)).
+// Generalize marks the scores (Q·K), the softmax's steps up to the sum of the exponentials and
+// the weighted sum (P·V) it makes of such an attention with `frank.visible_keys`: the
+// contraction tiles skip the keys no row of theirs sees (scores that the mask replaces by -inf,
+// probabilities that are exactly 0), and the softmax's loops over a row's keys stop after the
+// last one it sees. The normalization runs every key, writing 0 where the mask hides one, so
+// that a P·V tile finds 0 past a row's own keys.
 #pragma once
 
 #include "ir/IR.h"

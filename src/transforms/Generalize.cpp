@@ -424,14 +424,12 @@ std::pair<Value *, AffineMap> splitDim(Builder &b, Value *t, const AffineMap &ma
   return {b.reshape(t, splitGroups(t->type.rank(), r), to, t->name + suffix), split};
 }
 
-// With a causal mask (CausalMask.h), the scores of keys it hides are never read and their
-// probabilities are 0: the scores' and the weighted sum's generics (loops in `scoreOrder`,
-// `outOrder`, by attention dim) may skip those keys.
-void markVisibleKeys(const Value &mask, const AffineMap &maskMap, const AttentionDims &dims,
-                     int block, int64_t blockRows, Op &scores, const std::vector<int> &scoreOrder,
-                     Op &out, const std::vector<int> &outOrder) {
-  if (dims.m.size() != 1 || dims.j.size() != 1)
-    return;
+// The keys an attention's i1 mask (`maskMap` over attention dims) keeps, when it is causal
+// (CausalMask.h).
+std::optional<CausalBound> causalBoundFor(const Value &mask, const AffineMap &maskMap,
+                                          const AttentionDims &dims) {
+  if (mask.type.elem != ElemKind::I1 || dims.m.size() != 1 || dims.j.size() != 1)
+    return std::nullopt;
   // The mask's dims that are the query and the key (-1: none).
   auto maskDimOf = [&](int d) {
     for (size_t r = 0; r < maskMap.results.size(); ++r)
@@ -440,18 +438,9 @@ void markVisibleKeys(const Value &mask, const AffineMap &maskMap, const Attentio
     return -1;
   };
   const int query = maskDimOf(dims.m[0]), key = maskDimOf(dims.j[0]);
-  std::optional<CausalBound> bound;
-  if (query >= 0 && key >= 0)
-    bound = causalBoundOf(mask, query, key);
-  if (!bound)
-    return;
-  auto loopOf = [](const std::vector<int> &order, int d) {
-    return int(std::find(order.begin(), order.end(), d) - order.begin());
-  };
-  for (auto [op, order] :
-       {std::pair<Op *, const std::vector<int> *>{&scores, &scoreOrder}, {&out, &outOrder}})
-    setVisibleKeys(*op, {loopOf(*order, dims.m[0]), loopOf(*order, dims.j[0]), bound->period,
-                         bound->offset, block < 0 ? -1 : loopOf(*order, block), blockRows});
+  if (query < 0 || key < 0)
+    return std::nullopt;
+  return causalBoundOf(mask, query, key);
 }
 
 // Attention as generics: scores (Q·K) scaled and masked, row max, exp, row sum, then P·V. With
@@ -479,6 +468,9 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
     std::tie(v, vm) = splitDim(b, v, vm, dims.j[0], chunk, keyChunks, "_chunks");
     qm.numDims = chunk + 1;
   }
+  // A causal mask's keys: every step but the normalization may skip the keys it hides.
+  const std::optional<CausalBound> causal =
+      mask ? causalBoundFor(*mask, maskMap, dims) : std::nullopt;
   Value *target = init; // what P·V writes: the output, or its blocks of queries
   if (blocked) {
     std::tie(q, qm) = splitDim(b, q, qm, dims.m[0], chunk, queryBlocks, "_blocks");
@@ -589,7 +581,16 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
                             {over(sDims, sDims), over(sDims, rowDims)}, keyRed, sum,
                             split ? "chunk_sum" : "row_sum");
   Value *probs = exps;
-  if (!split)
+  if (causal) // P·V reads a tile's keys past a row's own: 0 there, whatever exps holds
+    probs = b.generic(
+        {exps, rowSum, mask}, emptyOver(sDims),
+        {over(sDims, sDims), over(sDims, rowDims), remap(maskMap, sDims), over(sDims, sDims)},
+        elementwise,
+        [&](Builder &bb, const Args &a) {
+          return bb.select(a[2], bb.binary(OpKind::DivF, a[0], a[1]), zero);
+        },
+        "probs");
+  else if (!split)
     probs = b.generic(
         {exps, rowSum}, emptyOver(sDims),
         {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)}, elementwise,
@@ -602,10 +603,22 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   Value *out = b.generic({probs, v}, outInit, {over(outOrder, sDims), remap(vm, outOrder), outMap},
                          reductionFlags(outOrder, dims.j.size()), weightedSum,
                          split ? "chunk_out" : op.result()->name);
-  if (Value *whole = hasMask ? op.operands[4] : nullptr; whole && whole->type.elem == ElemKind::I1)
-    markVisibleKeys(*whole, maps[4].map(), dims, blocked ? chunk : -1,
-                    blocked ? q->type.shape[size_t(source(dims.m[0]).second)] : 0,
-                    *scores->definingOp, scoreOrder, *out->definingOp, outOrder);
+  if (causal) {
+    // Each generic's loops are its order's attention dims.
+    const int64_t blockRows = blocked ? q->type.shape[size_t(source(dims.m[0]).second)] : 0;
+    auto loopOf = [](const std::vector<int> &order, int d) {
+      return int(std::find(order.begin(), order.end(), d) - order.begin());
+    };
+    for (auto [value, order] : {std::pair<Value *, const std::vector<int> *>{scores, &scoreOrder},
+                                {logits, &sDims},
+                                {rowMax, &sDims},
+                                {exps, &sDims},
+                                {rowSum, &sDims},
+                                {out, &outOrder}})
+      setVisibleKeys(*value->definingOp,
+                     {loopOf(*order, dims.m[0]), loopOf(*order, dims.j[0]), causal->period,
+                      causal->offset, blocked ? loopOf(*order, chunk) : -1, blockRows});
+  }
   if (blocked) {
     const AffineMap &whole = maps.back().map();
     size_t r = 0;
