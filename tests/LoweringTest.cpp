@@ -281,6 +281,51 @@ TEST(Lowering, NoInputsUsesLinalgIndexAndCapturedScalar) {
   expectAllNear(runBoth(text, {borrow(like, {m, n}), Scalar::f32(0.5f)}), expected);
 }
 
+// A generic nothing reads is never made, unless its body can stop the kernel: an integer
+// division checks its divisor, which a call must still report.
+TEST(Lowering, GenericsNothingReadsAreNotMadeUnlessTheyCheck) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xi32>, %d: tensor<?xi32>) -> tensor<?xi32> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xi32>
+      %e = tensor.empty(%n) : tensor<?xi32>
+      %unused = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+          ins(%x : tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%a: i32, %o: i32):
+        %s = arith.muli %a, %a : i32
+        linalg.yield %s : i32
+      } -> tensor<?xi32>
+      %view = tensor.expand_shape %unused [[0, 1]] output_shape [%n, 1] : tensor<?xi32> into tensor<?x1xi32>
+      %checked = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+          ins(%x, %d : tensor<?xi32>, tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%a: i32, %b: i32, %o: i32):
+        %q = arith.divsi %a, %b : i32
+        linalg.yield %q : i32
+      } -> tensor<?xi32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+          ins(%x : tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%a: i32, %o: i32):
+        %p = arith.addi %a, %a : i32
+        linalg.yield %p : i32
+      } -> tensor<?xi32>
+      return %r : tensor<?xi32>
+    })";
+  Function fn = context().loadString(text, "dead.mlir").function("f");
+  std::string loops = fn.emit(Stage::Loops, {"3xi32", "3xi32"});
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("(a * a)"))) << loops;
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("unused"))) << loops;
+  EXPECT_THAT(loops, testing::HasSubstr("check cmp.ne(b, 0:i32)")) << loops;
+  std::vector<int32_t> x{1, 2, 3}, d{1, 0, 1};
+  std::vector<Arg> args{Tensor::borrow(x.data(), DType::I32, {3}),
+                        Tensor::borrow(d.data(), DType::I32, {3})};
+  EXPECT_THAT([&] { fn(args); }, testing::ThrowsMessage<Error>(
+                                     testing::HasSubstr("division by zero in 'arith.divsi'")));
+  d[1] = 2;
+  Tensor y = fn(args)[0];
+  EXPECT_EQ(std::vector<int32_t>(y.as<int32_t>(), y.as<int32_t>() + 3),
+            (std::vector<int32_t>{2, 4, 6}));
+}
+
 TEST(Lowering, SameTensorTwiceAndAccumulatingIntoNonZeroInit) {
   // r[i] = init[i] + sum_j x[i, j] * x[j, i]: one tensor read through two maps, and a
   // reduction that adds to what `outs` holds.

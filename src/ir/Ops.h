@@ -34,8 +34,8 @@ inline constexpr const char *kConfigAttr = "frank.config";
 /// points whose key dim's index passes (the query's index mod period) + offset may be skipped,
 /// since what they add is exactly 0 or what they write is read only by points that skip too.
 /// Generalize sets it, when a causal mask hides those keys, on an attention's scores, its
-/// softmax up to the sum of the exponentials (the normalization writes 0 there, reading the
-/// mask) and its weighted sum. With blocks of queries, `[..., block dim, rows]`: the query's
+/// softmax up to the sum of the exponentials (the normalization writes 0 there) and its weighted
+/// sum. With blocks of queries, `[..., block dim, rows]`: the query's
 /// index is block * rows + the query dim's.
 inline constexpr const char *kVisibleKeysAttr = "frank.visible_keys";
 struct VisibleKeys {

@@ -5,7 +5,8 @@
 // contraction tiles skip the keys no row of theirs sees (scores that the mask replaces by -inf,
 // probabilities that are exactly 0), and the softmax's loops over a row's keys stop after the
 // last one it sees. The normalization runs every key, writing 0 where the mask hides one, so
-// that a P·V tile finds 0 past a row's own keys.
+// that a P·V tile finds 0 past a row's own keys. The scaled scores and the normalization compute
+// the mask from their own indices instead of reading it, so that it is never made.
 #pragma once
 
 #include "ir/IR.h"

@@ -468,14 +468,15 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
     std::tie(v, vm) = splitDim(b, v, vm, dims.j[0], chunk, keyChunks, "_chunks");
     qm.numDims = chunk + 1;
   }
-  // A causal mask's keys: every step but the normalization may skip the keys it hides.
+  // A causal mask's keys: every step but the normalization may skip the keys it hides, and the
+  // mask itself is computed where it is read, from the indices.
   const std::optional<CausalBound> causal =
       mask ? causalBoundFor(*mask, maskMap, dims) : std::nullopt;
   Value *target = init; // what P·V writes: the output, or its blocks of queries
   if (blocked) {
     std::tie(q, qm) = splitDim(b, q, qm, dims.m[0], chunk, queryBlocks, "_blocks");
     std::tie(target, om) = splitDim(b, init, om, dims.m[0], chunk, queryBlocks, "_blocks");
-    if (mask)
+    if (mask && !causal) // a causal mask is computed where it is read
       std::tie(mask, maskMap) =
           splitDim(b, mask, maskMap, dims.m[0], chunk, queryBlocks, "_blocks");
     km.numDims = vm.numDims = chunk + 1;
@@ -548,9 +549,31 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   Value *scores = b.generic({q, k}, b.fill(zero, emptyOver(sDims)),
                             {remap(qm, scoreOrder), remap(km, scoreOrder), over(scoreOrder, sDims)},
                             reductionFlags(scoreOrder, dims.k.size()), weightedSum, "scores");
+  // Each generic's loops are its order's attention dims.
+  auto loopOf = [](const std::vector<int> &order, int d) {
+    return int(std::find(order.begin(), order.end(), d) - order.begin());
+  };
+  const int64_t blockRows = blocked ? q->type.shape[size_t(source(dims.m[0]).second)] : 0;
+  // A causal mask's value at a point of a generic over `order`, from its indices as the mask's
+  // own generic computes it: nothing reads the mask then, and it is never made.
+  auto keepAt = [&](Builder &bb, const std::vector<int> &order) {
+    Value *query = bb.linalgIndex(loopOf(order, dims.m[0]));
+    if (blocked)
+      query = bb.binary(OpKind::AddI,
+                        bb.binary(OpKind::MulI, bb.linalgIndex(loopOf(order, chunk)),
+                                  bb.constantIndex(blockRows)),
+                        query);
+    Value *last =
+        bb.binary(OpKind::AddI, bb.binary(OpKind::RemUI, query, bb.constantIndex(causal->period)),
+                  bb.constantIndex(causal->offset));
+    return bb
+        .create(OpKind::CmpI, {bb.linalgIndex(loopOf(order, dims.j[0])), last},
+                {Type::scalar(ElemKind::I1)}, {{"predicate", Attribute{std::string("sle")}}})
+        ->result();
+  };
   Args logitInputs{scores};
   std::vector<AffineMap> logitMaps{over(sDims, sDims)};
-  if (mask) {
+  if (mask && !causal) {
     logitInputs.push_back(mask);
     logitMaps.push_back(remap(maskMap, sDims));
   }
@@ -563,7 +586,8 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
         if (!mask)
           return t;
         if (mask->type.elem == ElemKind::I1)
-          return bb.select(a[1], t, bb.constantFloat(-std::numeric_limits<double>::infinity(), e));
+          return bb.select(causal ? keepAt(bb, sDims) : a[1], t,
+                           bb.constantFloat(-std::numeric_limits<double>::infinity(), e));
         return bb.binary(OpKind::AddF, t, a[1]);
       },
       "logits");
@@ -583,11 +607,10 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   Value *probs = exps;
   if (causal) // P·V reads a tile's keys past a row's own: 0 there, whatever exps holds
     probs = b.generic(
-        {exps, rowSum, mask}, emptyOver(sDims),
-        {over(sDims, sDims), over(sDims, rowDims), remap(maskMap, sDims), over(sDims, sDims)},
-        elementwise,
+        {exps, rowSum}, emptyOver(sDims),
+        {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)}, elementwise,
         [&](Builder &bb, const Args &a) {
-          return bb.select(a[2], bb.binary(OpKind::DivF, a[0], a[1]), zero);
+          return bb.select(keepAt(bb, sDims), bb.binary(OpKind::DivF, a[0], a[1]), zero);
         },
         "probs");
   else if (!split)
@@ -604,11 +627,6 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
                          reductionFlags(outOrder, dims.j.size()), weightedSum,
                          split ? "chunk_out" : op.result()->name);
   if (causal) {
-    // Each generic's loops are its order's attention dims.
-    const int64_t blockRows = blocked ? q->type.shape[size_t(source(dims.m[0]).second)] : 0;
-    auto loopOf = [](const std::vector<int> &order, int d) {
-      return int(std::find(order.begin(), order.end(), d) - order.begin());
-    };
     for (auto [value, order] : {std::pair<Value *, const std::vector<int> *>{scores, &scoreOrder},
                                 {logits, &sDims},
                                 {rowMax, &sDims},

@@ -418,14 +418,31 @@ std::string describeOperandDim(const Op &op, int operand, int dim) {
   return fmt::format("operand #{} (%{}) dim {}", operand, v->name.empty() ? "?" : v->name, dim);
 }
 
+// A view, or a generic whose body cannot stop the kernel (no integer division, which checks its
+// divisor, and no tensor.extract, which checks its indices): they do nothing but make their
+// result (a causal mask that every reader computes from its indices instead).
+static bool onlyMakesItsResult(const Op &op) {
+  if (op.kind == OpKind::TensorCollapseShape || op.kind == OpKind::TensorExpandShape)
+    return true;
+  if (op.kind != OpKind::LinalgGeneric)
+    return false;
+  bool canStop = false;
+  walk(*op.regions[0], [&](const Op &inner) {
+    canStop |= inner.kind == OpKind::DivSI || inner.kind == OpKind::DivUI ||
+               inner.kind == OpKind::RemSI || inner.kind == OpKind::RemUI ||
+               inner.kind == OpKind::TensorExtract;
+  });
+  return !canStop;
+}
+
 void removeDeadOps(Block &block) {
   bool changed = true;
   while (changed) {
     changed = false;
     for (size_t i = block.ops.size(); i-- > 0;) {
       Op &op = *block.ops[i];
-      bool removable =
-          isPureScalarOp(op.kind) || op.kind == OpKind::TensorDim || op.kind == OpKind::TensorEmpty;
+      bool removable = isPureScalarOp(op.kind) || op.kind == OpKind::TensorDim ||
+                       op.kind == OpKind::TensorEmpty || onlyMakesItsResult(op);
       if (!removable)
         continue;
       bool used = false;
