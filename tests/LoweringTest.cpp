@@ -281,21 +281,25 @@ TEST(Lowering, NoInputsUsesLinalgIndexAndCapturedScalar) {
   expectAllNear(runBoth(text, {borrow(like, {m, n}), Scalar::f32(0.5f)}), expected);
 }
 
-// A generic nothing reads is never made, unless its body can stop the kernel: an integer
-// division checks its divisor, which a call must still report.
+// A generic of no tensor inputs that nothing reads is never made, nor a collapse of it, unless
+// its body can stop the kernel: an integer division checks its divisor, which a call must still
+// report.
 TEST(Lowering, GenericsNothingReadsAreNotMadeUnlessTheyCheck) {
   const char *text = R"(
     func.func @f(%x: tensor<?xi32>, %d: tensor<?xi32>) -> tensor<?xi32> {
       %c0 = arith.constant 0 : index
       %n = tensor.dim %x, %c0 : tensor<?xi32>
       %e = tensor.empty(%n) : tensor<?xi32>
-      %unused = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
-          ins(%x : tensor<?xi32>) outs(%e : tensor<?xi32>) {
-      ^bb0(%a: i32, %o: i32):
+      %e2 = tensor.empty(%n) : tensor<?x1xi32>
+      %unused = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}
+          outs(%e2 : tensor<?x1xi32>) {
+      ^bb0(%o: i32):
+        %i = linalg.index 0 : index
+        %a = arith.index_cast %i : index to i32
         %s = arith.muli %a, %a : i32
         linalg.yield %s : i32
-      } -> tensor<?xi32>
-      %view = tensor.expand_shape %unused [[0, 1]] output_shape [%n, 1] : tensor<?xi32> into tensor<?x1xi32>
+      } -> tensor<?x1xi32>
+      %view = tensor.collapse_shape %unused [[0, 1]] : tensor<?x1xi32> into tensor<?xi32>
       %checked = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
           ins(%x, %d : tensor<?xi32>, tensor<?xi32>) outs(%e : tensor<?xi32>) {
       ^bb0(%a: i32, %b: i32, %o: i32):

@@ -1285,17 +1285,6 @@ private:
                                    [&](auto &r) { return !r.isConstant && r.value == dim; });
   }
 
-  // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:
-  //   outer: [other parallel dims] n blocks [k blocks] m blocks { tile }
-  //      or: [other parallel dims] k blocks [blocksOutside dims] n blocks m blocks { tile }
-  //      or: [other parallel dims] n groups (k block, n block) pairs m blocks { tile }
-  // With packing, each (n block, k block) first copies its panel of B to a slot of its chunk's
-  // region, where the m blocks then read it contiguously.
-  //   dot:   [other parallel dims] m blocks n blocks [blocksOutside dims] { tile }
-  // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
-  // innermost) over the body instantiated once per accumulator, and stores them.
-  // `fill`, when not null, is what the output holds before the nest (takeFillFor): the tiles
-  // start from it instead of loading the output (outer's with k blocks, on the first).
   // frank.visible_keys: the last key that one of `rows` query rows from `firstRow` sees, in a
   // nest of loop variables `vars` and extents `extents`.
   static Expr lastKeySeen(const VisibleKeys &visible, const std::vector<Expr> &vars,
@@ -1314,6 +1303,17 @@ private:
     return add(lastRow, intConst(visible.offset));
   }
 
+  // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:
+  //   outer: [other parallel dims] n blocks [k blocks] m blocks { tile }
+  //      or: [other parallel dims] k blocks [blocksOutside dims] n blocks m blocks { tile }
+  //      or: [other parallel dims] n groups (k block, n block) pairs m blocks { tile }
+  // With packing, each (n block, k block) first copies its panel of B to a slot of its chunk's
+  // region, where the m blocks then read it contiguously.
+  //   dot:   [other parallel dims] m blocks n blocks [blocksOutside dims] { tile }
+  // where a tile declares its MR x NR vector accumulators, runs the reduction loops (k
+  // innermost) over the body instantiated once per accumulator, and stores them.
+  // `fill`, when not null, is what the output holds before the nest (takeFillFor): the tiles
+  // start from it instead of loading the output (outer's with k blocks, on the first).
   void emitContraction(GenericView &g, const TensorStorage &result, const Strategy &s,
                        const std::vector<Expr> &extents, const Expr &fill) {
     const Op &op = g.op;

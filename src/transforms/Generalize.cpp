@@ -265,6 +265,18 @@ std::optional<int64_t> staticAttentionDim(const Op &op, int d) {
   return at->first->type.shape[at->second];
 }
 
+// The points of attention dims `ds` when their sizes are static.
+std::optional<int64_t> staticAttentionSize(const Op &op, const std::vector<int> &ds) {
+  int64_t points = 1;
+  for (int d : ds) {
+    std::optional<int64_t> size = staticAttentionDim(op, d);
+    if (!size)
+      return std::nullopt;
+    points *= *size;
+  }
+  return points;
+}
+
 // Decode attention splits its keys into chunks: a handful of queries per KV head reads every
 // key once, so the kernel streams K and V, and which thread reads which bytes decides its speed.
 // Over heads, each thread reads 512 of every 4 KiB key row ([Skv, Hkv, D] with Hkv = 8,
@@ -311,28 +323,24 @@ Pieces keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<int64
   for (int d : dims.batch)
     if (!staticAttentionDim(op, d)) // the combine views its rows as one dim of a static size
       return onePiece("a batch or head count is a runtime value");
-  int64_t queries = 1;
-  for (int d : dims.m) {
-    std::optional<int64_t> size = staticAttentionDim(op, d);
-    if (!size)
-      return onePiece("the query count is a runtime value");
-    queries *= *size;
-  }
+  std::optional<int64_t> queries = staticAttentionSize(op, dims.m);
+  if (!queries)
+    return onePiece("the query count is a runtime value");
   std::optional<int64_t> keys = staticAttentionDim(op, dims.j[0]);
   if (!keys)
     return onePiece("the key count is a runtime value");
   auto split = [&](int64_t chunks, const char *how) {
     return Pieces{chunks, fmt::format("{} chunks of {} keys ({}; {} queries a KV head)", chunks,
-                                      *keys / chunks, how, queries)};
+                                      *keys / chunks, how, *queries)};
   };
   if (forced) {
     if (*keys % *forced != 0)
       return onePiece(fmt::format("{} keys do not split into {} whole chunks", *keys, *forced));
     return split(*forced, "key-chunks");
   }
-  if (queries > kMaxSplitQueries)
+  if (*queries > kMaxSplitQueries)
     return onePiece(
-        fmt::format("{} queries a KV head (at most {} split)", queries, kMaxSplitQueries));
+        fmt::format("{} queries a KV head (at most {} split)", *queries, kMaxSplitQueries));
   for (int64_t chunks = kMaxKeyChunks; chunks >= 2; chunks /= 2)
     if (*keys % chunks == 0 && *keys / chunks >= kMinChunkKeys)
       return split(chunks, "decode");
@@ -368,17 +376,13 @@ Pieces queryBlocksFor(const Op &op, const AttentionDims &dims, int64_t keyChunks
   std::optional<int64_t> queries = staticAttentionDim(op, dims.m[0]);
   if (!queries)
     return onePiece("the query count is a runtime value");
-  int64_t keys = 1;
-  for (int d : dims.j) {
-    std::optional<int64_t> size = staticAttentionDim(op, d);
-    if (!size)
-      return onePiece("the key count is a runtime value");
-    keys *= *size;
-  }
-  const int64_t rowBytes = keys * (elemBits(op.result()->type.elem) / 8);
+  std::optional<int64_t> keys = staticAttentionSize(op, dims.j);
+  if (!keys)
+    return onePiece("the key count is a runtime value");
+  const int64_t rowBytes = *keys * (elemBits(op.result()->type.elem) / 8);
   auto split = [&](int64_t blocks, const char *how) {
     return Pieces{blocks, fmt::format("{} blocks of {} queries ({}; {} keys)", blocks,
-                                      *queries / blocks, how, keys)};
+                                      *queries / blocks, how, *keys)};
   };
   if (forced) {
     if (*queries % *forced != 0)
@@ -387,12 +391,12 @@ Pieces queryBlocksFor(const Op &op, const AttentionDims &dims, int64_t keyChunks
     return split(*forced, "query-blocks");
   }
   if (*queries * rowBytes <= kMaxBlockScoreBytes)
-    return onePiece(fmt::format("the scores of {} queries by {} keys fit in {} KiB", *queries, keys,
-                                kMaxBlockScoreBytes >> 10));
+    return onePiece(fmt::format("the scores of {} queries by {} keys fit in {} KiB", *queries,
+                                *keys, kMaxBlockScoreBytes >> 10));
   for (int64_t blocks = 2; blocks <= *queries; ++blocks)
     if (*queries % blocks == 0 && *queries / blocks * rowBytes <= kMaxBlockScoreBytes)
       return split(blocks, "prefill");
-  return onePiece(fmt::format("no whole block of queries by {} keys fits in {} KiB", keys,
+  return onePiece(fmt::format("no whole block of queries by {} keys fits in {} KiB", *keys,
                               kMaxBlockScoreBytes >> 10));
 }
 

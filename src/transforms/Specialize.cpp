@@ -418,14 +418,21 @@ std::string describeOperandDim(const Op &op, int operand, int dim) {
   return fmt::format("operand #{} (%{}) dim {}", operand, v->name.empty() ? "?" : v->name, dim);
 }
 
-// A view, or a generic whose body cannot stop the kernel (no integer division, which checks its
-// divisor, and no tensor.extract, which checks its indices): they do nothing but make their
-// result (a causal mask that every reader computes from its indices instead).
+// A collapse, or a generic of no tensor inputs whose body cannot stop the kernel: they do
+// nothing but make their result (a causal mask that every reader computes from its indices
+// instead). Not an expand, which checks that its sizes multiply to its source's, nor a generic
+// of tensor inputs, whose extents must agree, nor an integer division, which checks its divisor,
+// nor a tensor.extract, which checks its indices: a call reports those wherever their result
+// goes.
 static bool onlyMakesItsResult(const Op &op) {
-  if (op.kind == OpKind::TensorCollapseShape || op.kind == OpKind::TensorExpandShape)
+  if (op.kind == OpKind::TensorCollapseShape)
     return true;
   if (op.kind != OpKind::LinalgGeneric)
     return false;
+  GenericView g{const_cast<Op &>(op)};
+  for (int i = 0; i < g.numInputs(); ++i)
+    if (g.input(i)->type.isTensor())
+      return false;
   bool canStop = false;
   walk(*op.regions[0], [&](const Op &inner) {
     canStop |= inner.kind == OpKind::DivSI || inner.kind == OpKind::DivUI ||

@@ -38,8 +38,8 @@ std::vector<std::vector<std::pair<int, int>>> loopDimSources(const Op &generic);
 /// A description like "operand #2 (%weight) dim 0" for messages.
 std::string describeOperandDim(const Op &op, int operand, int dim);
 
-/// Removes scalar, `tensor.dim`, `tensor.empty` and view ops, and generics that cannot stop the
-/// kernel, whose results are unused.
+/// Removes scalar, `tensor.dim`, `tensor.empty` and `tensor.collapse_shape` ops, and generics of
+/// no tensor inputs that cannot stop the kernel, whose results are unused.
 void removeDeadOps(Block &block);
 
 } // namespace frank
