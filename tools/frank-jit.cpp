@@ -91,7 +91,8 @@ cl::opt<std::string> loweringConfig(
         "contraction.outer|contraction.dot|contraction.gather|contraction.choices|"
         "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1, prefetch=N "
         "(contraction.dot: n blocks ahead), key-chunks=N (attention's keys in N chunks, "
-        "1: one piece), blocks-outside=0|1 (the contraction tiles' blocks outside the "
+        "1: one piece), query-blocks=N (attention's queries in N blocks, 1: one piece), "
+        "blocks-outside=0|1 (the contraction tiles' blocks outside the "
         "parallel dims B is read more closely along), n-group=G (contraction.outer's n blocks in "
         "groups of G, k blocks outside each; 0: none)"),
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),

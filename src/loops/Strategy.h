@@ -197,7 +197,8 @@ struct ConfigOverride {
 /// Parses `--config=` text (or, with `origin` "frank.config", an op's attribute):
 /// comma-separated `pipeline=NAME`, `tile=MxN`, `k-block=K` (0 for none), `pack=0|1`,
 /// `prefetch=N` (n blocks ahead, 0 for none), `key-chunks=N` (attention's keys in N chunks, 1
-/// for one piece), `blocks-outside=0|1` (the tiles' blocks kept inside every other parallel dim,
+/// for one piece), `query-blocks=N` (attention's queries in N blocks, 1 for one piece),
+/// `blocks-outside=0|1` (the tiles' blocks kept inside every other parallel dim,
 /// or run outside those B is read more closely along, however many m blocks), `n-group=G`
 /// (contraction.outer's n blocks in groups of G, each running its k blocks outside its n
 /// blocks; 0 for none). Throws

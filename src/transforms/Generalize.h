@@ -8,7 +8,8 @@
 //                                coordinates taken from the index tensor
 //   attention                    scores (Q·K), scale and mask, row max, exp, row sum, P·V;
 //                                with few queries and static keys (decode), per chunk of
-//                                keys, then a combine of the chunks (generalizeAttention)
+//                                keys, then a combine of the chunks; with many queries
+//                                (prefill), per block of queries (generalizeAttention)
 //
 // Attention with a score region other than the identity, gather with a mask, and named ops
 // with explicit indexing maps are reported as unsupported.
@@ -29,9 +30,11 @@ struct ConfigOverride;
 void generalizeNamedOps(FuncOp &fn, bool attention = true);
 
 /// Attention ops after specialization: decode attention (few queries a KV head, a static
-/// number of keys, no mask) splits its keys into chunks that the threads take in runs.
-/// `key-chunks=N` in `config` or in an op's `frank.config` sets the count (1: one piece); each
-/// op's choice and its reason go to `explain`.
+/// number of keys, no mask) splits its keys into chunks that the threads take in runs, and
+/// prefill whose scores of a KV head pass 1 MiB runs its queries in blocks. `key-chunks=N` and
+/// `query-blocks=N` in `config` or in an op's `frank.config` set the counts (1: one piece); each
+/// op's choices and their reasons go to `explain`. A causal mask marks the generics with the
+/// keys each query sees (CausalMask.h).
 void generalizeAttention(FuncOp &fn, const loops::ConfigOverride &config,
                          std::vector<std::string> *explain = nullptr);
 
