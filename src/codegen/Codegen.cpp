@@ -777,10 +777,11 @@ private:
     return 1 + nodesOf(s.value) + nodesOf(s.index) + nodesOf(s.bound);
   }
 
-  // How many times a loop runs its body, for the cold-code estimate (runs_): its trips, a
-  // runtime trip count as kUnknownTrips, a widened loop's trips over kVectorizedLanes.
+  // How many times a loop runs its body, for the cold-code estimate (runs_): its trips (at most
+  // a constant that bounds them, as a causal mask's keys), a runtime trip count as
+  // kUnknownTrips, a widened loop's trips over kVectorizedLanes.
   static double runsPerTrip(const StmtNode &loop) {
-    const std::optional<int64_t> trips = asConstant(loop.value);
+    const std::optional<int64_t> trips = mostTrips(loop.value);
     const double runs = trips ? double(std::max<int64_t>(*trips, 1)) : kUnknownTrips;
     return loop.forKind == ForKind::Vectorize ? std::max(1.0, runs / kVectorizedLanes) : runs;
   }

@@ -815,8 +815,7 @@ private:
       if (visible && d == visible->key) {
         Expr last = lastKeySeen(*visible, iv, extents, iv[size_t(visible->query)], 1);
         Expr vectors = quotient(add(last, intConst(kKeysAVector)), kKeysAVector);
-        trips = binary(OpKind::MinSI, trips,
-                       binary(OpKind::MaxSI, mul(vectors, intConst(kKeysAVector)), intConst(0)));
+        trips = tripsUpTo(trips, mul(vectors, intConst(kKeysAVector)));
       }
       stmts = {forLoop(names[d], trips, vectorize ? ForKind::Vectorize : ForKind::Serial,
                        std::move(stmts))};
@@ -1285,6 +1284,11 @@ private:
                                    [&](auto &r) { return !r.isConstant && r.value == dim; });
   }
 
+  // A loop of `trips` that stops after `wanted` of them (none when `wanted` is negative).
+  static Expr tripsUpTo(const Expr &trips, const Expr &wanted) {
+    return binary(OpKind::MinSI, trips, binary(OpKind::MaxSI, wanted, intConst(0)));
+  }
+
   // frank.visible_keys: the last key that one of `rows` query rows from `firstRow` sees, in a
   // nest of loop variables `vars` and extents `extents`.
   static Expr lastKeySeen(const VisibleKeys &visible, const std::vector<Expr> &vars,
@@ -1637,7 +1641,7 @@ private:
           Expr seen = add(lastVisibleKey(firstRow, rows), intConst(1));
           if (s.blockK)
             seen = binary(OpKind::SubI, seen, mul(kBlock, intConst(s.blockK)));
-          trips = binary(OpKind::MinSI, trips, binary(OpKind::MaxSI, seen, intConst(0)));
+          trips = tripsUpTo(trips, seen);
         }
         stmts = {forLoop(vars[*d]->name, trips, ForKind::Serial, std::move(stmts))};
       }
