@@ -762,20 +762,59 @@ TEST(Lowering, RanksTilesPrefetchTheNextRowsOnceOverAllTheirPasses) {
   EXPECT_EQ(*rowsPrefetched.begin(), 4);
 }
 
-// The strategy's own choices read each row in runs of a page or more, which the L2's streamer
-// follows: no prefetch (on the Xeon they slowed every ranks nest). 4x4 tiles over whole rows
-// (32 KiB), and over k blocks of 1024 (runs of 32 KiB) where the packed input needs them.
-TEST(Lowering, RanksTilesOverLongRunsOfRowsLeaveThemToTheHardware) {
-  std::string printed = loops::print(ranksProgram(64, 1024));
-  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16\n"));
-  EXPECT_EQ(count(printed, "prefetch"), 0) << printed;
-  printed = loops::print(ranksProgram(64, 2048));
-  ASSERT_THAT(printed, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 "
-                                          "k-block=1024"));
-  EXPECT_EQ(count(printed, "prefetch"), 0) << printed;
-  // 2 KiB runs are prefetched; 4 KiB runs, a whole page, are not.
+// Over runs of a page or more (the strategy's own choices: whole rows of 32 KiB, or k blocks of
+// 1024 where the packed input needs them), each step prefetches each of the tile's rows 1 KiB
+// ahead of its read: every line but the first 1 KiB of the first row, or of each k block's run.
+// Past a whole row lies the next row; past a k block lie lines read only in the next k block,
+// so a k block's prefetches stop at its last line. Runs of 2 KiB are the
+// next rows' prefetches' (above).
+TEST(Lowering, RanksTilesOverLongRunsPrefetchEachRowAhead) {
+  const int64_t rows = 64, experts = 8, lineElems = 16, aheadElems = 1024 / 4;
+  for (const int64_t k : {1024, 2048}) {
+    SCOPED_TRACE(fmt::format("k = {}", k));
+    const int64_t rowElems = k * experts, blockK = std::min<int64_t>(k, 1024);
+    const int64_t runElems = blockK * experts;
+    loops::Program program = ranksProgram(rows, k);
+    const std::string printed = loops::print(program);
+    ASSERT_THAT(printed,
+                testing::HasSubstr(k == 1024 ? "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16\n"
+                                             : "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 "
+                                               "k-block=1024"));
+    EXPECT_EQ(count(printed, "prefetch"), 4) << printed; // one per row of the tile
+    // Each step's prefetches, by (first row of the tile, k block, rank block, step).
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::set<int64_t>> ofStep;
+    std::set<int64_t> lines;
+    PrefetchWalk([&](int64_t index, const std::map<std::string, int64_t> &env) {
+      EXPECT_EQ(index % lineElems, 0) << "a prefetch in the middle of a line";
+      const int64_t firstRow = env.count("m_part") ? (env.at("m_part") * 2 + env.at("m_block")) * 4
+                                                   : env.at("m_block") * 4;
+      const int64_t kBlock = env.count("k_block") ? env.at("k_block") : 0;
+      ofStep[{firstRow, kBlock, env.at("rank_block"), env.at("d3")}].insert(index);
+      lines.insert(index / lineElems);
+    }).run(program.body);
+    ASSERT_EQ(ofStep.size(), size_t(rows / 4 * (k / blockK) * 2 * (blockK / 2)));
+    for (const auto &[step, indices] : ofStep) {
+      const auto [firstRow, kBlock, rankBlock, d3] = step;
+      int64_t ahead = d3 * 2 * experts + aheadElems;
+      if (k != blockK)
+        ahead = std::min(ahead, runElems - lineElems);
+      std::set<int64_t> expected;
+      for (int64_t row = firstRow; row < firstRow + 4; ++row)
+        expected.insert(row * rowElems + kBlock * runElems + ahead);
+      EXPECT_EQ(indices, expected)
+          << "tile at row " << firstRow << ", k block " << kBlock << ", step " << d3;
+    }
+    // Every line of a whole row, or of a k block's run past its first 1 KiB.
+    for (int64_t line = 0; line < rows * rowElems / lineElems; ++line)
+      if (k == blockK ? line >= aheadElems / lineElems
+                      : line % (runElems / lineElems) >= aheadElems / lineElems)
+        ASSERT_TRUE(lines.count(line)) << "line " << line << " never prefetched";
+    if (k != blockK)
+      EXPECT_LT(*lines.rbegin(), rows * rowElems / lineElems);
+  }
+  // 2 KiB runs: the next rows' two prefetches a step (see above); 4 KiB runs: this one's four.
   EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=64")), "prefetch"), 2);
-  EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=128")), "prefetch"), 0);
+  EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=128")), "prefetch"), 4);
 }
 
 // A GEMV streams the weights 8 rows a step in each of two parts (split k), and each load
