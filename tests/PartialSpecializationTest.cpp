@@ -398,10 +398,10 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   std::string moe = context()
                         .load(componentPath("moe/mul_mat_id.mlir"))
                         .function("mul_mat_id")
-                        .emit(Stage::Loops, {"64x512x8xf32", "512x2x?xf32", "2x?xi32"});
+                        .emit(Stage::Loops, {"64x2048x8xf32", "2048x2x?xf32", "2x?xi32"});
   EXPECT_NE(moe.find("contraction.ranks m=d0 n=- k=d3"), std::string::npos) << moe;
   EXPECT_NE(moe.find("temp slot_choice: i32[((((2 * dims["), std::string::npos) << moe;
-  EXPECT_NE(moe.find("for k_block in 0..2 {"), std::string::npos) << moe;
+  EXPECT_NE(moe.find("for k_block in 0..4 {"), std::string::npos) << moe;
   const size_t oneToken = moe.find("if cmp.eq(dims[0], 1) {");
   ASSERT_NE(oneToken, std::string::npos) << moe;
   const size_t otherwise = moe.find("} else {", oneToken);

@@ -511,16 +511,19 @@ TEST(Strategy, RuntimeExtents) {
             "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
   // A runtime token count takes contraction.ranks, which counts its slots at run time
   // (contraction.gather sizes its vectors of pairs when it compiles); k blocks as for 256
-  // tokens (2 KiB a k). Runtime rows or a runtime reduction leave plain loops.
+  // tokens (2 KiB a k), of up to half of L2: none for 512 k (1 MiB), 512 k for 2048.
+  // Runtime rows or a runtime reduction leave plain loops.
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=256");
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, true, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=256");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, true, true, false})),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
   // With 16 lanes, 4x4 tiles as for a constant count: a runtime count pads the last rank
   // block by up to three vectors of slots.
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false}),
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false}),
                    Target::avx512()),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=256");
+            "contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(r, 128, 8, 2, 32), {true, false, false, false})),
             "row-reduction");
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, r, 8, 2, 32), {false, false, false, true})),

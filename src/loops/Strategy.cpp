@@ -579,10 +579,17 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // 4.4-4.5 ms in blocks of 1792, 4.7-4.8 in 896, 5.2 in 448 and 4.9-5.0 whole; gate (k = 1024)
   // 4.2 ms whole and 5.0 in blocks of 512; the MoE block 13.0-13.1 ms against 13.2-13.6 with
   // blocks of half the size. Two k steps at a time take blocks of an even size.
+  //
+  // A runtime count of pairs is counted as kNominalExtent tokens' (512 pairs at two a token),
+  // more than most calls bring, and the block may take half of L2 at that count. Partly
+  // specialized on the Xeon, mul_mat_id took 22.5-22.6 ms at 256 tokens in blocks of 256 or
+  // 512 (37.4 whole), and at 32 tokens 3.9 ms in blocks of 256 against 3.4 in 512.
   const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
   const int64_t perK = slotVectors * s.lanes * (nest.elemBits / 8);
-  if (k * perK > kRanksInputBlockBytes && !isRuntime(nest, s.dimK))
-    s.blockK = steps * dividingBlock(k / steps, kRanksInputBlockBytes / perK / steps, 8 / steps);
+  const int64_t blockBytes =
+      hasRuntimeExtents(nest) ? 2 * kRanksInputBlockBytes : kRanksInputBlockBytes;
+  if (k * perK > blockBytes && !isRuntime(nest, s.dimK))
+    s.blockK = steps * dividingBlock(k / steps, blockBytes / perK / steps, 8 / steps);
   return s;
 }
 
