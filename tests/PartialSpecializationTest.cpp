@@ -181,8 +181,9 @@ std::vector<PartialCase> partialCases() {
        "matmul_transpose_b"});
 
   // Token count as mul_mat_id's pairs: contraction.ranks counts its ranks and sizes its
-  // temporaries at run time, in two k blocks. Spread routing, and every pair on one expert (one
-  // rank per pair, up to 600 of them: more than the 256 tokens the k blocks were sized for).
+  // temporaries at run time, in two k blocks up to 64 tokens and four past them. Spread
+  // routing, and every pair on one expert (one rank per pair, up to 600 of them: more than the
+  // 256 tokens the k blocks were sized for).
   auto mulMatIdCase = [](std::vector<int64_t> sizes, int32_t (*expertOf)(int64_t, int64_t),
                          std::string name) {
     return PartialCase{
@@ -193,7 +194,7 @@ std::vector<PartialCase> partialCases() {
         1e-4,
         1e-4,
         [=](int64_t n, auto &f, auto &, auto &ids, auto &args) {
-          const int64_t out = 64, in = 512, experts = 8, used = 2;
+          const int64_t out = 64, in = 2048, experts = 8, used = 2;
           f = {oracle::randomFloats(out * in * experts, 51),
                oracle::randomFloats(in * used * n, 52 + n)};
           ids = {std::vector<int32_t>(used * n)};
@@ -208,10 +209,10 @@ std::vector<PartialCase> partialCases() {
         std::move(name)};
   };
   cases.push_back(mulMatIdCase(
-      tokens, [](int64_t i, int64_t n) { return static_cast<int32_t>((i * 5 + n) % 8); },
-      "mul_mat_id"));
+      {1, 5, 16, 37, 64, 65, 130},
+      [](int64_t i, int64_t n) { return static_cast<int32_t>((i * 5 + n) % 8); }, "mul_mat_id"));
   cases.push_back(mulMatIdCase(
-      {1, 5, 300}, [](int64_t, int64_t) { return int32_t{3}; }, "mul_mat_id_one_expert"));
+      {1, 5, 64, 300}, [](int64_t, int64_t) { return int32_t{3}; }, "mul_mat_id_one_expert"));
 
   cases.push_back({"moe/moe_ffn_block.mlir", "moe_ffn_block", "input:0", tokens, 1e-4, 1e-4,
                    [](int64_t n, auto &f, auto &, auto &, auto &args) {
@@ -401,7 +402,6 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
                         .emit(Stage::Loops, {"64x2048x8xf32", "2048x2x?xf32", "2x?xi32"});
   EXPECT_NE(moe.find("contraction.ranks m=d0 n=- k=d3"), std::string::npos) << moe;
   EXPECT_NE(moe.find("temp slot_choice: i32[((((2 * dims["), std::string::npos) << moe;
-  EXPECT_NE(moe.find("for k_block in 0..4 {"), std::string::npos) << moe;
   const size_t oneToken = moe.find("if cmp.eq(dims[0], 1) {");
   ASSERT_NE(oneToken, std::string::npos) << moe;
   const size_t otherwise = moe.find("} else {", oneToken);
@@ -412,6 +412,21 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_GT(moe.find("contraction.ranks"), otherwise) << moe;
   EXPECT_LT(moe.find("check cmp.ult("), choices) << moe;
   EXPECT_NE(moe.find("check cmp.ult(", otherwise), std::string::npos) << moe;
+  // Up to 64 tokens the k blocks the specialized kernel takes for 64 (1024 of k, 512 KiB of
+  // the packed input), past them those for 256 (512 of k, 1 MiB); each branch checks the ids.
+  const size_t few = moe.find("if cmp.sle(dims[0], 64) {", otherwise);
+  ASSERT_NE(few, std::string::npos) << moe;
+  const size_t many = moe.find("} else {", few);
+  ASSERT_NE(many, std::string::npos) << moe;
+  const size_t fewRanks =
+      moe.find("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=1024");
+  EXPECT_GT(fewRanks, few) << moe;
+  EXPECT_LT(fewRanks, many) << moe;
+  EXPECT_LT(moe.find("for k_block", few), many) << moe;
+  EXPECT_GT(moe.find("contraction.ranks m=d0 n=- k=d3 tile=4x4 lanes=16 k-block=512"), many) << moe;
+  EXPECT_NE(moe.find("for k_block", many), std::string::npos) << moe;
+  EXPECT_LT(moe.find("check cmp.ult(", few), many) << moe;
+  EXPECT_NE(moe.find("check cmp.ult(", many), std::string::npos) << moe;
 }
 
 // An expert id out of range fails the call whichever branch of the token count takes it.
