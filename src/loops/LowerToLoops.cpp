@@ -1237,9 +1237,10 @@ private:
   // A runtime token count's ranks nest takes k blocks as for kNominalExtent tokens, which cut
   // the rows of weights into short runs for fewer: partly specialized, S9 at 32 tokens (cold,
   // the Xeon) took 4.8-5.0 ms in blocks of 512 against 4.0-4.1 whole, and the MoE block 14.6
-  // ms against 12.6 in the specialized kernel's blocks, where 256 tokens took 37.4 ms whole
+  // ms against 12.6 with its gate and up projections whole; yet 256 tokens took 37.4 ms whole
   // against 22.5 in blocks. Up to kFewTokens tokens, a second copy of the nest takes the k
-  // blocks the specialized kernel would take for that many.
+  // blocks the specialized kernel would take for that many (the MoE block at 32 tokens then
+  // took 12.7-13.3 ms, 16.5-16.9 before, and S9 4.0-4.2, 5.5-5.7 before).
   void emitRanksByTokens(GenericView &g, const TensorStorage &result, const Strategy &general,
                          const std::vector<Expr> &extents, int tokens) {
     std::optional<Strategy> few =
