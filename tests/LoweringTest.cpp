@@ -817,6 +817,35 @@ TEST(Lowering, RanksTilesOverLongRunsPrefetchEachRowAhead) {
   EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=128")), "prefetch"), 4);
 }
 
+// At one token (contraction.choices: each step a row's 8 experts at one k, a half line), each
+// step prefetches each of the tile's rows 2 KiB ahead: every line of the weights but the first
+// 2 KiB asked for before the tile reads it, past a row's end the next row's first lines.
+TEST(Lowering, ChoicesTilesPrefetchEachRowAhead) {
+  const int64_t rows = 64, k = 1024, experts = 8, lineElems = 16, aheadElems = 2048 / 4;
+  loops::Program program = avx512Program(
+      "moe/mul_mat_id.mlir", "mul_mat_id",
+      {f32({rows, k, experts}), f32({k, 2, 1}), {Type::tensor(ElemKind::I32, {2, 1}), {}}});
+  const std::string printed = loops::print(program);
+  ASSERT_THAT(printed, testing::HasSubstr("contraction.choices m=d0 n=- k=d3 tile=4x1 lanes=8"));
+  EXPECT_EQ(count(printed, "prefetch"), 4) << printed;             // one per row of the tile
+  std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> ofStep; // by (m block, k)
+  std::set<int64_t> lines;
+  PrefetchWalk([&](int64_t index, const std::map<std::string, int64_t> &env) {
+    ofStep[{env.at("m_block"), env.at("d3")}].insert(index);
+    lines.insert(index / lineElems);
+  }).run(program.body);
+  ASSERT_EQ(ofStep.size(), size_t(rows / 4 * k));
+  for (const auto &[step, indices] : ofStep) {
+    const auto [mBlock, kk] = step;
+    std::set<int64_t> expected;
+    for (int64_t row = mBlock * 4; row < mBlock * 4 + 4; ++row)
+      expected.insert(row * k * experts + kk * experts + aheadElems);
+    EXPECT_EQ(indices, expected) << "m block " << mBlock << ", k " << kk;
+  }
+  for (int64_t line = aheadElems / lineElems; line < rows * k * experts / lineElems; ++line)
+    ASSERT_TRUE(lines.count(line)) << "line " << line << " never prefetched";
+}
+
 // A GEMV streams the weights 8 rows a step in each of two parts (split k), and each load
 // prefetches its line of the next step's rows: every line of those 8 rows once. After a part's
 // last step that is the next part's first rows; after the last step, the step's own rows

@@ -43,11 +43,15 @@ constexpr int64_t kKeysAVector = 16;
 // The span the L2's hardware streamer follows a run of lines within.
 constexpr int64_t kPageBytes = 4096;
 // How far ahead of its reads a tile that streams several rows side by side prefetches each of
-// them (see prefetchAhead in rankedGather). Cold, S9 at 32 tokens and the MoE block at 32
-// tokens took 4.16-4.24 and 12.6-13.1 ms at 256 bytes, 3.87-3.91 and 11.8-12.0 at 512,
-// 3.68-3.79 and 11.3-11.6 at 1 KiB, 3.88-3.97 and 11.8-12.2 at 2 KiB, 4.0-4.05 and 12.2-12.6 at
-// 4 KiB (the Xeon, alternating runs; their plain reads 3.7-3.8 and 11.2-11.6).
-constexpr int64_t kRowPrefetchBytes = 1024;
+// them (see prefetchRowsAhead), farther where it computes less per line. Cold on the Xeon
+// (alternating runs): contraction.ranks, S9 at 32 tokens and the MoE block at 32 tokens, took
+// 4.16-4.24 and 12.6-13.1 ms at 256 bytes, 3.87-3.91 and 11.8-12.0 at 512, 3.68-3.79 and
+// 11.3-11.6 at 1 KiB, 3.88-3.97 and 11.8-12.2 at 2 KiB, 4.0-4.05 and 12.2-12.6 at 4 KiB (their
+// plain reads 3.7-3.8 and 11.2-11.6); contraction.choices, S9 and the MoE block at one token,
+// 3.79-3.87 and 11.4-11.7 at 1 KiB, 3.61-3.64 and 10.6-11.2 at 2 KiB, 3.83-3.87 and 11.5-11.6
+// at 4 KiB (plain reads 3.96-4.07 and 11.8-12.2).
+constexpr int64_t kRanksPrefetchBytes = 1024;
+constexpr int64_t kChoicesPrefetchBytes = 2048;
 
 // Elements of `elem` in a cache line.
 int64_t lineElemsOf(ElemKind elem) { return kLineBytes / std::max(1, elemBits(elem) / 8); }
@@ -2202,6 +2206,27 @@ private:
     append(stmts);
   }
 
+  // Prefetches of each of `rows` (a tile's rows of `buffer`, `strideM` elements apart),
+  // `aheadBytes` past `offset`, the step's place in its run of `runElems` elements of each row
+  // from `runStart`, when the runs are a page or more. Such a tile streams its rows side by side,
+  // a multiple of a page apart, so they all reach their pages' ends at the same step, where the
+  // L2's streamer stops, and each row's next page would start with a miss. The prefetches stop
+  // at the run's last line, unless `nextRowFollows`: the run is the whole row and the next row
+  // follows it, which the next tile reads.
+  void prefetchRowsAhead(int buffer, const std::vector<Expr> &rows, int64_t strideM,
+                         const Expr &offset, const Expr &runStart, int64_t runElems,
+                         bool nextRowFollows, int64_t aheadBytes, ElemKind elem,
+                         std::vector<Stmt> &step) {
+    const int64_t elemBytes = std::max(1, elemBits(elem) / 8);
+    if (runElems * elemBytes < kPageBytes)
+      return;
+    Expr ahead = add(offset, intConst(aheadBytes / elemBytes));
+    if (!nextRowFollows)
+      ahead = binary(OpKind::MinSI, ahead, add(runStart, intConst(runElems - lineElemsOf(elem))));
+    for (const Expr &row : rows)
+      step.push_back(prefetch(buffer, add(mul(row, intConst(strideM)), ahead)));
+  }
+
   // contraction.ranks (see loops/Strategy.h): the pairs in their own order are the slots, C to
   // a vector, and lane j of vector v multiplies choice[v * C + j]: a step loads a row's C
   // choices as one vector and permutes it for each vector of slots. Unless the slots are the
@@ -2339,26 +2364,17 @@ private:
       }
     };
 
-    // Each row of the tile a few lines ahead of the step, when the rows are read in runs of a
-    // page or more (the case prefetchNextRows leaves). The tile reads MR streams at once, rows a
-    // multiple of a page apart: all of them reach their pages' ends at the same step, where the
-    // streamer stops, and each row's next page started with a miss. Cold on the Xeon, S9 at 32
-    // tokens took 4.35-4.44 ms without against 3.68-3.79 with, the MoE block at 32 tokens
-    // 13.3-13.8 against 11.3-11.6: from 83-86% of a plain read of their weights to 97-101%.
-    // Within the run: past a k block's end lie lines read only in the next k block.
+    // Each row of the tile ahead of the step (prefetchRowsAhead) when the rows are read in runs
+    // of a page or more, the case prefetchNextRows leaves. Cold on the Xeon, S9 at 32 tokens
+    // took 4.35-4.44 ms without against 3.68-3.79 with, the MoE block at 32 tokens 13.3-13.8
+    // against 11.3-11.6: from 83-86% of a plain read of their weights to 97-101%. Within the
+    // run: past a k block's end lie lines read only in the next k block.
     auto prefetchAhead = [&](const std::vector<Expr> &rowOf, std::vector<Stmt> &step) {
-      const int64_t runElems = blockK * strideK;
-      if (strideK != numChoices || runElems * (elemBits(elem) / 8) < kPageBytes)
-        return;
-      const int64_t aheadElems = kRowPrefetchBytes / (elemBits(elem) / 8);
-      Expr ahead = add(mul(kAt, intConst(strideK)), intConst(aheadElems));
-      if (kBlocks > 1 || strideM != k * strideK) // else past the row lies the next row
-        ahead = binary(OpKind::MinSI, ahead,
-                       kBlocks > 1
-                           ? add(mul(kBlock, intConst(runElems)), intConst(runElems - lineElems))
-                           : intConst(runElems - lineElems));
-      for (const Expr &row : rowOf)
-        step.push_back(prefetch(weights, add(mul(row, intConst(strideM)), ahead)));
+      if (strideK == numChoices)
+        prefetchRowsAhead(weights, rowOf, strideM, mul(kAt, intConst(strideK)),
+                          kBlocks > 1 ? mul(kBlock, intConst(blockK * strideK)) : intConst(0),
+                          blockK * strideK, kBlocks == 1 && strideM == k * strideK,
+                          kRanksPrefetchBytes, elem, step);
     };
 
     // The tile: MR rows x NR vectors of slots, from rank block `rank_block` on. Each vector of
@@ -2492,6 +2508,20 @@ private:
             fini.push_back(store(byChoice, at, acc));
           }
         }
+      // Each row ahead of the step (prefetchRowsAhead), when a row's choices at each k follow
+      // the previous k's: cold on the Xeon, S9 at one token took 4.13-4.15 ms without against
+      // 3.61-3.64 with, the MoE block at one token 12.5-12.6 against 10.6-11.2, where a plain
+      // read of their weights, one stream a thread, took 4.0 and 11.8-12.2.
+      const NestShape::Gather gathered = *gatherOf(g);
+      const int64_t strideM = gathered.strides[s.dimM], strideK = gathered.strides[s.dimK];
+      if (strideK == numChoices) {
+        std::vector<Expr> rows;
+        for (int r = 0; r < tileRows; ++r)
+          rows.push_back(add(firstRow, intConst(r)));
+        prefetchRowsAhead(storageOf(extract->operands[0]).buffer, rows, strideM,
+                          mul(kk, intConst(strideK)), intConst(0), k * strideK,
+                          strideM == k * strideK, kChoicesPrefetchBytes, elem, step);
+      }
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(forLoop(kk->name, intConst(k), ForKind::Serial, std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
