@@ -706,8 +706,11 @@ private:
         strategy.pipeline == Pipeline::ContractionOuter ||
         (strategy.pipeline == Pipeline::ContractionDot && !strategy.blockK);
     Expr fill = takeFillFor(op, tilesStartFromFill);
-    if (strategy.pipeline == Pipeline::ContractionGather ||
-        strategy.pipeline == Pipeline::ContractionRanks) {
+    if (strategy.pipeline == Pipeline::ContractionRanks) {
+      emitRanksByTokens(g, result, strategy, extents);
+      return;
+    }
+    if (strategy.pipeline == Pipeline::ContractionGather) {
       emitCheckedGather(g, result, strategy, extents);
       return;
     }
@@ -1177,13 +1180,7 @@ private:
                           const std::vector<Expr> &extents) {
     if (!specialized())
       return false;
-    int tokens = -1;
-    for (int d = 0; d < g.numLoops(); ++d)
-      if (!asConstant(extents[d])) {
-        if (tokens >= 0)
-          return false;
-        tokens = d;
-      }
+    const int tokens = onlyRuntimeDim(extents);
     if (tokens < 0)
       return false;
     Pipeline oneTokenPipeline;
@@ -1223,7 +1220,7 @@ private:
     }
     current_ = &otherwise;
     if (general.pipeline == Pipeline::ContractionRanks)
-      emitRanksByTokens(g, result, general, extents, tokens);
+      emitRanksByTokens(g, result, general, extents);
     else
       emitContraction(g, result, general, extents, nullptr);
     for (auto tier = tiers.rbegin(); tier != tiers.rend(); ++tier)
@@ -1235,6 +1232,19 @@ private:
     return true;
   }
 
+  // The one dim of `extents` that is a runtime value (the token count), or -1 when there are
+  // none or several.
+  static int onlyRuntimeDim(const std::vector<Expr> &extents) {
+    int found = -1;
+    for (int d = 0; d < int(extents.size()); ++d)
+      if (!asConstant(extents[size_t(d)])) {
+        if (found >= 0)
+          return -1;
+        found = d;
+      }
+    return found;
+  }
+
   // The most tokens of the ranks nest that takes its k blocks for a few tokens.
   static constexpr int64_t kFewTokens = 64;
 
@@ -1244,11 +1254,14 @@ private:
   // ms against 12.6 with its gate and up projections whole; yet 256 tokens took 37.4 ms whole
   // against 22.5 in blocks. Up to kFewTokens tokens, a second copy of the nest takes the k
   // blocks the specialized kernel would take for that many (the MoE block at 32 tokens then
-  // took 12.7-13.3 ms, 16.5-16.9 before, and S9 4.0-4.2, 5.5-5.7 before).
+  // took 12.7-13.3 ms, 16.5-16.9 before, and S9 4.0-4.2, 5.5-5.7 before). Every ranks nest is
+  // emitted here, after a branch for one token or not.
   void emitRanksByTokens(GenericView &g, const TensorStorage &result, const Strategy &general,
-                         const std::vector<Expr> &extents, int tokens) {
+                         const std::vector<Expr> &extents) {
+    const int tokens = onlyRuntimeDim(extents);
     std::optional<Strategy> few =
-        strategyIfItFits(g, withTokens(extents, tokens, kFewTokens), result);
+        tokens < 0 ? std::nullopt
+                   : strategyIfItFits(g, withTokens(extents, tokens, kFewTokens), result);
     if (!few || few->pipeline != Pipeline::ContractionRanks || few->lanes != general.lanes ||
         few->blockK == general.blockK) {
       emitCheckedGather(g, result, general, extents);
