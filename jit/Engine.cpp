@@ -15,6 +15,7 @@
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/CommandLine.h>
@@ -200,8 +201,10 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<llvm::TargetMachine>> machines;
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::string cpu, features;
+  bool avx2 = false;
   bool avx512 = false;
-  bool avx512Math = false; // AVX-512 F and DQ, which frank's 16-lane exp uses
+  bool avx512Math = false;                // AVX-512 F and DQ, which frank's 16-lane exp uses
+  std::vector<std::string> missingOnHost; // the features of another CPU that the host lacks
   // Kernel names hash the whole cache key, so a name seen before is the same code: contexts
   // that compile the same kernel share it.
   std::unordered_map<std::string, EntryFn> compiled;
@@ -209,26 +212,37 @@ struct Engine::Impl {
   std::vector<llvm::VecDesc> vectorMath;
   std::string fingerprint; // the vector math functions found, and the optimizer's passes
 
-  Impl() : machineBuilder(detectHost()) {
+  explicit Impl(const std::string &cpuName) : machineBuilder(machineBuilderFor(cpuName)) {
     llvm::InitializeNativeTargetAsmPrinter();
     machineBuilder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
     cpu = machineBuilder.getCPU();
     features = machineBuilder.getFeatures().getString();
-    avx512 = features.find("+avx512f") != std::string::npos;
+    machines.push_back(unwrap(machineBuilder.createTargetMachine(), "creating the target machine"));
+    // A named CPU's features are those its name implies, which only the subtarget knows.
+    const llvm::MCSubtargetInfo &subtarget = *machines[0]->getMCSubtargetInfo();
+    auto has = [&](const char *feature) {
+      return subtarget.checkFeatures(std::string("+") + feature);
+    };
+    avx2 = has("avx2");
+    avx512 = has("avx512f");
+    avx512Math = avx512 && has("avx512dq");
+    if (!cpuName.empty())
+      missingOnHost = featuresTheHostLacks(subtarget);
     // Loop strength reduction, with AVX-512's 32 vector registers, took 40% of machine code
     // generation (20 ms of S5's 48) and made S5 slower (1.77-1.81 against 1.54-1.55 ms): the
     // kernels' loops step by constants over simplified addresses, and LSR's rewrites only add
     // live registers. With AVX2's 16, the same loops without it recompute their addresses and
     // shuffle vector registers every iteration (swiglu's exp: 62 instructions for 8 lanes
     // against 39), and S7 runs 49 ms against 42, S9 at 32 tokens 14.3 against 13.4 (Zen 3).
-    setLlvmFlag("disable-lsr", avx512);
-    avx512Math = avx512 && features.find("+avx512dq") != std::string::npos;
+    // The option is LLVM's, one per process: the host's engine sets it, and another CPU's code
+    // is generated with the host's setting.
+    if (cpuName.empty())
+      setLlvmFlag("disable-lsr", avx512);
     // Hardware gathers are microcoded on every x86 we target, and slow where a mitigation
     // (Intel's for Gather Data Sampling) or a VM makes them so: 7.7 cycles per element on the
     // Zen 4 VMs here, where mul_mat_id's strided expert loads took 3x the DRAM time. Loads
     // built one lane at a time cost about one cycle per element everywhere.
-    features += ",+prefer-no-gather,+prefer-no-scatter";
-    machines.push_back(unwrap(machineBuilder.createTargetMachine(), "creating the target machine"));
+    features += std::string(features.empty() ? "" : ",") + "+prefer-no-gather,+prefer-no-scatter";
     // The JIT links the objects that `compile` generates, or that the disk cache held.
     lljit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(machineBuilder).create(),
                    "creating the JIT");
@@ -269,7 +283,7 @@ struct Engine::Impl {
       const char *feature;
     };
     for (Width w : {Width{"d", 8, "+avx2"}, Width{"e", 16, "+avx512f"}}) {
-      if (features.find(w.feature) == std::string::npos)
+      if (!machines[0]->getMCSubtargetInfo()->checkFeatures(w.feature))
         continue;
       for (const VectorMathFunction &f : kVectorMath) {
         std::string params(f.arity, 'v');
@@ -289,9 +303,48 @@ struct Engine::Impl {
     }
   }
 
-  static llvm::orc::JITTargetMachineBuilder detectHost() {
+  // The host, or the CPU LLVM calls `cpuName` on the host's architecture.
+  static llvm::orc::JITTargetMachineBuilder machineBuilderFor(const std::string &cpuName) {
     llvm::InitializeNativeTarget();
-    return unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host");
+    if (cpuName.empty())
+      return unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host");
+    llvm::Triple triple(llvm::sys::getProcessTriple());
+    std::string error;
+    const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple.str(), error);
+    if (!target)
+      internalError("no LLVM target for the host: " + error);
+    std::unique_ptr<llvm::MCSubtargetInfo> generic(
+        target->createMCSubtargetInfo(triple.str(), "", ""));
+    if (!generic->isCPUStringValid(cpuName)) {
+      std::vector<std::string> known;
+      for (const llvm::SubtargetSubTypeKV &kind : generic->getAllProcessorDescriptions())
+        known.push_back(kind.Key);
+      throw Error(fmt::format("error: unknown CPU '{}' for {} (LLVM knows: {})", cpuName,
+                              triple.str(), fmt::join(known, ", ")));
+    }
+    llvm::orc::JITTargetMachineBuilder builder(triple);
+    builder.setCPU(cpuName);
+    return builder;
+  }
+
+  // The instruction set extensions kernels may compile to that `subtarget` has and the host
+  // does not. Others a CPU name implies (system instructions such as mwaitx, which VMs hide;
+  // tuning flags) are not in the kernels' code.
+  static std::vector<std::string> featuresTheHostLacks(const llvm::MCSubtargetInfo &subtarget) {
+    auto kernelsMayUse = [](llvm::StringRef f) {
+      return f.starts_with("sse") || f.starts_with("ssse") || f.starts_with("avx") ||
+             f.starts_with("fma") || f.starts_with("amx") || f.starts_with("bmi") || f == "f16c" ||
+             f == "popcnt" || f == "lzcnt" || f == "movbe" || f == "cmov" || f == "cx16";
+    };
+    const llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
+    std::vector<std::string> missing;
+    for (const llvm::SubtargetFeatureKV &feature : subtarget.getAllProcessorFeatures()) {
+      auto it = host.find(feature.Key);
+      if (kernelsMayUse(feature.Key) && it != host.end() && !it->second &&
+          subtarget.checkFeatures(std::string("+") + feature.Key))
+        missing.push_back(feature.Key);
+    }
+    return missing;
   }
 
   llvm::TargetMachine &machineFor(size_t thread) {
@@ -304,7 +357,7 @@ struct Engine::Impl {
   std::unique_ptr<llvm::Module> build(const loops::Program &program, llvm::LLVMContext &context,
                                       CodegenOptions options) {
     if (options.permuteBits < 0)
-      options.permuteBits = avx512 ? 512 : features.find("+avx2") != std::string::npos ? 256 : 0;
+      options.permuteBits = avx512 ? 512 : avx2 ? 256 : 0;
     // With 16 registers the vectorizer widens an exp loop one vector an iteration, and the
     // iterations' long chains fill the out-of-order window: swiglu at S2 on a Zen 3 runs
     // 0.200 ms so and 0.158 ms four vectors an iteration (0.279 with two, 0.182 with eight;
@@ -483,12 +536,32 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine() : impl_(std::make_unique<Impl>()) {}
+Engine::Engine(const std::string &cpu) : impl_(std::make_unique<Impl>(cpu)) {}
 Engine::~Engine() = default;
 
-Engine &Engine::instance() {
-  static Engine engine;
-  return engine;
+Engine &Engine::instance() { return forCpu(""); }
+
+Engine &Engine::forCpu(const std::string &cpu) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::unique_ptr<Engine>> engines;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Engine> &engine = engines[cpu];
+  if (!engine) {
+    try {
+      engine.reset(new Engine(cpu));
+    } catch (...) {
+      engines.erase(cpu);
+      throw;
+    }
+  }
+  return *engine;
+}
+
+void Engine::checkRunsOnHost() const {
+  if (!impl_->missingOnHost.empty())
+    throw Error(fmt::format("error: kernels for CPU '{}' cannot run on this host, which lacks {}; "
+                            "they can only be printed",
+                            impl_->cpu, fmt::join(impl_->missingOnHost, ", ")));
 }
 
 const std::string &Engine::cpuName() const { return impl_->cpu; }
@@ -502,6 +575,7 @@ EntryFn
 Engine::compile(const loops::Program &program, const CodegenOptions &options,
                 const std::function<void(const std::string &, const std::string &)> &printAfter,
                 std::string *object) {
+  checkRunsOnHost();
   llvm::LLVMContext context;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (auto it = impl_->compiled.find(program.name); it != impl_->compiled.end())
@@ -546,6 +620,7 @@ EntryFn Engine::find(const std::string &name) {
 }
 
 EntryFn Engine::load(const std::string &name, std::string_view object, std::string &error) {
+  checkRunsOnHost();
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (auto it = impl_->compiled.find(name); it != impl_->compiled.end())
     return it->second;

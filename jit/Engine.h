@@ -1,6 +1,6 @@
-// \file The execution engine: LLVM ORC LLJIT for the host CPU, the kernel optimization pipeline,
-// and assembly output. No LLVM type appears here; including ORC and the pass builder is slow, so
-// only Engine.cpp does.
+// \file The execution engine: LLVM ORC LLJIT for the host CPU (or another, for printing), the
+// kernel optimization pipeline, and assembly output. No LLVM type appears here; including ORC and
+// the pass builder is slow, so only Engine.cpp does.
 #pragma once
 
 #include "codegen/Codegen.h"
@@ -22,8 +22,14 @@ enum class Output { LLVM, OptimizedLLVM, Assembly };
 
 class Engine {
 public:
-  /// The process-wide engine, created on first use.
+  /// The process-wide engine for the host, created on first use.
   static Engine &instance();
+  /// The process-wide engine for `cpu`, LLVM's name of a CPU of the host's architecture
+  /// (skylake-avx512, znver3), or the host's when empty. An unknown name is an Error. Another
+  /// CPU's kernels can always be printed, and run only where the host has its features.
+  static Engine &forCpu(const std::string &cpu);
+  /// Throws an Error naming the features the host lacks, if this engine's kernels need any.
+  void checkRunsOnHost() const;
 
   /// Generates, optimizes and JIT-compiles `program`, a large kernel in parts on two threads
   /// (see codegen/SplitKernel.h). Thread-safe. `printAfter` sees the LLVM IR after codegen and
@@ -50,16 +56,16 @@ public:
   /// The text of one compilation stage, without adding anything to the JIT.
   std::string emit(const loops::Program &program, const CodegenOptions &options, Output output);
 
-  /// Host CPU name and features: part of every kernel cache key.
+  /// The CPU's name and features: part of every kernel cache key.
   const std::string &cpuName() const;
   const std::string &cpuFeatures() const;
-  /// The vector registers of the host, for strategy selection.
+  /// The CPU's vector registers, for strategy selection.
   loops::Target target() const;
 
   ~Engine();
 
 private:
-  Engine();
+  explicit Engine(const std::string &cpu);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

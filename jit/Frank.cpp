@@ -143,6 +143,7 @@ struct ContextImpl {
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const KernelImpl>>> kernels;
   CacheStats stats;
   std::unique_ptr<jit::DiskCache> disk; // null when the disk cache is off
+  jit::Engine *engine = nullptr;        // for options.cpu
 };
 
 struct ModuleImpl {
@@ -500,15 +501,16 @@ static PipelineOptions pipelineOptions(const detail::ContextImpl &ctx, Mode mode
   PipelineOptions options;
   options.mode = mode;
   options.lowering.boundsChecks = ctx.options.boundsChecks;
-  options.lowering.target = jit::Engine::instance().target();
+  options.lowering.target = ctx.engine->target();
   options.lowering.config = ctx.config;
   return options;
 }
 
 static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
                         const std::string &name, const std::vector<ArgSpec> &specs, Mode mode) {
-  jit::Engine &engine = jit::Engine::instance();
   detail::ContextImpl &ctx = *module->context;
+  jit::Engine &engine = *ctx.engine;
+  engine.checkRunsOnHost();
   std::string key = fmt::format("{}|{}|{}|{}|checks={}|config={}|{}|{}", module->contentHash, name,
                                 mode == Mode::Generic ? "generic" : "specialized",
                                 signatureOf(specs, mode), ctx.options.boundsChecks,
@@ -703,20 +705,20 @@ std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes
   case Stage::LLVM:
   case Stage::OptimizedLLVM:
   case Stage::Assembly: {
+    jit::Engine &engine = *module_->context->engine;
     jit::Output out = stage == Stage::LLVM            ? jit::Output::LLVM
                       : stage == Stage::OptimizedLLVM ? jit::Output::OptimizedLLVM
                                                       : jit::Output::Assembly;
     if (printAfterAll) {
-      log += fmt::format("// -----// IR Dump After codegen //----- //\n{}\n",
-                         jit::Engine::instance().emit(result.kernel.program,
-                                                      codegenOptionsFor(mode), jit::Output::LLVM));
+      log += fmt::format(
+          "// -----// IR Dump After codegen //----- //\n{}\n",
+          engine.emit(result.kernel.program, codegenOptionsFor(mode), jit::Output::LLVM));
       if (stage != Stage::LLVM)
-        log +=
-            fmt::format("// -----// IR Dump After optimize //----- //\n{}\n",
-                        jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode),
-                                                     jit::Output::OptimizedLLVM));
+        log += fmt::format("// -----// IR Dump After optimize //----- //\n{}\n",
+                           engine.emit(result.kernel.program, codegenOptionsFor(mode),
+                                       jit::Output::OptimizedLLVM));
     }
-    text = jit::Engine::instance().emit(result.kernel.program, codegenOptionsFor(mode), out);
+    text = engine.emit(result.kernel.program, codegenOptionsFor(mode), out);
     break;
   }
   }
@@ -760,6 +762,7 @@ std::string Module::print() const { return printModule(*impl_->ir); }
 Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
   impl_->options = options;
   impl_->config = loops::parseConfig(options.loweringConfig);
+  impl_->engine = &jit::Engine::forCpu(options.cpu);
   jit::DiskCacheSettings disk =
       jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);
   // The directory is created and checked on first use, not here: a context that compiles

@@ -2,6 +2,7 @@
 #include "TestSupport.h"
 #include "oracles/Oracles.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -153,6 +154,31 @@ TEST(Api, EmitShowsEveryStage) {
   std::string all = fn.emit(Stage::Loops, types, Mode::Specialized, true);
   for (const char *pass : {"inline", "specialize", "fuse-elementwise", "lower-to-loops"})
     EXPECT_THAT(all, HasSubstr(std::string("IR Dump After ") + pass));
+}
+
+// ContextOptions::cpu: the host's CPU runs what it compiles, another's kernels print with its
+// vector width and run only where the host has its features (CliTest covers a host that lacks
+// them), and an unknown name fails when the context is made.
+TEST(Api, ContextsCompileForTheCpuTheyName) {
+  for (auto [cpu, lanes] : {std::pair{"skylake-avx512", 16}, std::pair{"x86-64-v3", 8}}) {
+    SCOPED_TRACE(cpu);
+    ContextOptions options;
+    options.cpu = cpu;
+    Context ctx(options);
+    Function fn = ctx.loadString(kScaleAdd, "toy.mlir").function("scale_add");
+    EXPECT_THAT(fn.emit(Stage::OptimizedLLVM, {"1000xf32", "1000xf32", "f32"}),
+                HasSubstr(fmt::format("<{} x float>", lanes)));
+  }
+  ContextOptions host;
+  host.cpu = "x86-64"; // SSE2: every x86-64 host runs it
+  Function fn = Context(host).loadString(kScaleAdd, "toy.mlir").function("scale_add");
+  Tensor x = Tensor::zeros(DType::F32, {3}), y = Tensor::zeros(DType::F32, {3});
+  x.as<float>()[2] = 4.f;
+  EXPECT_EQ(fn({x, y, Scalar::f32(0.5f)})[0].as<float>()[2], 2.f);
+  ContextOptions unknown;
+  unknown.cpu = "pentium-99";
+  EXPECT_THAT([&] { Context ctx(unknown); },
+              ThrowsMessage<Error>(HasSubstr("error: unknown CPU 'pentium-99'")));
 }
 
 TEST(Api, TensorBasics) {

@@ -52,6 +52,12 @@ Module &attentionModule() {
   return module;
 }
 
+// For the tests of the AVX-512 kernels' loop IR, on any host.
+Module &avx512AttentionModule() {
+  static Module module = avx512Context().load(componentPath("attention/attention_gqa.mlir"));
+  return module;
+}
+
 void checkAttention(Function fn, const AttnShape &shape, Mode mode, bool causal) {
   const int64_t nq = shape.b * shape.s * shape.h * shape.d;
   const int64_t nkv = shape.b * shape.skv * shape.hkv * shape.d;
@@ -109,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGqaTest,
 // tensor program (each merges the group member with the position); forward-copies removes both
 // copies: the Q·Kᵀ tile reads `query` and the P·V tile writes `out0` in place.
 TEST(AttentionGqa, PrefillReadsTheQueryAndWritesTheOutputInPlace) {
-  Function fn = attentionModule().function("attention_gqa");
+  Function fn = avx512AttentionModule().function("attention_gqa");
   std::string loops =
       fn.emit(Stage::Loops, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("linalg.transpose"))) << loops;
@@ -211,7 +217,7 @@ TEST(AttentionPrefill, ManyQueriesRunInBlocks) {
 // normalization writes every key (0 where the mask hides it), and the softmax stays one pass over
 // each block of 4 rows in the one parallel loop over KV heads, its temporaries one block of rows.
 TEST(AttentionCausal, TilesSkipTheKeysTheMaskHides) {
-  Function fn = attentionModule().function("attention_gqa_causal");
+  Function fn = avx512AttentionModule().function("attention_gqa_causal");
   const std::vector<std::string> types = {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32",
                                           "f32"};
   std::string specialized = fn.emit(Stage::Specialized, types);
@@ -230,7 +236,7 @@ TEST(AttentionCausal, TilesSkipTheKeysTheMaskHides) {
   // The scaled scores kept for a block of 4 rows at a time (no term of the block's loop).
   EXPECT_THAT(loops, testing::HasSubstr("t_33[((d2_2 + (d1_2 * 128)) + (d0_1 * 65536))] = "));
   // Without the mask, every tile runs.
-  std::string plain = attentionModule().function("attention_gqa").emit(Stage::Loops, types);
+  std::string plain = avx512AttentionModule().function("attention_gqa").emit(Stage::Loops, types);
   EXPECT_THAT(plain, testing::Not(testing::HasSubstr("minsi"))) << plain;
 }
 
@@ -276,7 +282,7 @@ TEST(AttentionDecode, SeveralQueriesAreAnError) {
 // P·V (the combine's own exponentials, two a chunk and query row, are outside the loop). K and V
 // are read in place: no temporary holds a chunk of them.
 TEST(AttentionDecode, OneParallelLoopOverChunksOfKeysAndOneExpPerScore) {
-  Function fn = attentionModule().function("attention_gqa_decode");
+  Function fn = avx512AttentionModule().function("attention_gqa_decode");
   std::string loops =
       fn.emit(Stage::Loops, {"1x1x32x128xf32", "1x512x8x128xf32", "1x512x8x128xf32", "f32"});
   auto count = [](const std::string &text, const std::string &what) {

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <llvm/ADT/StringMap.h>
+#include <llvm/TargetParser/Host.h>
 
 #include <cerrno>
 #include <cmath>
@@ -401,6 +403,46 @@ TEST(CliCompile, EmitAsmUsesVectorInstructions) {
   ToolResult byDefault = runTool(compileArgs({}));
   EXPECT_SUCCESS(byDefault);
   EXPECT_EQ(byDefault.out, r.out);
+}
+
+// --cpu generates code for another CPU, by LLVM's name: its LLVM IR and assembly print on any
+// host (16 lanes in zmm registers for an AVX-512 CPU, 8 in ymm for AVX2); an unknown name is an
+// error that lists the names LLVM knows.
+TEST(CliCompile, CpuPrintsAnotherCpusKernels) {
+  for (auto [cpu, lanes, reg] :
+       {std::tuple{"skylake-avx512", 16, "%zmm"}, std::tuple{"x86-64-v3", 8, "%ymm"}}) {
+    SCOPED_TRACE(cpu);
+    ToolResult ir = runTool(compileArgs({"--emit=llvm-opt", fmt::format("--cpu={}", cpu)}));
+    EXPECT_SUCCESS(ir);
+    EXPECT_THAT(ir.out, HasSubstr(fmt::format("<{} x float>", lanes)));
+    EXPECT_THAT(ir.out, HasSubstr(fmt::format("\"target-cpu\"=\"{}\"", cpu)));
+    ToolResult assembly = runTool(compileArgs({"--emit=asm", fmt::format("--cpu={}", cpu)}));
+    EXPECT_SUCCESS(assembly);
+    EXPECT_THAT(assembly.out, HasSubstr(reg));
+    if (lanes == 8)
+      EXPECT_THAT(assembly.out, Not(HasSubstr("%zmm")));
+  }
+  ToolResult unknown = runTool(compileArgs({"--emit=loops", "--cpu=bogus"}));
+  EXPECT_FAILURE(unknown);
+  EXPECT_THAT(unknown.err, HasSubstr("error: unknown CPU 'bogus' for x86_64"));
+  EXPECT_THAT(unknown.err, HasSubstr("skylake-avx512"));
+}
+
+// A kernel for a CPU whose features the host lacks is an error when run, naming them, not an
+// illegal instruction: Granite Rapids' AMX-FP16, which no host of ours has, unless this one does.
+TEST(CliRun, AKernelForFeaturesTheHostLacksIsAnError) {
+  ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--cpu=graniterapids",
+                          "--input=2x4xf32=" + joinValues(kX), "--input=4xf32=" + joinValues(kW),
+                          "--input=f32=1e-6"});
+  if (llvm::sys::getHostCPUFeatures().lookup("amx-fp16")) {
+    EXPECT_SUCCESS(r);
+    expectClose(parseResult(r.out, 0).values, rmsNormOracle(kX, kW, 2, 4, 1e-6));
+  } else {
+    EXPECT_FAILURE(r);
+    EXPECT_THAT(r.err, HasSubstr("error: kernels for CPU 'graniterapids' cannot run on this "
+                                 "host, which lacks "));
+    EXPECT_THAT(r.err, HasSubstr("amx-fp16"));
+  }
 }
 
 // FRANK_LLVM_PASSES puts another optimization pipeline in place of the kernel passes, to compare:
@@ -900,8 +942,8 @@ TEST(CliParts, SplitKernelsMatchTheOracleWholeAndFromDisk) {
 }
 
 // FRANK_PERF_MAP=1 names the JIT's functions for `perf report` in /tmp/perf-<pid>.map: the
-// kernel, the chunk of its parallel loops (the three expert projections share one: share-bodies)
-// and the nests outlined from it, at distinct addresses with non-zero sizes.
+// kernel, the chunks of its parallel loops (with AVX-512 the three expert projections share one:
+// share-bodies) and the nests outlined from it, at distinct addresses with non-zero sizes.
 TEST(CliParts, PerfMapNamesTheKernelsFunctions) {
   MoeBlockFiles files;
   std::string y = tempPath("moe_perf_y.npy");
@@ -930,7 +972,7 @@ TEST(CliParts, PerfMapNamesTheKernelsFunctions) {
     for (const std::string &name : names)
       ++(name.ends_with(".chunk") ? chunks : name.ends_with(".nest") ? nests : kernels);
     EXPECT_EQ(kernels, 1) << text;
-    EXPECT_EQ(chunks, 1) << text;
+    EXPECT_GE(chunks, 1) << text;
     EXPECT_GE(nests, 1) << text;
   }
 }

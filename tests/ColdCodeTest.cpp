@@ -38,8 +38,9 @@ std::map<std::string, bool> functionsWith(const std::string &ir, const std::stri
   return functions;
 }
 
+// The AVX-512 kernel, on any host.
 std::string moeBlock(Stage stage, int tokens) {
-  return context()
+  return avx512Context()
       .load(componentPath("moe/moe_ffn_block.mlir"))
       .function("moe_ffn_block")
       .emit(stage,

@@ -145,11 +145,19 @@ TEST(MaximumReduction, DoublesMatchIeeeBitForBit) {
 
 // The vectorized reduction's last step is an integer one: no expansion of `maximum` is left.
 TEST(MaximumReduction, HorizontalStepIsAnIntegerMaximum) {
-  Function fn =
-      context().loadString(reduction("arith.maximumf", "0xFF800000"), "reduce.mlir").function("f");
-  const std::string ir = fn.emit(Stage::OptimizedLLVM, {"64x128xf32"});
-  EXPECT_THAT(ir, testing::HasSubstr("call i32 @llvm.vector.reduce.smax.v16i32")) << ir;
-  EXPECT_THAT(ir, testing::Not(testing::HasSubstr("reduce.fmaximum"))) << ir;
+  for (auto [cpu, lanes] : {std::pair{kAvx512Cpu, 16}, std::pair{"x86-64-v3", 8}}) {
+    SCOPED_TRACE(cpu);
+    ContextOptions options;
+    options.cpu = cpu;
+    Context ctx(options);
+    Function fn =
+        ctx.loadString(reduction("arith.maximumf", "0xFF800000"), "reduce.mlir").function("f");
+    const std::string ir = fn.emit(Stage::OptimizedLLVM, {"64x128xf32"});
+    EXPECT_THAT(ir,
+                testing::HasSubstr(fmt::format("call i32 @llvm.vector.reduce.smax.v{}i32", lanes)))
+        << ir;
+    EXPECT_THAT(ir, testing::Not(testing::HasSubstr("reduce.fmaximum"))) << ir;
+  }
 }
 
 } // namespace

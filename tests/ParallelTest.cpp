@@ -1,6 +1,7 @@
 // The parallel runtime and parallel loops: every iteration runs exactly once, results do not
 // depend on the thread count, and concurrent callers are safe.
 #include "runtime/Parallel.h"
+#include "Engine.h"
 #include "TestSupport.h"
 #include "oracles/Oracles.h"
 
@@ -135,11 +136,14 @@ TEST(ParallelLoops, ResultsDoNotDependOnTheThreadCount) {
 
 // A matmul packs B's panels into the region of the chunk of its parallel loop (its chunk's
 // first iteration, `chunk from` in the loop IR): at every thread count, chunks of 1 to 8 n
-// blocks (without groups) or of 1 or 2 groups of 4, no two chunks share a region, and the
-// results are the same bits and the oracle's. The same with M a runtime value, whose 10 m blocks
-// pack part of the next pair's panel and leave the rest to after them.
+// blocks (without groups) or of 1 or 2 groups (of 4 n blocks with 16 lanes, 8 with 8), no two
+// chunks share a region, and the results are the same bits and the oracle's. The same with M a
+// runtime value, whose 10 m blocks pack part of the next pair's panel and leave the rest to after
+// them.
 TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
-  const int64_t m = 64, k = 2048, n = 512; // 8 n blocks of 4 vectors, k blocks, packed
+  // n blocks of 4 vectors (8 with 16 lanes, 16 with 8), k blocks, packed
+  const int64_t m = 64, k = 2048, n = 512;
+  const int64_t nBlocks = n / (4 * (jit::Engine::instance().target().vectorBits / 32));
   // Sums of 2048 products in float against the double oracle: 1e-4 relative.
   std::vector<float> x = oracle::randomFloats(m * k, 3), w = oracle::randomFloats(k * n, 4);
   std::vector<Arg> args{Tensor::borrow(x.data(), DType::F32, {m, k}),
@@ -156,7 +160,7 @@ TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
           matmul.emit(Stage::Loops, {runtimeM ? "?x2048xf32" : "64x2048xf32", "2048x512xf32"});
       EXPECT_THAT(loops, testing::ContainsRegex(fmt::format(
                              "for n_{} in 0..{} parallel\\(.*\\) chunk from pack_region",
-                             *config ? "block" : "group", *config ? 8 : 2)))
+                             *config ? "block" : "group", *config ? nBlocks : 2)))
           << loops;
       EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[\\(+pack_region \\*")) << loops;
       std::vector<Tensor> results;

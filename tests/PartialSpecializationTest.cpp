@@ -395,8 +395,9 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
   // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it;
   // and for one token (a decode step) the choices of each row as lanes, as the specialized
-  // kernel does: the kernel branches on the token count, each branch checking the ids.
-  std::string moe = context()
+  // kernel does: the kernel branches on the token count, each branch checking the ids. The
+  // AVX-512 kernel, on any host.
+  std::string moe = avx512Context()
                         .load(componentPath("moe/mul_mat_id.mlir"))
                         .function("mul_mat_id")
                         .emit(Stage::Loops, {"64x2048x8xf32", "2048x2x?xf32", "2x?xi32"});
@@ -460,8 +461,7 @@ TEST(Partial, AnOverrideTheStreamRejectsKeepsTheTilesAlone) {
       ctx.load(componentPath("linear/matmul.mlir")).function("matmul").withRuntimeDims({{"x", 0}});
   std::string loops = fn.emit(Stage::Loops, {"?x512xf32", "512x512xf32"});
   EXPECT_EQ(loops.find("contraction.stream"), std::string::npos) << loops;
-  EXPECT_NE(loops.find("contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes="), std::string::npos)
-      << loops;
+  EXPECT_NE(loops.find("contraction.outer m=d0 n=d1 k=d2 tile="), std::string::npos) << loops;
   EXPECT_NE(loops.find(" k-block=128"), std::string::npos) << loops;
   const int64_t k = 512, n = 512;
   std::vector<float> w = oracle::randomFloats(k * n, 61, -0.1f, 0.1f);

@@ -147,11 +147,12 @@ TEST(ShareBodies, LoopsInsideOtherStatementsShare) {
   EXPECT_EQ(count(ir, ".chunk("), 1) << ir;
 }
 
-// The MoE block at 32 tokens: the gate and up projections read other weights into other
-// outputs and compile as one chunk; the down projection, whose packed input passes a quarter of
-// L2, runs in k blocks, another nest (MoeBlockTest checks the results).
+// The MoE block at 32 tokens, AVX-512 kernel: the gate and up projections read other weights
+// into other outputs and compile as one chunk; the down projection, whose packed input passes a
+// quarter of L2, runs in k blocks, another nest (MoeBlockTest checks the results).
 TEST(ShareBodies, MoeBlockProjectionsShareOneChunk) {
-  Function fn = context().load(componentPath("moe/moe_ffn_block.mlir")).function("moe_ffn_block");
+  Function fn =
+      avx512Context().load(componentPath("moe/moe_ffn_block.mlir")).function("moe_ffn_block");
   const std::vector<std::string> shapes = {
       "32x1024xf32", "8x1024xf32", "3584x1024x8xf32", "3584x1024x8xf32", "1024x3584x8xf32",
       "index=8",     "index=2",    "index=1024",      "index=3584",      "i1=1"};

@@ -619,11 +619,19 @@ TEST(Strategy, EmptyNestsLowerToLlvm) {
         << fmt::format("{}", fmt::join(types, ", "));
 }
 
-// The choices the host's target leads to (the golden tests above pin both targets without a JIT).
-TEST(Strategy, LoopIrNamesEachNestsStrategy) {
-  const bool wide = jit::Engine::instance().target().vectorBits == 512;
+// The choices each target leads to in the loop IR, on any host (the golden tests above pin both
+// targets without a JIT).
+void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
+  const bool wide = jit::Engine::forCpu(cpu).target().vectorBits == 512;
+  // A context for `cpu` with `--config=` text `config`.
+  auto contextFor = [&](std::string config) {
+    ContextOptions options = withConfig(std::move(config));
+    options.cpu = cpu;
+    return std::make_unique<Context>(options);
+  };
+  std::unique_ptr<Context> plain = contextFor("");
   const int lanes = wide ? 16 : 8;
-  Module attention = context().load(componentPath("attention/attention_gqa.mlir"));
+  Module attention = plain->load(componentPath("attention/attention_gqa.mlir"));
   std::string loops =
       attention.function("attention_gqa")
           .emit(Stage::Loops, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
@@ -646,9 +654,9 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // (Per chunk of 256 keys, d0, and KV head, d1: generalize-attention splits the keys.)
   EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d2 n=d3 k=d4 tile=4x"));
   EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4 blocks-outside=d1\n"));
-  // P V's keys in blocks of 16, each over every KV head.
-  EXPECT_THAT(decode, testing::HasSubstr(" k-block=16 blocks-outside=d1\n"));
   if (wide) {
+    // P V's keys in blocks of 16, each over every KV head.
+    EXPECT_THAT(decode, testing::HasSubstr(" k-block=16 blocks-outside=d1\n"));
     EXPECT_THAT(decode,
                 testing::ContainsRegex("for k_block_[0-9]+ in 0\\.\\.16 \\{\n *for d1_[0-9]+ "
                                        "in 0\\.\\.8 \\{\n *for n_block_[0-9]+ in 0\\.\\.2 "));
@@ -670,7 +678,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(decode, testing::HasSubstr(fmt::format(": f32x{0} = broadcast<{0}>(0f)\n", lanes)));
   EXPECT_THAT(decode, testing::HasSubstr(" + reduce_add(acc_"));
 
-  Module linear = context().load(componentPath("linear/matmul.mlir"));
+  Module linear = plain->load(componentPath("linear/matmul.mlir"));
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
                                              : "// pack this block's 128x32 panel of '%w'"));
@@ -683,10 +691,10 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                          "pack_region {{\n",
                          wide ? 8 : 16)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         "    for kn_pair in 0..128 {{\n      let k_block: index = (kn_pair / 8)\n"
+                         "    for kn_pair in 0..{} {{\n      let k_block: index = (kn_pair / 8)\n"
                          "      let n_block: index = ((n_group * 8) + remui(kn_pair, 8))\n"
                          "      for m_block in 0..{} {{\n",
-                         wide ? 21 : 64)));
+                         wide ? 128 : 256, wide ? 21 : 64)));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[2097152]"
                                              : "temp packed_w: f32[1048576]"));
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 16 rows of the next pair's panel\n"
@@ -731,8 +739,8 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // at 64 and 60 tokens. With 16 lanes a vector holds 16 slots, and a step takes two k: each
   // row's 8 experts at either k, a vector of 8 each, permuted into the slots' 16 lanes by the
   // same vector of their experts.
-  Context ranks(withConfig("pipeline=contraction.ranks"));
-  Module moe = ranks.load(componentPath("moe/mul_mat_id.mlir"));
+  std::unique_ptr<Context> ranks = contextFor("pipeline=contraction.ranks");
+  Module moe = ranks->load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
   const std::string ranksTile = wide ? "4x4" : "4x2", nr = wide ? "4" : "2";
@@ -780,18 +788,26 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                                      : "prefetch weights[((minsi(((m_block * 4) + 4), 60) "
                                        "* 256) + (((remui(rank_block, 2) * 32) + d3) * 16))]"));
   EXPECT_EQ(count(loops, "prefetch weights["), wide ? 2 : 1) << loops;
-  // At 60 tokens the 120 pairs take 128 slots: the slots' experts and input go to temporaries,
-  // 0 in the padding, and each pair's sum is read back from its slot.
-  loops = moe.function("mul_mat_id").emit(Stage::Loops, {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
+  // At 60 tokens the 120 pairs take 128 slots with 16 lanes (with 8 they are 15 vectors, and
+  // tiles of 2x3 take them in place; at 62 the 124 pairs take 128): the slots' experts and input
+  // go to temporaries, 0 in the padding, and each pair's sum is read back from its slot.
+  const int padded = wide ? 60 : 62, pairs = 2 * padded;
+  const std::vector<std::string> tPadded = {"64x32x8xf32", fmt::format("32x2x{}xf32", padded),
+                                            fmt::format("2x{}xi32", padded)};
+  loops = moe.function("mul_mat_id").emit(Stage::Loops, tPadded);
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": contraction.ranks m=d0 n=- k=d3 tile={} lanes={}: each slot's choice "
                          "and input\n",
                          ranksTile, lanes)));
-  EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(d2 + (d1 * 60))] = ids[(d2 + (d1 * 60))]"));
-  EXPECT_THAT(loops, testing::HasSubstr("slot_choice[(120 + j)] = 0:i32"));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (d2 + (d1 * 60)))] = "
-                                        "input[((d2 + (d1 * 60)) + (d3 * 120))]"));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * 128) + (120 + j))] = 0f"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "slot_choice[(d2 + (d1 * {0}))] = ids[(d2 + (d1 * {0}))]", padded)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("slot_choice[({} + j)] = 0:i32", pairs)));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("packed_input[((d3 * 128) + (d2 + (d1 * {0})))] = "
+                                             "input[((d2 + (d1 * {0})) + (d3 * {1}))]",
+                                             padded, pairs)));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("packed_input[((d3 * 128) + ({} + j))] = 0f", pairs)));
   EXPECT_THAT(loops, testing::HasSubstr(
                          fmt::format("let lanes: i{} = slot_choice{}", vec.substr(1), at(slot))));
   EXPECT_THAT(loops,
@@ -805,8 +821,8 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   // same block, row after row.
   // The loop IR of mul_mat_id under a --config override, at t64 unless told.
   auto configuredLoops = [&](const char *config, std::vector<std::string> shapes = {}) {
-    Context configured(withConfig(config));
-    return configured.load(componentPath("moe/mul_mat_id.mlir"))
+    return contextFor(config)
+        ->load(componentPath("moe/mul_mat_id.mlir"))
         .function("mul_mat_id")
         .emit(Stage::Loops, shapes.empty() ? t64 : shapes);
   };
@@ -830,7 +846,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
                          "4) + 4), 60) + divui(((remui(rank_block, 2) * 16) + d3), "
                          "8)) * 256) + (k_block * 128)) + (remui(((remui(rank_block, "
                          "2) * 16) + d3), 8) * 16))]"));
-  loops = configuredLoops("pipeline=contraction.ranks,k-block=16", {"64x32x8xf32", "32x2x60xf32", "2x60xi32"});
+  loops = configuredLoops("pipeline=contraction.ranks,k-block=16", tPadded);
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": {0} = select(broadcast<{1}>(cmp.eq(k_block, 0)), broadcast<{1}>(0f), "
                          "by_slot[(((((m_part * 2) + m_block) * ",
@@ -848,8 +864,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_input: f32["));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = (broadcast<{0}>(t_", lanes)));
   // At T = 1 every expert of a row is computed, the experts being the lanes.
-  loops = context()
-              .load(componentPath("moe/mul_mat_id.mlir"))
+  loops = plain->load(componentPath("moe/mul_mat_id.mlir"))
               .function("mul_mat_id")
               .emit(Stage::Loops, {"64x32x8xf32", "32x2x1xf32", "2x1xi32"});
   EXPECT_THAT(loops, testing::HasSubstr("check cmp.ult(index_cast<index>(ids[choice]), 8)"));
@@ -861,7 +876,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
 
   // rope: sin and cos vary with position and pair, not head: each is a table of S x D/2 computed
   // before the nest; the pair's two elements are unrolled so the pairs vectorize.
-  Module rope = context().load(componentPath("position/rope.mlir"));
+  Module rope = plain->load(componentPath("position/rope.mlir"));
   loops = rope.function("rope").emit(Stage::Loops,
                                      {"1x128x32x128xf32", "1x128xi64", "f32=10000", "f32=1"});
   EXPECT_THAT(loops, testing::HasSubstr("// 'math.cos' varies with 3 of the nest's 5 dims: a "
@@ -871,7 +886,7 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
   EXPECT_THAT(loops, testing::HasSubstr("= cmp.eq(1, 0)"));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("for d4 in 0..2")));
 
-  Module rms = context().load(componentPath("normalization/rms_norm.mlir"));
+  Module rms = plain->load(componentPath("normalization/rms_norm.mlir"));
   loops = rms.function("rms_norm_linalg").emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"});
   EXPECT_THAT(loops, testing::HasSubstr(": row-reduction\n"));
   EXPECT_THAT(loops, testing::HasSubstr(": elementwise\n"));
@@ -880,6 +895,11 @@ TEST(Strategy, LoopIrNamesEachNestsStrategy) {
               .emit(Stage::Loops, {"32x4096xf32", "4096xf32", "f32"}, Mode::Generic);
   EXPECT_THAT(loops, testing::HasSubstr("loops (its extents are runtime values)"));
 }
+
+TEST(Strategy, LoopIrNamesEachNestsStrategyAvx512) {
+  checkLoopIrNamesEachNestsStrategy(kAvx512Cpu);
+}
+TEST(Strategy, LoopIrNamesEachNestsStrategyAvx2) { checkLoopIrNamesEachNestsStrategy("x86-64-v3"); }
 
 } // namespace
 } // namespace frank::test

@@ -19,6 +19,20 @@ inline Context &context() {
   return ctx;
 }
 
+/// The AVX-512 CPU the tests of AVX-512 kernels' loop IR and LLVM IR generate code for, whatever
+/// the host (the kernels run only where it has AVX-512).
+inline constexpr const char *kAvx512Cpu = "skylake-avx512";
+
+/// A context that generates code for kAvx512Cpu.
+inline Context &avx512Context() {
+  static Context ctx([] {
+    ContextOptions options;
+    options.cpu = kAvx512Cpu;
+    return options;
+  }());
+  return ctx;
+}
+
 /// Options whose `--config=` text is `config`.
 inline ContextOptions withConfig(std::string config) {
   ContextOptions options;

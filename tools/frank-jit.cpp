@@ -110,10 +110,19 @@ cl::opt<bool> noDiskCache("no-disk-cache",
                           cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
                           cl::cat(category));
 
+cl::opt<std::string>
+    cpu("cpu",
+        cl::desc("Generate code for this CPU, by LLVM's name (skylake-avx512, znver3, "
+                 "x86-64-v3; default: the host). Kernels that need features the host lacks can "
+                 "be printed but not run"),
+        cl::value_desc("name"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+        cl::cat(category));
+
 ContextOptions contextOptions() {
   ContextOptions options;
   options.boundsChecks = boundsChecks;
   options.loweringConfig = loweringConfig;
+  options.cpu = cpu;
   if (noDiskCache)
     options.diskCache = false;
   return options;
