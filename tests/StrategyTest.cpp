@@ -654,6 +654,13 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   // (Per chunk of 256 keys, d0, and KV head, d1: generalize-attention splits the keys.)
   EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d2 n=d3 k=d4 tile=4x"));
   EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4 blocks-outside=d1\n"));
+  // P V's V, 128 KiB a KV head and chunk of keys, read in place: its two m blocks (with 8 lanes)
+  // find it in L2.
+  EXPECT_THAT(decode, testing::Not(testing::HasSubstr(": contraction.outer m=d2 n=d3 k=d4 tile=2x4 "
+                                                      "lanes=8 k-block=128 pack=#1")));
+  if (!wide)
+    EXPECT_THAT(decode,
+                testing::HasSubstr(": contraction.outer m=d2 n=d3 k=d4 tile=2x4 lanes=8\n"));
   if (wide) {
     // P V's keys in blocks of 16, each over every KV head.
     EXPECT_THAT(decode, testing::HasSubstr(" k-block=16 blocks-outside=d1\n"));

@@ -705,13 +705,20 @@ int64_t panelRowBytes(const NestShape &nest, const Strategy &s) {
 // panel of its V per chunk of keys) runs 0.147 ms without packing V and 0.169 ms packing it. In k
 // blocks, each packed between the previous one's tiles (LowerToLoops), 2 m blocks pay: matmuls
 // by 4096x4096 on the 2-core Xeon with 6x4 tiles, B warm, 12 rows 3.71 -> 2.71 ms, 16 rows 5.86
-// -> 3.06, 20 rows 3.34 (`frank-jit bench`, medians of 5).
+// -> 3.06, 20 rows 3.34 (`frank-jit bench`, medians of 5). Not when B fits in L2, where the
+// second m block finds it: attention at decode on a Zen 3 (S6; P·V's V 128 KiB per head and
+// chunk of keys, 2 m blocks of 2x4 tiles) ran 167-184 µs packing V in k blocks of 128 and
+// 143-144 without, V read in place (three alternating rounds of `frank-jit bench`).
+constexpr int64_t kTwoBlocksPackBytes = 512 << 10;
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
   if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 || !constantBesidesM(nest, s.dimM))
     return false;
   const int64_t mBlocks = extentOr1(nest, s.dimM) / s.tileM;
+  const int64_t bBytes =
+      saturatingMul(saturatingMul(nest.extents[s.dimK], nest.extents[s.dimN]), nest.elemBits / 8);
   return mBlocks >= 4 ||
-         (mBlocks >= 2 && nest.extents[s.dimK] * panelRowBytes(nest, s) > panelBudget(s));
+         (mBlocks >= 2 && nest.extents[s.dimK] * panelRowBytes(nest, s) > panelBudget(s) &&
+          bBytes > kTwoBlocksPackBytes);
 }
 
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) within
