@@ -187,27 +187,28 @@ TEST(Codegen, AddressesAreSummedOneLoopAtATime) {
 // one vpermps per rank and row (4x2 tile with AVX2's 16 registers: 8; with AVX-512's, a 4x4
 // tile of two k steps: 32), where a permute lane by lane would be 8 or 16 extracts and inserts
 // each. With two k steps each k's 8 choices are a vector of their own, spread over the 16
-// slots' lanes by the permute itself: widening them takes no instruction.
+// slots' lanes by the permute itself: widening them takes no instruction. Both targets, on any
+// host.
 TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
-  if (jit::Engine::instance().cpuFeatures().find("+avx2") == std::string::npos)
-    GTEST_SKIP() << "this host has no AVX2, whose vpermps the permute becomes";
-  std::string loops = mulMatIdIr(Stage::Loops);
-  std::smatch tile;
-  ASSERT_TRUE(std::regex_search(
-      loops, tile,
-      std::regex("contraction.ranks m=d0 n=- k=d3 tile=([0-9]+)x([0-9]+) lanes=(8|16)")))
-      << loops;
-  // With 16 lanes, a step takes two k, permuting each row's two vectors for each of its slots'.
-  const bool twoSteps = tile[3] == "16";
-  int permutes = std::stoi(tile[1]) * std::stoi(tile[2]) * (twoSteps ? 2 : 1);
-  EXPECT_EQ(permutes, jit::Engine::instance().target().vectorRegisters == 32 ? 32 : 8) << loops;
-  EXPECT_EQ(twoSteps, jit::Engine::instance().target().vectorBits == 512) << loops;
-  EXPECT_EQ(count(loops, "permute("), permutes) << loops;
-  std::string assembly = mulMatIdIr(Stage::Assembly);
-  // The 512-bit permute may come out in the integer domain (vpermd), which does the same.
-  EXPECT_EQ(count(assembly, "vpermps") + count(assembly, "vpermd"), permutes) << assembly;
-  EXPECT_EQ(count(assembly, "vinsertps"), 0) << assembly;
-  EXPECT_EQ(count(assembly, "vinsertf"), 0) << assembly;
+  for (auto [cpu, wide] : {std::pair{kAvx512Cpu, true}, std::pair{"x86-64-v3", false}}) {
+    SCOPED_TRACE(cpu);
+    ContextOptions options = withConfig("pipeline=contraction.ranks");
+    options.cpu = cpu;
+    Function fn =
+        Context(options).load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+    const std::vector<std::string> types = {"64x32x8xf32", "32x2x32xf32", "2x32xi32"};
+    std::string loops = fn.emit(Stage::Loops, types);
+    const std::string tile = wide ? "tile=4x4 lanes=16" : "tile=4x2 lanes=8";
+    EXPECT_THAT(loops, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 " + tile)) << loops;
+    // With 16 lanes, a step takes two k, permuting each row's two vectors for each of its slots'.
+    const int permutes = wide ? 32 : 8;
+    EXPECT_EQ(count(loops, "permute("), permutes) << loops;
+    std::string assembly = fn.emit(Stage::Assembly, types);
+    // The 512-bit permute may come out in the integer domain (vpermd), which does the same.
+    EXPECT_EQ(count(assembly, "vpermps") + count(assembly, "vpermd"), permutes) << assembly;
+    EXPECT_EQ(count(assembly, "vinsertps"), 0) << assembly;
+    EXPECT_EQ(count(assembly, "vinsertf"), 0) << assembly;
+  }
 }
 
 // Permute: lane i of the result is lane indices[i] of the vector, repeats allowed, both as one
