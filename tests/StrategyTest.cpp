@@ -623,11 +623,8 @@ TEST(Strategy, EmptyNestsLowerToLlvm) {
 // targets without a JIT).
 void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   const bool wide = jit::Engine::forCpu(cpu).target().vectorBits == 512;
-  // A context for `cpu` with `--config=` text `config`.
   auto contextFor = [&](std::string config) {
-    ContextOptions options = withConfig(std::move(config));
-    options.cpu = cpu;
-    return std::make_unique<Context>(options);
+    return std::make_unique<Context>(forCpu(cpu, std::move(config)));
   };
   std::unique_ptr<Context> plain = contextFor("");
   const int lanes = wide ? 16 : 8;
@@ -906,7 +903,7 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
 TEST(Strategy, LoopIrNamesEachNestsStrategyAvx512) {
   checkLoopIrNamesEachNestsStrategy(kAvx512Cpu);
 }
-TEST(Strategy, LoopIrNamesEachNestsStrategyAvx2) { checkLoopIrNamesEachNestsStrategy("x86-64-v3"); }
+TEST(Strategy, LoopIrNamesEachNestsStrategyAvx2) { checkLoopIrNamesEachNestsStrategy(kAvx2Cpu); }
 
 } // namespace
 } // namespace frank::test

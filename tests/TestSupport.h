@@ -19,25 +19,29 @@ inline Context &context() {
   return ctx;
 }
 
-/// The AVX-512 CPU the tests of AVX-512 kernels' loop IR and LLVM IR generate code for, whatever
-/// the host (the kernels run only where it has AVX-512).
+/// The CPUs the tests of each target's loop IR, LLVM IR and assembly generate code for, whatever
+/// the host (the kernels run only where it has their features).
 inline constexpr const char *kAvx512Cpu = "skylake-avx512";
-
-/// A context that generates code for kAvx512Cpu.
-inline Context &avx512Context() {
-  static Context ctx([] {
-    ContextOptions options;
-    options.cpu = kAvx512Cpu;
-    return options;
-  }());
-  return ctx;
-}
+inline constexpr const char *kAvx2Cpu = "x86-64-v3";
 
 /// Options whose `--config=` text is `config`.
 inline ContextOptions withConfig(std::string config) {
   ContextOptions options;
   options.loweringConfig = std::move(config);
   return options;
+}
+
+/// Options that generate code for `cpu`, with `--config=` text `config`.
+inline ContextOptions forCpu(std::string cpu, std::string config = {}) {
+  ContextOptions options = withConfig(std::move(config));
+  options.cpu = std::move(cpu);
+  return options;
+}
+
+/// A context that generates code for kAvx512Cpu.
+inline Context &avx512Context() {
+  static Context ctx(forCpu(kAvx512Cpu));
+  return ctx;
 }
 
 inline std::string modeName(Mode m) { return m == Mode::Specialized ? "specialized" : "generic"; }
