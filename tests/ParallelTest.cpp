@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <regex>
 #include <thread>
 
 namespace frank::test {
@@ -136,14 +137,13 @@ TEST(ParallelLoops, ResultsDoNotDependOnTheThreadCount) {
 
 // A matmul packs B's panels into the region of the chunk of its parallel loop (its chunk's
 // first iteration, `chunk from` in the loop IR): at every thread count, chunks of 1 to 8 n
-// blocks (without groups) or of 1 or 2 groups (of 4 n blocks with 16 lanes, 8 with 8), no two
-// chunks share a region, and the results are the same bits and the oracle's. The same with M a
-// runtime value, whose 10 m blocks pack part of the next pair's panel and leave the rest to after
-// them.
+// blocks (without groups) or of 1 or 2 groups of them, no two chunks share a region, and the
+// results are the same bits and the oracle's. The same with M a runtime value, whose m blocks
+// pack part of the next pair's panel and leave the rest to after them.
 TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
-  // n blocks of 4 vectors (8 with 16 lanes, 16 with 8), k blocks, packed
+  // k blocks, packed; n blocks of as many vectors as the host's tile takes (4 of 16 lanes, 2
+  // of 8), in groups of 8
   const int64_t m = 64, k = 2048, n = 512;
-  const int64_t nBlocks = n / (4 * (jit::Engine::instance().target().vectorBits / 32));
   // Sums of 2048 products in float against the double oracle: 1e-4 relative.
   std::vector<float> x = oracle::randomFloats(m * k, 3), w = oracle::randomFloats(k * n, 4);
   std::vector<Arg> args{Tensor::borrow(x.data(), DType::F32, {m, k}),
@@ -158,10 +158,24 @@ TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
         matmul = matmul.withRuntimeDims({{"x", 0}});
       std::string loops =
           matmul.emit(Stage::Loops, {runtimeM ? "?x2048xf32" : "64x2048xf32", "2048x512xf32"});
-      EXPECT_THAT(loops, testing::ContainsRegex(fmt::format(
-                             "for n_{} in 0..{} parallel\\(.*\\) chunk from pack_region",
-                             *config ? "block" : "group", *config ? nBlocks : 2)))
+      // The n blocks (of the tile's vectors) and their groups, as the strategy printed them.
+      std::smatch tile, group;
+      ASSERT_TRUE(std::regex_search(
+          loops, tile, std::regex("contraction\\.outer .* tile=[0-9]+x([0-9]+) lanes=([0-9]+)")))
           << loops;
+      const int64_t nBlocks = n / (std::stoi(tile[1]) * std::stoi(tile[2]));
+      if (*config) {
+        EXPECT_THAT(loops,
+                    testing::ContainsRegex(fmt::format(
+                        "for n_block in 0..{} parallel\\(.*\\) chunk from pack_region", nBlocks)))
+            << loops;
+      } else {
+        ASSERT_TRUE(std::regex_search(loops, group, std::regex(" n-group=([0-9]+)"))) << loops;
+        EXPECT_THAT(loops, testing::ContainsRegex(fmt::format(
+                               "for n_group in 0..{} parallel\\(.*\\) chunk from pack_region",
+                               nBlocks / std::stoi(group[1]))))
+            << loops;
+      }
       EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[\\(+pack_region \\*")) << loops;
       std::vector<Tensor> results;
       for (int threads : {1, 2, 3, 5, 8}) {

@@ -354,9 +354,9 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(loops.find("for m_left in 0..(dims[0] - ((dims[0] / "), std::string::npos) << loops;
   // K and N are constants: the panels of W are packed once for every m block and leftover row.
   EXPECT_NE(loops.find("pack this block's"), std::string::npos) << loops;
-  // With 256 columns and 768 rows of W the n blocks run in groups, the k blocks outside each
+  // With 256 columns and 2048 rows of W the n blocks run in groups, the k blocks outside each
   // group's n blocks, and the rows of the next pair's panel the m blocks left are packed after.
-  std::string grouped = matmul.emit(Stage::Loops, {"?x768xf32", "768x256xf32"});
+  std::string grouped = matmul.emit(Stage::Loops, {"?x2048xf32", "2048x256xf32"});
   EXPECT_NE(grouped.find(" n-group="), std::string::npos) << grouped;
   EXPECT_NE(grouped.find("for kn_pair in 0.."), std::string::npos) << grouped;
   EXPECT_NE(grouped.find("// pack the rest of the next pair's panel"), std::string::npos)

@@ -65,11 +65,12 @@ std::string choose(const NestShape &nest, Target target = Target::avx2(),
 }
 
 TEST(Strategy, GoldenContractions) {
-  // S7 on AVX2: 16 registers; B's rows are 16 KiB apart, so it is packed; a 2-row tile reads
-  // its panel faster than L2 delivers it, so k blocks keep the panel in 16 KiB of L1. The k
-  // blocks run outside groups of 8 n blocks (a k block of A serves them from L2).
+  // S7 on AVX2: 16 registers, of which a panel streaming from L2 for many m blocks takes the
+  // most FMAs per load (6x2); B's rows are 16 KiB apart, so it is packed; k blocks of 256 keep
+  // A's slice of all 128 rows in 128 KiB of L2. The k blocks run outside groups of 8 n blocks
+  // (a k block of A serves them from L2).
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=8");
   // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it: to 6x4
   // by FMAs per load. Its panel (64 KiB) streams from L2 for every m block, so the 6 rows stay,
   // with a 2x4 tile for the 2 rows left over.
@@ -80,9 +81,9 @@ TEST(Strategy, GoldenContractions) {
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512(), "n-group=32"),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=32");
-  // The largest of 8, 4 and 2 that leaves two groups: 2 of 4 n blocks; none of 2.
+  // The largest of 8, 4 and 2 that leaves two groups: 4 of 8 n blocks; none of 2.
   EXPECT_EQ(choose(matmulNest(128, 4096, 128)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=2");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=4");
   EXPECT_EQ(choose(matmulNest(128, 4096, 128), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");
   // A k of 128 (32 KiB panels, read from L1) shrinks the rows to a size that divides them and
@@ -118,14 +119,16 @@ TEST(Strategy, GoldenContractions) {
       "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
   // Rows that neither the tile nor one down to two thirds of its rows divides go to a leftover
   // tile. The whole panel (512 x 32 floats, 64 KiB) would fit L2, but a 2-row tile keeps its
-  // panel in 16 KiB of L1.
+  // panel in 32 KiB of L1. (A 6x2 tile's whole panel, 32 KiB, would stay in L1, where the
+  // broadcasts of 6 rows cost more.)
   EXPECT_EQ(choose(matmulNest(37, 512, 128)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=2");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=2");
   // Packing pays from 4 m blocks on, or from 2 when B takes k blocks (each k block's panel
-  // packed between the tiles of the one before): 8 rows in 2x4 tiles pack B, 12 rows in 6x4
-  // tiles (2 blocks) a B of 4096 rows but not one of 128 (a single panel).
+  // packed between the tiles of the one before): 8 rows in 2x4 tiles (a 6x2 tile would leave
+  // one m block) pack B, 12 rows in 6x4 tiles (2 blocks) a B of 4096 rows but not one of 128
+  // (a single panel).
   EXPECT_EQ(choose(matmulNest(8, 4096, 1024)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=8");
   EXPECT_EQ(choose(matmulNest(8, 128, 1024)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1");
   EXPECT_EQ(choose(matmulNest(12, 4096, 1024), Target::avx512(), "pipeline=contraction.outer"),
@@ -138,7 +141,7 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(matmulNest(6, 4096, 4096)),
             "contraction.stream m=d0 n=d1 k=d2 tile=4x2 lanes=8 split=k");
   EXPECT_EQ(choose(matmulNest(7, 4096, 4096)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=8");
   EXPECT_EQ(choose(matmulNest(12, 4096, 4096), Target::avx512()),
             "contraction.stream m=d0 n=d1 k=d2 tile=8x2 lanes=16 split=k prefetch=1");
   EXPECT_EQ(choose(matmulNest(13, 4096, 4096), Target::avx512()),
@@ -182,7 +185,7 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(transposedNest(4, 128, 512), Target::avx2(), "prefetch=3"),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=3");
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "prefetch=3"),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=8");
   // Q K^T at decode over every KV head, dims (head, query, key, d): along the heads K is read
   // 512 bytes apart, more closely than along the keys (4 KiB), so the n blocks run outside the
   // heads and each block of keys reads whole rows of [S, Hkv, D]. Two m blocks, K stored
@@ -477,11 +480,12 @@ NestShape withRuntime(NestShape nest, std::vector<bool> runtime) {
 TEST(Strategy, RuntimeExtents) {
   const int64_t r = loops::kNominalExtent;
   // Token count as M: the S7 tile, k blocks, packing and groups of n blocks (a runtime m counts
-  // as its nominal m blocks, which pack the next pair's panel between them).
+  // as its nominal m blocks, which pack the next pair's panel between them, and its nominal 256
+  // rows keep A's slice in 128 KiB with k blocks of 128).
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=128 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=128 pack=#1 n-group=8");
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false}), Target::avx512()),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=128 pack=#1 n-group=8");
   // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
   EXPECT_EQ(choose(withRuntime(matmulNest(4, r, 128), {false, false, true}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16");
@@ -576,7 +580,7 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("n-group=-2", mm), testing::HasSubstr("not a non-negative integer"));
   EXPECT_THAT(error("n-group=3", mm), testing::HasSubstr("a group that divides its 8 n blocks"));
   EXPECT_THAT(error("n-group=2", matmulNest(6, 128, 1024)), testing::HasSubstr("n-group=2 needs"));
-  EXPECT_EQ(error("n-group=2", mm), "no error");
+  EXPECT_EQ(error("k-block=128,n-group=2", mm), "no error");
   // Only the reasons of the pipelines tried: a leading "; " was outer's empty one.
   EXPECT_THAT(error("pipeline=contraction.dot", mm),
               testing::HasSubstr("pipeline contraction.dot does not apply: no reduction dim"));
@@ -685,35 +689,27 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   Module linear = plain->load(componentPath("linear/matmul.mlir"));
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
-                                             : "// pack this block's 128x32 panel of '%w'"));
+                                             : "// pack this block's 256x16 panel of '%w'"));
   // Groups of 8 n blocks, the parallel loop; in each, the (k block, n block) pairs, k blocks
   // outside. Two panel slots per chunk of groups: the m blocks pack the next pair's panel into
-  // the other, a chunk of rows after each tile, prefetched before it (wide: 21 tiles of 6 rows,
-  // the first 16 of them 16 rows a chunk; narrow: 64 tiles of 2 rows, 2 rows a chunk).
+  // the other, a chunk of rows after each tile, prefetched before it: 21 tiles of 6 rows (6x4
+  // wide, 6x2 narrow), the first 16 of them 16 rows a chunk, in k blocks of 256.
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          "  for n_group in 0..{} parallel(chunks of at least 1) chunk from "
                          "pack_region {{\n",
-                         wide ? 8 : 16)));
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         "    for kn_pair in 0..{} {{\n      let k_block: index = (kn_pair / 8)\n"
-                         "      let n_block: index = ((n_group * 8) + remui(kn_pair, 8))\n"
-                         "      for m_block in 0..{} {{\n",
-                         wide ? 128 : 256, wide ? 21 : 64)));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "temp packed_w: f32[2097152]"
-                                             : "temp packed_w: f32[1048576]"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "// prefetch 16 rows of the next pair's panel\n"
-                                             : "// prefetch 2 rows of the next pair's panel\n"));
-  EXPECT_THAT(loops, testing::HasSubstr(wide ? "if andi(cmp.slt((kn_pair + 1), 128), "
-                                               "cmp.slt(m_block, 16)) {\n"
-                                             : "if andi(cmp.slt((kn_pair + 1), 256), "
-                                               "cmp.slt(m_block, 64)) {\n"));
+                         wide ? 8 : 32)));
   EXPECT_THAT(loops, testing::HasSubstr(
-                         wide ? "prefetch w[((((n_group * 8) + remui((kn_pair + 1), 8)) * 64) + "
-                                "(((((kn_pair + 1) / 8) * 256) + ((m_block * 16) + row_1)) * "
-                                "4096))]\n"
-                              : "prefetch w[((((n_group * 8) + remui((kn_pair + 1), 8)) * 32) + "
-                                "(((((kn_pair + 1) / 8) * 128) + ((m_block * 2) + row_1)) * "
-                                "4096))]\n"));
+                         "    for kn_pair in 0..128 {\n      let k_block: index = (kn_pair / 8)\n"
+                         "      let n_block: index = ((n_group * 8) + remui(kn_pair, 8))\n"
+                         "      for m_block in 0..21 {\n"));
+  EXPECT_THAT(loops, testing::HasSubstr("temp packed_w: f32[2097152]"));
+  EXPECT_THAT(loops, testing::HasSubstr("// prefetch 16 rows of the next pair's panel\n"));
+  EXPECT_THAT(loops, testing::HasSubstr("if andi(cmp.slt((kn_pair + 1), 128), "
+                                        "cmp.slt(m_block, 16)) {\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "prefetch w[((((n_group * 8) + remui((kn_pair + 1), 8)) * {}) + "
+                         "(((((kn_pair + 1) / 8) * 256) + ((m_block * 16) + row_1)) * 4096))]\n",
+                         wide ? 64 : 16)));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
   // One prefetch per row of the panel, its first line.
   EXPECT_EQ(count(loops, "prefetch w["), 1) << loops;

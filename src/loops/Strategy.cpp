@@ -228,13 +228,19 @@ bool constantBesidesM(const NestShape &nest, int dimM) {
 // (attention's, k of 128: 32 KiB) stays in L1, and the rows shrink to a size that divides them: the
 // leftover tile would cost more than it saves (S5 0.98-0.99 ms with 4x4 against 1.02-1.03 with 6x4
 // on the Xeon).
-void divideRowsUnlessPanelStreams(const NestShape &nest, Strategy &s) {
-  if (s.pipeline != Pipeline::ContractionOuter)
-    return;
+void divideRowsUnlessPanelStreams(const NestShape &nest, Strategy &s);
+
+// Whether the tile's B panel (its k block, or all of k, by NR vectors) is larger than L1, and
+// so comes from L2 again for every m block. A runtime k counts as short.
+bool panelStreams(const NestShape &nest, const Strategy &s) {
   const int64_t panelK = s.blockK ? s.blockK : s.dimK >= 0 ? extentOr1(nest, s.dimK) : 1;
   const int64_t panelBytes =
       saturatingMul(panelK, int64_t(s.tileN) * s.lanes * (nest.elemBits / 8));
-  if (panelBytes <= kL1PanelBytes || isRuntime(nest, s.dimK))
+  return panelBytes > kL1PanelBytes && !isRuntime(nest, s.dimK);
+}
+
+void divideRowsUnlessPanelStreams(const NestShape &nest, Strategy &s) {
+  if (s.pipeline == Pipeline::ContractionOuter && !panelStreams(nest, s))
     s.tileM = rowsDividingTile(s.tileM, extentOr1(nest, s.dimM));
 }
 
@@ -301,12 +307,23 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
     s.packInput = transposed;
     s.packTransposed = true;
   }
-  // Accumulators, NR vectors of B and one broadcast element of A. The broadcasts read MR rows
-  // of A that are usually a power of two apart, so they share cache sets: they count 1.5
-  // (on S7, 2x4 beats 6x2 by 13% although 6x2 has more FMAs per load).
-  chooseTile(
-      s, extentOr1(nest, s.dimM), nest.extents[n] / lanes, target.vectorRegisters, 4,
-      [](int, int nr) { return nr + 1; }, 1.5, /*divideRows=*/false);
+  // Accumulators, NR vectors of B and one broadcast element of A. A panel that streams from L2
+  // for 4 m blocks or more takes the most FMAs per load: with 16 registers 6x2 (1.5) rather than
+  // 2x4 (1.33), S7 on a Zen 3 43.8 against 55.1 ms (one process alternating the kernels, medians
+  // of 40 calls). Otherwise the broadcasts count 1.5: they read MR rows of A that are usually a
+  // power of two apart, in the same cache sets as a panel that stays in L1 (S5 on the Zen 3,
+  // whose Q rows are 16 KiB apart, takes 2x4 so: 3.25 ms against 3.44 with 4x2, the 6x2 that
+  // divides its 512 rows), and fewer m blocks would leave B unpacked (7 rows by 4096x4096:
+  // 11.7 ms in packed 2x4 tiles against 18.9 in a 6x2 tile and its leftover row).
+  const int64_t rows = extentOr1(nest, s.dimM), vectors = nest.extents[n] / lanes;
+  auto chooseOuterTile = [&](double rowLoadCost) {
+    chooseTile(
+        s, rows, vectors, target.vectorRegisters, 4, [](int, int nr) { return nr + 1; },
+        rowLoadCost, /*divideRows=*/false);
+  };
+  chooseOuterTile(1.0);
+  if (!panelStreams(nest, s) || rows / s.tileM < 4)
+    chooseOuterTile(1.5);
   divideRowsUnlessPanelStreams(nest, s);
   // Packing B transposed pays when several m blocks share its panels and k is short, where
   // contraction.dot spends as much on summing its lanes as on the products (S5's Q x K^T, k of
@@ -689,8 +706,8 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
 }
 
 // The most bytes of a B panel (k-block x NR vectors) that stay in cache for the m blocks: 64 KiB
-// in L2 for tiles of 4 rows or more, 16 KiB in L1 for fewer (see chooseBlockK).
-int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 16 << 10; }
+// in L2 for tiles of 4 rows or more, 32 KiB in L1 for fewer (see chooseBlockK).
+int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 32 << 10; }
 
 // The bytes of one row of a B panel: NR vectors.
 int64_t panelRowBytes(const NestShape &nest, const Strategy &s) {
@@ -710,6 +727,7 @@ int64_t panelRowBytes(const NestShape &nest, const Strategy &s) {
 // chunk of keys, 2 m blocks of 2x4 tiles) ran 167-184 µs packing V in k blocks of 128 and
 // 143-144 without, V read in place (three alternating rounds of `frank-jit bench`).
 constexpr int64_t kTwoBlocksPackBytes = 512 << 10;
+constexpr int64_t kASliceBytes = 128 << 10;
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
   if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 || !constantBesidesM(nest, s.dimM))
     return false;
@@ -728,15 +746,23 @@ bool reusesPanels(const NestShape &nest, const Strategy &s) {
 // attention's k of 128 fits whole either way (2.2-2.3 ms both).
 // A tile of fewer than 4 rows feeds each B vector to fewer than 4 FMAs, so it reads its panel
 // faster than L2 refills L1 (a 2x4 AVX2 tile at peak: 32 bytes a cycle, a Zen 3's whole L2
-// bandwidth). Its panel stays within half of L1: S7 with 2x4 tiles on a Zen 3, one thread,
-// runs 62.3 ms with 64 KiB panels, 57.5 with 32 KiB and 56.7 with 16 KiB (7 alternating rounds).
+// bandwidth), and its panel stays within L1: S7 forced to 2x4 tiles on a Zen 3 runs 47.8 ms with
+// 32 KiB panels against 55.1 with 16 KiB (two threads, one process alternating the kernels,
+// medians of 40 calls; on one thread, in separate processes, 64 KiB had been slowest).
+// Every n block reads A's k block for all of m again, so that slice of A stays within
+// kASliceBytes, a quarter of a Zen 3's L2, beside the panels (a runtime m counts as its nominal
+// extent): S7 with 6x2 tiles on the Zen 3 runs 43.8 ms with k blocks of 256 (A's slice
+// 128 KiB), 45.9 with 512 and 84.2 with 1024 (512 KiB, all of L2), alternating as above.
 int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
   if (!reusesPanels(nest, s))
     return 0;
   const int64_t panelRow = panelRowBytes(nest, s);
-  int64_t k = nest.extents[s.dimK];
-  const int64_t budget = panelBudget(s);
-  return k * panelRow <= budget ? 0 : dividingBlock(k, budget / panelRow, 16);
+  const int64_t k = nest.extents[s.dimK];
+  int64_t most = panelBudget(s) / panelRow;
+  if (k <= most)
+    return 0;
+  const int64_t aRowBytes = saturatingMul(extentOr1(nest, s.dimM), nest.elemBits / 8);
+  return dividingBlock(k, std::min(most, kASliceBytes / aRowBytes), 16);
 }
 
 // The input to pack: the one operand read along both n and k (B), when it is not read along m
