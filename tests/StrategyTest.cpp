@@ -861,7 +861,13 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
                          lanes)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}\n", lanes)));
-  EXPECT_THAT(loops, testing::HasSubstr("temp packed_input: f32["));
+  // The input packed vector of slots by vector of slots, each the run of its 32 k rows and one
+  // line more, so that a tile reads its slots in order and the runs do not share L1 sets.
+  const int64_t run = 32 * lanes + 16;
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("temp packed_input: f32[{}]",
+                                                    loops::groupedVectors(128, 8, lanes) * run)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("= packed_input[((v * {}) + (d3 * {})) : {}]",
+                                                    run, lanes, lanes)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = (broadcast<{0}>(t_", lanes)));
   // At T = 1 every expert of a row is computed, the experts being the lanes.
   loops = plain->load(componentPath("moe/mul_mat_id.mlir"))

@@ -1948,7 +1948,13 @@ private:
     int next = addTemp("group_next", ElemKind::I32, intConst(numChoices));
     int group = addTemp("group", ElemKind::I32, intConst(vectors));
     int slotOf = addTemp("slot", ElemKind::I32, intConst(pairs));
-    int packed = addTemp("packed_" + g.input(packInput)->name, elem, intConst(k * slots));
+    // The input packed vector of slots by vector of slots, each its k rows of `lanes` slots
+    // (the vector's run, one more line apart so that the runs do not share L1 sets).
+    const int64_t runElems = k * lanes + lineElemsOf(elem);
+    int packed = addTemp("packed_" + g.input(packInput)->name, elem, intConst(vectors * runElems));
+    auto packedAt = [&](const Expr &vector, const Expr &kAt) {
+      return add(mul(vector, intConst(runElems)), mul(kAt, intConst(lanes)));
+    };
     int sorted = addTemp("by_slot", elem, intConst(rows * slots));
 
     const std::vector<Expr> vars = freshLoopVars(numLoops);
@@ -1990,16 +1996,17 @@ private:
     for (Stmt &st : overPairs(
              {store(slotOf, pair, i32(slot)), store(next, choice, i32(add(slot, intConst(1))))}))
       stmts.push_back(st);
-    // The input, packed by slot: packed[kk, slot(pair)] = x[pair, kk].
+    // The input, packed by slot: packed[vector(pair), kk, lane(pair)] = x[pair, kk]. Every k row
+    // of a vector's slots follows the last, so that a tile reads its slots in one run.
     Expr kk = vars[s.dimK];
     const TensorStorage &x = storageOf(g.input(packInput));
+    stmts.push_back(loopOver(j, vectors * runElems, {store(packed, j, floatConst(0, elem))}));
+    Expr slotOfPair = loadIndex(slotOf, pair);
     stmts.push_back(loopOver(
         kk, k,
-        {loopOver(j, slots,
-                  {store(packed, add(mul(kk, intConst(slots)), j), floatConst(0, elem))})}));
-    stmts.push_back(loopOver(
-        kk, k,
-        overPairs({store(packed, add(mul(kk, intConst(slots)), loadIndex(slotOf, pair)),
+        overPairs({store(packed,
+                         add(packedAt(binary(OpKind::DivUI, slotOfPair, intConst(lanes)), kk),
+                             binary(OpKind::RemUI, slotOfPair, intConst(lanes))),
                          load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
     stmts[0]->comment = strategyComment(op, s) + ": group the pairs by choice";
 
@@ -2018,10 +2025,8 @@ private:
         iv[s.dimM] = add(firstRow, intConst(r));
         std::unordered_map<const Value *, Expr> values;
         if (!b)
-          b = bindLet(
-              g.body().arguments[packInput].get(),
-              load(packed, add(mul(kAt, intConst(slots)), mul(v, intConst(lanes))), elem, lanes),
-              step);
+          b = bindLet(g.body().arguments[packInput].get(),
+                      load(packed, packedAt(v, kAt), elem, lanes), step);
         values[g.body().arguments[packInput].get()] = b;
         values[g.body().arguments[choiceInput].get()] = load(group, v, ElemKind::I32);
         bindOtherInputs(g, values, iv, packInput, choiceInput);
