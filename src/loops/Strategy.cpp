@@ -219,17 +219,6 @@ bool constantBesidesM(const NestShape &nest, int dimM) {
   return true;
 }
 
-// An outer tile streams its B panel through L1 once per m block. A panel larger than L1 comes
-// from L2 each time, and the more rows a tile has, the fewer times, so its rows stay as the
-// tile's FMAs per load chose them, with a leftover tile for the rows they do not divide: S7
-// (panels of 256 x 64 floats, 64 KiB) runs 14.9-15.4 ms with 6x4 tiles and their 2x4 leftover
-// against 15.0-16.1 with 4x4 on the 2-core Xeon (six alternating `frank-jit bench` runs, 6x4
-// faster in five), the same on the Zen 4, and compiles in 13-14 ms either way. A panel that fits
-// (attention's, k of 128: 32 KiB) stays in L1, and the rows shrink to a size that divides them: the
-// leftover tile would cost more than it saves (S5 0.98-0.99 ms with 4x4 against 1.02-1.03 with 6x4
-// on the Xeon).
-void divideRowsUnlessPanelStreams(const NestShape &nest, Strategy &s);
-
 // Whether the tile's B panel (its k block, or all of k, by NR vectors) is larger than L1, and
 // so comes from L2 again for every m block. A runtime k counts as short.
 bool panelStreams(const NestShape &nest, const Strategy &s) {
@@ -239,6 +228,15 @@ bool panelStreams(const NestShape &nest, const Strategy &s) {
   return panelBytes > kL1PanelBytes && !isRuntime(nest, s.dimK);
 }
 
+// An outer tile streams its B panel through L1 once per m block. A panel larger than L1 comes
+// from L2 each time, and the more rows a tile has, the fewer times, so its rows stay as the
+// tile's FMAs per load chose them, with a leftover tile for the rows they do not divide: S7
+// (panels of 256 x 64 floats, 64 KiB) runs 14.9-15.4 ms with 6x4 tiles and their 2x4 leftover
+// against 15.0-16.1 with 4x4 on the 2-core Xeon (six alternating `frank-jit bench` runs, 6x4
+// faster in five), the same on the Zen 4, and compiles in 13-14 ms either way. A panel that fits
+// (attention's, k of 128: 32 KiB) stays in L1, and the rows shrink to a size that divides them: the
+// leftover tile would cost more than it saves (S5 0.98-0.99 ms with 4x4 against 1.02-1.03 with 6x4
+// on the Xeon).
 void divideRowsUnlessPanelStreams(const NestShape &nest, Strategy &s) {
   if (s.pipeline == Pipeline::ContractionOuter && !panelStreams(nest, s))
     s.tileM = rowsDividingTile(s.tileM, extentOr1(nest, s.dimM));
