@@ -142,7 +142,7 @@ TEST(ParallelLoops, ResultsDoNotDependOnTheThreadCount) {
 // pack part of the next pair's panel and leave the rest to after them.
 TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
   // k blocks, packed; n blocks of as many vectors as the host's tile takes (4 of 16 lanes, 2
-  // of 8), in groups of 8
+  // of 8), in groups of them
   const int64_t m = 64, k = 2048, n = 512;
   // Sums of 2048 products in float against the double oracle: 1e-4 relative.
   std::vector<float> x = oracle::randomFloats(m * k, 3), w = oracle::randomFloats(k * n, 4);

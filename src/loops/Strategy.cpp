@@ -219,12 +219,16 @@ bool constantBesidesM(const NestShape &nest, int dimM) {
   return true;
 }
 
+// The bytes of one row of a B panel: NR vectors.
+int64_t panelRowBytes(const NestShape &nest, const Strategy &s) {
+  return int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
+}
+
 // Whether the tile's B panel (its k block, or all of k, by NR vectors) is larger than L1, and
 // so comes from L2 again for every m block. A runtime k counts as short.
 bool panelStreams(const NestShape &nest, const Strategy &s) {
   const int64_t panelK = s.blockK ? s.blockK : s.dimK >= 0 ? extentOr1(nest, s.dimK) : 1;
-  const int64_t panelBytes =
-      saturatingMul(panelK, int64_t(s.tileN) * s.lanes * (nest.elemBits / 8));
+  const int64_t panelBytes = saturatingMul(panelK, panelRowBytes(nest, s));
   return panelBytes > kL1PanelBytes && !isRuntime(nest, s.dimK);
 }
 
@@ -706,11 +710,6 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
 // The most bytes of a B panel (k-block x NR vectors) that stay in cache for the m blocks: 64 KiB
 // in L2 for tiles of 4 rows or more, 32 KiB in L1 for fewer (see chooseBlockK).
 int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 32 << 10; }
-
-// The bytes of one row of a B panel: NR vectors.
-int64_t panelRowBytes(const NestShape &nest, const Strategy &s) {
-  return int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
-}
 
 // An outer-product nest with one reduction dim whose B panels serve at least 4 m blocks, or 2
 // when B is too large for one panel: the cases that k blocks and packing pay for. With 2x4 tiles
