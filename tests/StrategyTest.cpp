@@ -117,6 +117,14 @@ TEST(Strategy, GoldenContractions) {
       loops::describe(loops::selectStrategy(matmulNest(1, 4096, 4096), Target::avx2(),
                                             loops::parseConfig("pipeline=contraction.outer"))),
       "contraction.outer m=- n=d1 k=d2 tile=1x4 lanes=8");
+  // B read in place with rows 4 KiB apart (n of 1024) leaves L1 between m blocks, however small
+  // its panel: one tile takes all 4 rows, so that B is read once. Rows 5 KiB apart share no
+  // set, and the panel (128 x 4 vectors, 16 KiB) serves both 2x4 tiles from L1. Packed, B is
+  // read once either way: 7 rows by 1024x1024 keep their 2x4 tiles.
+  EXPECT_EQ(choose(matmulNest(4, 128, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(matmulNest(4, 128, 1280)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
+  EXPECT_EQ(choose(matmulNest(7, 1024, 1024)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=8");
   // Rows that neither the tile nor one down to two thirds of its rows divides go to a leftover
   // tile. The whole panel (512 x 32 floats, 64 KiB) would fit L2, but a 2-row tile keeps its
   // panel in 32 KiB of L1. (A 6x2 tile's whole panel, 32 KiB, would stay in L1, where the
@@ -655,20 +663,20 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   // (Per chunk of 256 keys, d0, and KV head, d1: generalize-attention splits the keys.)
   EXPECT_THAT(decode, testing::HasSubstr(": contraction.dot m=d2 n=d3 k=d4 tile=4x"));
   EXPECT_THAT(decode, testing::HasSubstr(" prefetch=4 blocks-outside=d1\n"));
-  // P V's V, 128 KiB a KV head and chunk of keys, read in place: its two m blocks (with 8 lanes)
-  // find it in L2.
-  EXPECT_THAT(decode, testing::Not(testing::HasSubstr(": contraction.outer m=d2 n=d3 k=d4 tile=2x4 "
-                                                      "lanes=8 k-block=128 pack=#1")));
-  if (!wide)
-    EXPECT_THAT(decode,
-                testing::HasSubstr(": contraction.outer m=d2 n=d3 k=d4 tile=2x4 lanes=8\n"));
-  if (wide) {
-    // P V's keys in blocks of 16, each over every KV head.
-    EXPECT_THAT(decode, testing::HasSubstr(" k-block=16 blocks-outside=d1\n"));
-    EXPECT_THAT(decode,
-                testing::ContainsRegex("for k_block_[0-9]+ in 0\\.\\.16 \\{\n *for d1_[0-9]+ "
-                                       "in 0\\.\\.8 \\{\n *for n_block_[0-9]+ in 0\\.\\.2 "));
-  }
+  // P V's V, 128 KiB a KV head and chunk of keys, read in place, not packed. Its key rows are
+  // 4 KiB apart, sharing L1 sets: one tile takes all 4 query rows, so that V is read once (with
+  // 8 lanes, 4x2 rather than the 2x4 its loads alone would choose), and the keys run in blocks
+  // of 16, each over every KV head.
+  EXPECT_THAT(decode, testing::Not(testing::HasSubstr(" pack=#1\n")));
+  EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
+                          ": contraction.outer m=d2 n=d3 k=d4 tile=4x{} lanes={} k-block=16 "
+                          "blocks-outside=d1\n",
+                          wide ? 4 : 2, wide ? 16 : 8)));
+  EXPECT_THAT(decode,
+              testing::ContainsRegex(fmt::format("for k_block_[0-9]+ in 0\\.\\.16 \\{{\n *for "
+                                                 "d1_[0-9]+ in 0\\.\\.8 \\{{\n *for n_block_[0-9]+ "
+                                                 "in 0\\.\\.{} ",
+                                                 wide ? 2 : 8)));
   // The n blocks outside the KV heads: each block of keys reads its rows of K whole.
   EXPECT_THAT(decode, testing::HasSubstr(fmt::format(
                           "  for d0 in 0..2 parallel(chunks of at least 1) {{\n    for n_block in "

@@ -147,6 +147,11 @@ int64_t groupedVectors(int64_t pairs, int64_t choices, int64_t lanes) {
 
 namespace {
 
+// The L1 data caches of the x86 cores we target (Skylake to Zen 4): 32 KiB in 8 ways, so
+// addresses 4 KiB apart share a set.
+constexpr int kL1Ways = 8;
+constexpr int64_t kL1SetStride = 4096;
+
 // The largest B panel a tile reads from L1 again for every m block (a Xeon's or a Zen 4's L1
 // holds 48 or 32 KiB).
 constexpr int64_t kL1PanelBytes = 32 << 10;
@@ -459,10 +464,6 @@ int64_t gatherRoles(const NestShape &nest, Strategy &s, std::string &why) {
   return pairs;
 }
 
-// The L1 data caches of the x86 cores we target (Skylake to Zen 4): 32 KiB in 8 ways, so
-// addresses 4 KiB apart share a set.
-constexpr int kL1Ways = 8;
-constexpr int64_t kL1SetStride = 4096;
 constexpr int64_t kRanksInputBlockBytes = 512 << 10; // a quarter of a 2 MiB L2
 
 // Grouping the pairs by choice: the input is packed by slot once for every m.
@@ -734,6 +735,42 @@ bool reusesPanels(const NestShape &nest, const Strategy &s) {
   return mBlocks >= 4 ||
          (mBlocks >= 2 && nest.extents[s.dimK] * panelRowBytes(nest, s) > panelBudget(s) &&
           bBytes > kTwoBlocksPackBytes);
+}
+
+// Whether the outer tile's B, read in place, has rows (its steps along k) a multiple of 4 KiB
+// apart, more of them than L1 has ways: they all share L1 sets, so however small the panel it
+// does not stay in L1 for the next m block.
+bool panelRowsShareL1Sets(const NestShape &nest, const Strategy &s) {
+  if (s.pipeline != Pipeline::ContractionOuter || s.packInput >= 0 || s.dimK < 0 ||
+      nest.extents[s.dimK] <= kL1Ways)
+    return false;
+  for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
+    const auto &b = nest.strides[i];
+    if (b[s.dimN] == 1 && b[s.dimK] > 0 && (s.dimM < 0 || b[s.dimM] == 0))
+      return b[s.dimK] * (nest.elemBits / 8) % kL1SetStride == 0;
+  }
+  return false;
+}
+
+// Where B is read in place from beyond L1 (rows that share L1 sets) and one tile can take every
+// row of m, it does, with as many vectors as then fit: each m block would read all of B again
+// from L2 or L3. Attention at decode on AVX2 (P·V: 4 query rows per KV head, V's key rows 4 KiB
+// apart) took 2x4 tiles, two m blocks, for their fewer loads a step (6 for 8 FMAs, as 4x2); in
+// 4x2 tiles, one m block, its keys also run in blocks outside the heads (placeBlocksOutside):
+// S6 on the Zen 3 113-124 µs against 131-139 (one process alternating both, medians of 500
+// calls, three rounds). Over a runtime key count (the tile alone, no blocks outside) 128-176 µs
+// against 132-196 at 512 keys: the machine's noise, no loss.
+void takeAllRowsWhereBLeavesL1(const NestShape &nest, Strategy &s, const Target &target) {
+  const int64_t rows = extentOr1(nest, s.dimM);
+  if (!panelRowsShareL1Sets(nest, s) || isRuntime(nest, s.dimM) || rows <= s.tileM || rows > 8)
+    return;
+  const int64_t vectors = nest.extents[s.dimN] / s.lanes;
+  for (int nr = 4; nr >= 1; --nr)
+    if (vectors % nr == 0 && rows * nr + nr + 1 <= target.vectorRegisters) {
+      s.tileM = int(rows);
+      s.tileN = nr;
+      return;
+    }
 }
 
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) within
@@ -1106,6 +1143,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     chosen->blockK = chooseBlockK(nest, *chosen);
     if (!chosen->packTransposed)
       chosen->packInput = choosePackInput(nest, *chosen);
+    takeAllRowsWhereBLeavesL1(nest, *chosen, target);
   }
   if (!config.empty())
     applyOverride(nest, *chosen, config);
