@@ -122,6 +122,9 @@ TEST(Strategy, GoldenContractions) {
   // set, and the panel (128 x 4 vectors, 16 KiB) serves both 2x4 tiles from L1. Packed, B is
   // read once either way: 7 rows by 1024x1024 keep their 2x4 tiles.
   EXPECT_EQ(choose(matmulNest(4, 128, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(matmulNest(6, 128, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8");
+  // 7 rows would fit one vector a step only, a broadcast for every FMA: the tiles stay.
+  EXPECT_EQ(choose(matmulNest(7, 128, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
   EXPECT_EQ(choose(matmulNest(4, 128, 1280)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
   EXPECT_EQ(choose(matmulNest(7, 1024, 1024)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=8");
