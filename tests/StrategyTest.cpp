@@ -126,6 +126,12 @@ TEST(Strategy, GoldenContractions) {
   // 7 rows would fit one vector a step only, a broadcast for every FMA: the tiles stay.
   EXPECT_EQ(choose(matmulNest(7, 128, 1024)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
   EXPECT_EQ(choose(matmulNest(4, 128, 1280)), "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
+  // 16 batches of 4 rows by 2048x1024, too many panels to pack (16 MiB): the two m blocks of 2x4
+  // tiles took k blocks of 256; one 4x2 tile takes the whole k.
+  EXPECT_EQ(choose(productNest(
+                {16, 4, 1024, 2048}, {false, false, false, true},
+                {{4 * 2048, 2048, 0, 1}, {2048 * 1024, 0, 1, 1024}, {4 * 1024, 1024, 1, 0}})),
+            "contraction.outer m=d1 n=d2 k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(matmulNest(7, 1024, 1024)),
             "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=8");
   // Rows that neither the tile nor one down to two thirds of its rows divides go to a leftover

@@ -752,28 +752,6 @@ bool panelRowsShareL1Sets(const NestShape &nest, const Strategy &s) {
   return false;
 }
 
-// Where B is read in place from beyond L1 (rows that share L1 sets) and one tile of two vectors
-// or more can take every row of m, it does, with as many vectors as then fit: each m block would
-// read all of B again from L2 or L3. (A tile of one vector, 7 or 8 rows with AVX2, would spend a
-// broadcast on every FMA.) Attention at decode on AVX2 (P·V: 4 query rows per KV head, V's key rows
-// 4 KiB apart) took 2x4 tiles, two m blocks, for their fewer loads a step (6 for 8 FMAs, as 4x2);
-// in 4x2 tiles, one m block, its keys also run in blocks outside the heads (placeBlocksOutside): S6
-// on the Zen 3 113-124 µs against 131-139 (one process alternating both, medians of 500 calls,
-// three rounds). Over a runtime key count (the tile alone, no blocks outside) 128-176 µs against
-// 132-196 at 512 keys: the machine's noise, no loss.
-void takeAllRowsWhereBLeavesL1(const NestShape &nest, Strategy &s, const Target &target) {
-  const int64_t rows = extentOr1(nest, s.dimM);
-  if (!panelRowsShareL1Sets(nest, s) || isRuntime(nest, s.dimM) || rows <= s.tileM || rows > 8)
-    return;
-  const int64_t vectors = nest.extents[s.dimN] / s.lanes;
-  for (int nr = 4; nr >= 2; --nr)
-    if (vectors % nr == 0 && rows * nr + nr + 1 <= target.vectorRegisters) {
-      s.tileM = int(rows);
-      s.tileN = nr;
-      return;
-    }
-}
-
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) within
 // 64 KiB, when there are several m blocks to reuse it. Every k block loads and stores the C
 // tile once more, so a panel in L2 beats one in L1: S7 (k 4096) runs 25.2 ms with k blocks of
@@ -798,6 +776,30 @@ int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
     return 0;
   const int64_t aRowBytes = saturatingMul(extentOr1(nest, s.dimM), nest.elemBits / 8);
   return dividingBlock(k, std::min(most, kASliceBytes / aRowBytes), 16);
+}
+
+// Where B is read in place from beyond L1 (rows that share L1 sets) and one tile of two vectors
+// or more can take every row of m, it does, with as many vectors as then fit: each m block would
+// read all of B again from L2 or L3. Any k blocks, chosen for those m blocks, go with them. (A
+// tile of one vector, 7 or 8 rows with AVX2, would spend a broadcast on every FMA.) Attention at
+// decode on AVX2 (P·V: 4 query rows per KV head, V's key rows 4 KiB apart) took 2x4 tiles, two m
+// blocks, for their fewer loads a step (6 for 8 FMAs, as 4x2); in 4x2 tiles, one m block, its keys
+// also run in blocks outside the heads (placeBlocksOutside): S6 on the Zen 3 113-124 µs against
+// 131-139 (one process alternating both, medians of 500 calls, three rounds). Over a runtime key
+// count (the tile alone, no blocks outside) 128-176 µs against 132-196 at 512 keys: the machine's
+// noise, no loss.
+void takeAllRowsWhereBLeavesL1(const NestShape &nest, Strategy &s, const Target &target) {
+  const int64_t rows = extentOr1(nest, s.dimM);
+  if (!panelRowsShareL1Sets(nest, s) || isRuntime(nest, s.dimM) || rows <= s.tileM || rows > 8)
+    return;
+  const int64_t vectors = nest.extents[s.dimN] / s.lanes;
+  for (int nr = 4; nr >= 2; --nr)
+    if (vectors % nr == 0 && rows * nr + nr + 1 <= target.vectorRegisters) {
+      s.tileM = int(rows);
+      s.tileN = nr;
+      s.blockK = chooseBlockK(nest, s); // none: k blocks serve several m blocks
+      return;
+    }
 }
 
 // The input to pack: the one operand read along both n and k (B), when it is not read along m
