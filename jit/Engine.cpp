@@ -411,7 +411,7 @@ struct Engine::Impl {
     passes.run(module, mam);
     lowerMaximumReductions(module);
     compileColdFunctionsQuickly(module);
-    defineMathFunctions(module, avx512Math);
+    defineMathFunctions(module, {avx2, avx512Math});
   }
 
   static std::string emitObject(llvm::Module &module, llvm::TargetMachine &machine) {

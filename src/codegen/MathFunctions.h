@@ -5,7 +5,8 @@
 // widens scalar code only into instructions that have a scalar form. A call to `frank.exp.f32`,
 // mapped to `frank.exp.v16f32` (as libmvec's functions are mapped to theirs), lets the 16-lane
 // version use two AVX-512 instructions the vectorizer would never produce: vpermps, for a table
-// of 2^(j/16), and vscalefps, for the power of two. Once the optimizer is done,
+// of 2^(j/16), and vscalefps, for the power of two (the 8-lane version, with AVX2, a table of
+// 2^(j/8)). Once the optimizer is done,
 // `defineMathFunctions` gives every declared math function its body and inlines it.
 #pragma once
 
@@ -27,8 +28,14 @@ llvm::Value *callExpF32(llvm::Module &module, llvm::IRBuilderBase &builder, llvm
 /// The vector versions of the math functions for the loop vectorizer, at 4, 8 and 16 lanes.
 std::vector<llvm::VecDesc> mathVectorMappings();
 
-/// Gives the math functions `module` declares their bodies (the 16-lane ones with AVX-512 F and
-/// DQ instructions where `avx512`) and inlines every call to them.
-void defineMathFunctions(llvm::Module &module, bool avx512);
+/// The instructions the math functions' vector forms may use.
+struct MathTarget {
+  bool avx2 = false;   // vpermps: the 8-lane forms
+  bool avx512 = false; // AVX-512 F and DQ: the 16-lane forms
+};
+
+/// Gives the math functions `module` declares their bodies (for 8 and 16 lanes, with the
+/// instructions `target` allows) and inlines every call to them.
+void defineMathFunctions(llvm::Module &module, MathTarget target);
 
 } // namespace frank
