@@ -194,11 +194,11 @@ TEST(Math, ExpAtTheEndsOfTheRange) {
 // with AVX-512 (the host's, where it has it), 8 with AVX2 (a table of 2^(j/8)) and 4 with SSE2
 // only (the portable form, which the scalar remainder loops also take). A dense sweep of
 // [-110, 95] covers every branch of the range reduction and the scaling: within 2^-23 |e^x| where
-// the result is normal (the sweep measures 0.72 of it at most with the table, 0.69 without; a
-// table form without its quartic term would pass 1.2), within 1.5 times the smallest subnormal
-// where it is not (0.92 measured: the scaling rounds a second time there), exactly +inf past
-// FLT_MAX and exactly 0 where e^x rounds to 0. NaN stays NaN whatever its payload and sign,
-// though the 8-lane form builds its power of two from x's bits.
+// the result is normal (the sweep measures 0.72 of it at most with the table, 0.69 without),
+// within 1.5 times the smallest subnormal where it is not (0.92 measured: the scaling rounds a
+// second time there), exactly +inf past FLT_MAX and exactly 0 where e^x rounds to 0 (the table
+// form without its quartic term fails these bounds). NaN stays NaN whatever its payload and
+// sign, though the 8-lane form builds its power of two from x's bits.
 TEST(Math, ExpIsAccurateInEachVectorForm) {
   std::vector<float> x;
   for (int i = 0; i <= 400000; ++i)
