@@ -2,6 +2,7 @@
 #include "codegen/MathFunctions.h"
 #include "ir/Diagnostics.h"
 
+#include <llvm/ADT/bit.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
@@ -23,13 +24,31 @@ std::string expName(llvm::Type *type) {
   return std::string(kExpPrefix) + "f32";
 }
 
+llvm::Value *fma(llvm::IRBuilderBase &b, llvm::Value *a, llvm::Value *m, llvm::Value *addend) {
+  return b.CreateIntrinsic(llvm::Intrinsic::fma, {a->getType()}, {a, m, addend});
+}
+
+// x within [-104, 89]: e^89 overflows and e^-104 rounds to 0, so n stays within [-150, 128],
+// the range of two power-of-two factors. Selects that lower to one vminps/vmaxps each and pass
+// NaN through.
+llvm::Value *clampToExpRange(llvm::IRBuilderBase &b, llvm::Value *x) {
+  auto c = [&](double v) { return llvm::ConstantFP::get(x->getType(), v); };
+  llvm::Value *clamped = b.CreateSelect(b.CreateFCmpOGT(x, c(89.0)), c(89.0), x);
+  return b.CreateSelect(b.CreateFCmpOLT(clamped, c(-104.0)), c(-104.0), clamped);
+}
+
+// 2^e for integers e in [-126, 127], built in the exponent bits of a float of `type`.
+llvm::Value *powerOfTwo(llvm::IRBuilderBase &b, llvm::Value *e, llvm::Type *type) {
+  auto i = [&](int64_t v) { return llvm::ConstantInt::get(e->getType(), v); };
+  return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, i(127)), i(23)), type);
+}
+
 // exp(x) for f32 or any vector of it, in operations every target has: about 2 ulp over the whole
 // range. x = n*ln2 + r with n rounded by adding 1.5*2^23 (no float-to-int conversion, so NaN
 // stays NaN and never becomes poison), a degree-6 polynomial for e^r (Cephes), and 2^n as two
 // factors built in the exponent bits, so that results past FLT_MAX become +inf and results below
 // FLT_MIN become subnormal or 0 by the multiplies themselves, with no selects. The clamps only
-// keep n within the two factors' range; they are selects that lower to one vminps/vmaxps each and
-// pass NaN through.
+// keep n within the two factors' range.
 llvm::Value *expPortable(llvm::IRBuilderBase &b, llvm::Value *x) {
   llvm::Type *type = x->getType();
   auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
@@ -37,9 +56,7 @@ llvm::Value *expPortable(llvm::IRBuilderBase &b, llvm::Value *x) {
                                                  llvm::cast<llvm::VectorType>(type)))
                                            : b.getInt32Ty();
   auto i = [&](int64_t v) { return llvm::ConstantInt::get(intType, v); };
-  // e^89 overflows and e^-104 rounds to 0, so n stays within [-150, 128].
-  llvm::Value *clamped = b.CreateSelect(b.CreateFCmpOGT(x, c(89.0)), c(89.0), x);
-  clamped = b.CreateSelect(b.CreateFCmpOLT(clamped, c(-104.0)), c(-104.0), clamped);
+  llvm::Value *clamped = clampToExpRange(b, x);
   const double magic = 12582912.0; // 1.5 * 2^23: adding it rounds to an integer
   llvm::Value *shifted = b.CreateFAdd(b.CreateFMul(clamped, c(1.44269504088896341)), c(magic));
   llvm::Value *n = b.CreateFSub(shifted, c(magic));
@@ -54,10 +71,37 @@ llvm::Value *expPortable(llvm::IRBuilderBase &b, llvm::Value *x) {
   // n as an integer: shifted and magic share their exponent, so their bits differ by n.
   llvm::Value *ni = b.CreateSub(b.CreateBitCast(shifted, intType), i(0x4B400000));
   llvm::Value *half = b.CreateAShr(ni, i(1));
-  auto pow2 = [&](llvm::Value *e) { // 2^e for e in [-126, 127]
-    return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, i(127)), i(23)), type);
-  };
-  return b.CreateFMul(b.CreateFMul(er, pow2(half)), pow2(b.CreateSub(ni, half)));
+  return b.CreateFMul(b.CreateFMul(er, powerOfTwo(b, half, type)),
+                      powerOfTwo(b, b.CreateSub(ni, half), type));
+}
+
+// The table forms' range reduction: x = m*ln2 + r with m = n/E, for a table of E entries 2^(j/E)
+// (E a power of two), and the entry for n mod E. Adding `magic`, 1.5 * 2^23 / E, to x log2(e)
+// rounds it to a multiple of 1/E and leaves n in the low bits of the sum's integer form, `bits`
+// (so that `bits` less magic's bits is n), where `permute` (vpermps) finds the entry's index.
+struct TableReduction {
+  llvm::Value *bits, *m, *r, *power;
+  double magic;
+};
+TableReduction reduceForTable(llvm::IRBuilderBase &b, llvm::Value *x, int entries,
+                              llvm::Intrinsic::ID permute) {
+  llvm::Type *type = x->getType();
+  auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
+  TableReduction t;
+  t.magic = 12582912.0 / entries;
+  llvm::Value *shifted = fma(b, x, c(1.44269504088896341), c(t.magic));
+  t.m = b.CreateFSub(shifted, c(t.magic));
+  // ln2 in two parts (Cody and Waite): m times the first is exact wherever e^x is finite and not
+  // 0, m having at most 12 bits there.
+  t.r = fma(b, t.m, c(-0.693359375), x);
+  t.r = fma(b, t.m, c(2.12194440e-4), t.r);
+  std::vector<llvm::Constant *> powers;
+  for (int j = 0; j < entries; ++j)
+    powers.push_back(llvm::ConstantFP::get(b.getFloatTy(), std::exp2(double(j) / entries)));
+  t.bits =
+      b.CreateBitCast(shifted, llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type)));
+  t.power = b.CreateIntrinsic(permute, {}, {llvm::ConstantVector::get(powers), t.bits});
+  return t;
 }
 
 // exp(x) for 16 floats with AVX-512, about 1 ulp: x = (n/16)*ln2 + r, so e^x = 2^floor(n/16) *
@@ -74,36 +118,17 @@ llvm::Value *expPortable(llvm::IRBuilderBase &b, llvm::Value *x) {
 llvm::Value *expAvx512(llvm::IRBuilderBase &b, llvm::Value *x) {
   llvm::Type *type = x->getType();
   auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
-  auto fma = [&](llvm::Value *a, llvm::Value *m, llvm::Value *addend) {
-    return b.CreateIntrinsic(llvm::Intrinsic::fma, {type}, {a, m, addend});
-  };
-  // Adding 1.5 * 2^19 rounds x log2(e) to a multiple of 1/16, m = n/16, and leaves n in the low
-  // bits of the sum's integer form.
-  const double magic = 786432.0;
-  llvm::Value *shifted = fma(x, c(1.44269504088896341), c(magic));
-  llvm::Value *m = b.CreateFSub(shifted, c(magic));
-  // ln2 in two parts (Cody and Waite): m times the first is exact wherever e^x is finite and not
-  // 0, m having at most 12 bits there.
-  llvm::Value *r = fma(m, c(-0.693359375), x);
-  r = fma(m, c(2.12194440e-4), r);
-  r = b.CreateIntrinsic(llvm::Intrinsic::x86_avx512_mask_range_ps_512, {},
-                        {r, c(1.0), b.getInt32(0b0010 /* the smaller magnitude, the sign of r */),
-                         llvm::PoisonValue::get(type), b.getInt16(0xffff),
-                         b.getInt32(4 /* current rounding */)});
-  std::vector<llvm::Constant *> powers;
-  for (int j = 0; j < 16; ++j)
-    powers.push_back(llvm::ConstantFP::get(b.getFloatTy(), std::exp2(j / 16.0)));
-  // vpermps reads only the low four bits of each index: n mod 16.
-  llvm::Type *intType = llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type));
-  llvm::Value *power =
-      b.CreateIntrinsic(llvm::Intrinsic::x86_avx512_permvar_sf_512, {},
-                        {llvm::ConstantVector::get(powers), b.CreateBitCast(shifted, intType)});
+  TableReduction t = reduceForTable(b, x, 16, llvm::Intrinsic::x86_avx512_permvar_sf_512);
+  llvm::Value *r = b.CreateIntrinsic(
+      llvm::Intrinsic::x86_avx512_mask_range_ps_512, {},
+      {t.r, c(1.0), b.getInt32(0b0010 /* the smaller magnitude, the sign of r */),
+       llvm::PoisonValue::get(type), b.getInt16(0xffff), b.getInt32(4 /* current rounding */)});
   // e^r - 1 = r (1 + r (1/2 + r/6)): the 1 in e^r is added exactly by the last multiply-add.
-  llvm::Value *q = b.CreateFMul(fma(fma(r, c(1.0 / 6), c(0.5)), r, c(1.0)), r);
-  llvm::Value *mantissa = fma(power, q, power);
+  llvm::Value *q = b.CreateFMul(fma(b, fma(b, r, c(1.0 / 6), c(0.5)), r, c(1.0)), r);
+  llvm::Value *mantissa = fma(b, t.power, q, t.power);
   // vscalefps multiplies by 2^floor(m) = 2^floor(n/16).
   return b.CreateIntrinsic(llvm::Intrinsic::x86_avx512_mask_scalef_ps_512, {},
-                           {mantissa, m, llvm::PoisonValue::get(type), b.getInt16(0xffff),
+                           {mantissa, t.m, llvm::PoisonValue::get(type), b.getInt16(0xffff),
                             b.getInt32(4 /* current rounding */)});
 }
 
@@ -125,36 +150,19 @@ llvm::Value *expAvx2(llvm::IRBuilderBase &b, llvm::Value *x) {
   auto c = [&](double v) { return llvm::ConstantFP::get(type, v); };
   llvm::Type *intType = llvm::VectorType::getInteger(llvm::cast<llvm::VectorType>(type));
   auto i = [&](int64_t v) { return llvm::ConstantInt::get(intType, v); };
-  auto fma = [&](llvm::Value *a, llvm::Value *m, llvm::Value *addend) {
-    return b.CreateIntrinsic(llvm::Intrinsic::fma, {type}, {a, m, addend});
-  };
-  llvm::Value *clamped = b.CreateSelect(b.CreateFCmpOGT(x, c(89.0)), c(89.0), x);
-  clamped = b.CreateSelect(b.CreateFCmpOLT(clamped, c(-104.0)), c(-104.0), clamped);
-  // Adding 1.5 * 2^20 rounds x log2(e) to a multiple of 1/8, m = n/8, and leaves n in the low
-  // bits of the sum's integer form.
-  const double magic = 1572864.0;
-  llvm::Value *shifted = fma(clamped, c(1.44269504088896341), c(magic));
-  llvm::Value *m = b.CreateFSub(shifted, c(magic));
-  llvm::Value *r = fma(m, c(-0.693359375), clamped);
-  r = fma(m, c(2.12194440e-4), r);
+  TableReduction t = reduceForTable(b, clampToExpRange(b, x), 8, llvm::Intrinsic::x86_avx2_permps);
   // e^r - 1 = r (1 + r (1/2 + r (1/6 + r/24))).
-  llvm::Value *q = fma(fma(fma(r, c(1.0 / 24), c(1.0 / 6)), r, c(0.5)), r, c(1.0));
-  q = b.CreateFMul(q, r);
-  std::vector<llvm::Constant *> powers;
-  for (int j = 0; j < 8; ++j)
-    powers.push_back(llvm::ConstantFP::get(b.getFloatTy(), std::exp2(j / 8.0)));
-  // vpermps reads only the low three bits of each index: n mod 8.
-  llvm::Value *bits = b.CreateBitCast(shifted, intType);
-  llvm::Value *power = b.CreateIntrinsic(llvm::Intrinsic::x86_avx2_permps, {},
-                                         {llvm::ConstantVector::get(powers), bits});
-  llvm::Value *k = b.CreateAShr(b.CreateSub(bits, i(0x49C00000 /* magic's bits */)), i(3));
+  llvm::Value *q = fma(b, fma(b, fma(b, t.r, c(1.0 / 24), c(1.0 / 6)), t.r, c(0.5)), t.r, c(1.0));
+  q = b.CreateFMul(q, t.r);
+  // k = floor(n/8).
+  const auto magicBits = llvm::bit_cast<uint32_t>(static_cast<float>(t.magic));
+  llvm::Value *k = b.CreateAShr(b.CreateSub(t.bits, i(magicBits)), i(3));
   llvm::Value *half = b.CreateAShr(k, i(1));
-  llvm::Value *scaledPower =
-      b.CreateBitCast(b.CreateAdd(b.CreateBitCast(power, intType), b.CreateShl(half, i(23))), type);
-  llvm::Value *mantissa = fma(scaledPower, q, scaledPower);
-  llvm::Value *rest = b.CreateBitCast(b.CreateShl(b.CreateAdd(b.CreateSub(k, half), i(127)), i(23)),
-                                      type); // 2^(k - half), k - half in [-75, 64]
-  return b.CreateFMul(mantissa, rest);
+  llvm::Value *scaledPower = b.CreateBitCast(
+      b.CreateAdd(b.CreateBitCast(t.power, intType), b.CreateShl(half, i(23))), type);
+  llvm::Value *mantissa = fma(b, scaledPower, q, scaledPower);
+  // 2^(k - half), k - half in [-75, 64].
+  return b.CreateFMul(mantissa, powerOfTwo(b, b.CreateSub(k, half), type));
 }
 
 bool hasLanes(llvm::Type *type, unsigned lanes) {
