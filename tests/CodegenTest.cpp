@@ -16,12 +16,15 @@
 namespace frank::test {
 namespace {
 
-// mul_mat_id: contraction.ranks with 8 experts (chosen by hand: with 16 vector registers the
-// strategy prefers contraction.gather at 32 tokens), contraction.gather with 4 (a vector of 4
-// f32 is too short for ranks). At 30 tokens the 60 pairs take 64 slots, packed into temporaries.
-std::string mulMatIdIr(Stage stage, int experts = 8, int tokens = 32) {
-  static Context ranks(withConfig("pipeline=contraction.ranks"));
-  return (experts == 8 ? ranks : context())
+// mul_mat_id: contraction.ranks with 8 experts (chosen by hand, the slots in order unless
+// `ranks` says otherwise: with 16 vector registers the strategy prefers contraction.gather at
+// 32 tokens), contraction.gather with 4
+// (a vector of 4 f32 is too short for ranks). At 30 tokens the 60 pairs take 64 slots in order,
+// packed into temporaries.
+std::string mulMatIdIr(Stage stage, int experts = 8, int tokens = 32,
+                       const std::string &ranks = "ranks=in-order") {
+  Context forced(withConfig("pipeline=contraction.ranks," + ranks));
+  return (experts == 8 ? forced : context())
       .load(componentPath("moe/mul_mat_id.mlir"))
       .function("mul_mat_id")
       .emit(stage, {fmt::format("64x32x{}xf32", experts), fmt::format("32x2x{}xf32", tokens),
@@ -37,17 +40,22 @@ std::string paramsOf(const std::string &ir, const std::string &name) {
   return ir.substr(open, ir.find(')', open) - open);
 }
 
-// A parallel loop's context carries the buffers its body uses, not all 7: the ranks tiles read
-// the weights, the slots' choices and the packed input and write the slots (four pointers,
-// then dims, scalars and status), so a kernel with many temporaries does not fill a field per
-// buffer before each loop.
+// A parallel loop's context carries the buffers its body uses, not all 7 (8 by choice): the
+// ranks tiles in order read the weights, the slots' choices and the packed input and write the
+// slots (four pointers, then dims, scalars and status); by choice the slots' choices are the
+// lanes (three). So a kernel with many temporaries does not fill a field per buffer before
+// each loop.
 TEST(Codegen, ParallelLoopsCarryOnlyTheBuffersTheyUse) {
-  std::string ir = mulMatIdIr(Stage::LLVM, 8, 30);
-  std::string tiles = paramsOf(ir, "frank_kernel.m_block.body");
-  ASSERT_FALSE(tiles.empty()) << ir;
-  EXPECT_EQ(count(tiles, "ptr noalias"), 4 + 3) << tiles;
-  EXPECT_EQ(count(tiles, "ptr noalias readonly"), 1) << tiles; // the weights
-  EXPECT_EQ(count(paramsOf(ir, "frank_kernel.body"), "ptr noalias"), 7 + 3);
+  for (const char *ranks : {"in-order", "by-choice"}) {
+    SCOPED_TRACE(ranks);
+    const bool byChoice = std::string(ranks) == "by-choice";
+    std::string ir = mulMatIdIr(Stage::LLVM, 8, 30, fmt::format("ranks={}", ranks));
+    std::string tiles = paramsOf(ir, "frank_kernel.m_block.body");
+    ASSERT_FALSE(tiles.empty()) << ir;
+    EXPECT_EQ(count(tiles, "ptr noalias"), (byChoice ? 3 : 4) + 3) << tiles;
+    EXPECT_EQ(count(tiles, "ptr noalias readonly"), 1) << tiles; // the weights
+    EXPECT_EQ(count(paramsOf(ir, "frank_kernel.body"), "ptr noalias"), (byChoice ? 8 : 7) + 3);
+  }
 }
 
 // The loops that group and pack the pairs of contraction.gather address memory through the ids
@@ -192,7 +200,7 @@ TEST(Codegen, AddressesAreSummedOneLoopAtATime) {
 TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
   for (auto [cpu, wide] : {std::pair{kAvx512Cpu, true}, std::pair{kAvx2Cpu, false}}) {
     SCOPED_TRACE(cpu);
-    Function fn = Context(forCpu(cpu, "pipeline=contraction.ranks"))
+    Function fn = Context(forCpu(cpu, "pipeline=contraction.ranks,ranks=in-order"))
                       .load(componentPath("moe/mul_mat_id.mlir"))
                       .function("mul_mat_id");
     const std::vector<std::string> types = {"64x32x8xf32", "32x2x32xf32", "2x32xi32"};
@@ -207,6 +215,25 @@ TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
     EXPECT_EQ(count(assembly, "vpermps") + count(assembly, "vpermd"), permutes) << assembly;
     EXPECT_EQ(count(assembly, "vinsertps"), 0) << assembly;
     EXPECT_EQ(count(assembly, "vinsertf"), 0) << assembly;
+  }
+}
+
+// By choice, lane j of every vector of slots is expert j: a tile multiplies each row's vector of
+// experts as it is loaded, with no permute (8 experts, both targets' widths).
+TEST(Codegen, RanksByChoiceNeedNoPermute) {
+  for (const char *cpu : {kAvx512Cpu, kAvx2Cpu}) {
+    SCOPED_TRACE(cpu);
+    Function fn = Context(forCpu(cpu, "pipeline=contraction.ranks,ranks=by-choice"))
+                      .load(componentPath("moe/mul_mat_id.mlir"))
+                      .function("mul_mat_id");
+    const std::vector<std::string> types = {"64x32x8xf32", "32x2x32xf32", "2x32xi32"};
+    std::string loops = fn.emit(Stage::Loops, types);
+    EXPECT_THAT(loops, testing::HasSubstr("lanes=8 ranks=by-choice")) << loops;
+    EXPECT_EQ(count(loops, "permute("), 0) << loops;
+    EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (t * x)")) << loops;
+    std::string assembly = fn.emit(Stage::Assembly, types);
+    EXPECT_EQ(count(assembly, "vpermps") + count(assembly, "vpermd"), 0) << assembly;
+    EXPECT_GT(count(assembly, "vfmadd"), 0) << assembly;
   }
 }
 

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -152,22 +153,28 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdTest,
                                               modeName(std::get<1>(info.param)));
                          });
 
-// Both pipelines for many pairs, each forced: contraction.ranks (the default for 8 experts, or
-// 16 with 16 lanes) and contraction.gather (the default otherwise), on balanced, one-expert and
-// repeated routings, with rows that leave a short tile and reductions that are not multiples of
-// 8. One expert taking every pair is contraction.ranks' worst case: every pair is a rank of its
-// own, and the other experts' lanes are padding that must stay out of the outputs.
+// Each pipeline for many pairs, forced: contraction.ranks with its slots in order (the default
+// for 8 experts, or 16 with 16 lanes) and by choice (by hand only), and contraction.gather (the
+// default otherwise), on balanced,
+// one-expert and repeated routings, with rows that leave a short tile and reductions that are
+// not multiples of 8. One expert taking every pair is the ranks' worst case: in order, every
+// pair is a rank of its own; by choice, every pair is a rank of that expert's lane. Either way
+// the other experts' lanes are padding that must stay out of the outputs.
 class MulMatIdPipelines : public testing::TestWithParam<std::tuple<MoeShape, const char *>> {};
 
 TEST_P(MulMatIdPipelines, MatchesOracle) {
-  auto [shape, pipeline] = GetParam();
-  Context forced(withConfig(fmt::format("pipeline={}", pipeline)));
+  auto [shape, config] = GetParam();
+  Context forced(withConfig(config));
   Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
   const std::vector<std::string> types = {
       fmt::format("{}x{}x{}xf32", shape.dims.nOut, shape.dims.nIn, shape.dims.experts),
       fmt::format("{}x{}x{}xf32", shape.dims.nIn, shape.dims.used, shape.dims.tokens),
       fmt::format("{}x{}xi32", shape.dims.used, shape.dims.tokens)};
-  EXPECT_THAT(fn.emit(Stage::Loops, types), testing::HasSubstr(fmt::format(": {} m=d0", pipeline)));
+  const std::string loops = fn.emit(Stage::Loops, types);
+  const std::string pipeline = std::string(config).substr(9, std::string(config).find(',') - 9);
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": {} m=d0", pipeline)));
+  EXPECT_EQ(loops.find("ranks=by-choice") != std::string::npos,
+            std::string(config).find("by-choice") != std::string::npos);
   checkMulMatId(shape.dims, shape.routing, Mode::Specialized, fn);
 }
 
@@ -177,18 +184,23 @@ const MoeShape kPipelineShapes[] = {
     {{31, 37, 8, 1, 100}, Routing::Same},    {{7, 129, 8, 4, 9}, Routing::Repeated},
 };
 
-INSTANTIATE_TEST_SUITE_P(Forced, MulMatIdPipelines,
-                         testing::Combine(testing::ValuesIn(kPipelineShapes),
-                                          testing::Values("contraction.ranks",
-                                                          "contraction.gather")),
-                         [](const auto &info) {
-                           const MoeShape &s = std::get<0>(info.param);
-                           const MoeDims &d = s.dims;
-                           std::string pipeline = std::get<1>(info.param);
-                           return fmt::format("out{}_in{}_x{}_k{}_t{}_{}_{}", d.nOut, d.nIn,
-                                              d.experts, d.used, d.tokens, routingName(s.routing),
-                                              pipeline.substr(pipeline.find('.') + 1));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Forced, MulMatIdPipelines,
+    testing::Combine(testing::ValuesIn(kPipelineShapes),
+                     testing::Values("pipeline=contraction.ranks,ranks=in-order",
+                                     "pipeline=contraction.ranks,ranks=by-choice",
+                                     "pipeline=contraction.gather")),
+    [](const auto &info) {
+      const MoeShape &s = std::get<0>(info.param);
+      const MoeDims &d = s.dims;
+      std::string config = std::get<1>(info.param);
+      std::string name = config.substr(config.find('.') + 1);
+      std::replace_if(
+          name.begin(), name.end(),
+          [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+      return fmt::format("out{}_in{}_x{}_k{}_t{}_{}_{}", d.nOut, d.nIn, d.experts, d.used, d.tokens,
+                         routingName(s.routing), name);
+    });
 
 // contraction.ranks with k blocks, forced by hand: every m block runs once per k block and adds
 // to its slots what the earlier blocks left there. Rows that leave a short tile (17 and 9 rows
@@ -204,15 +216,18 @@ class MulMatIdRanksKBlocks : public testing::TestWithParam<KBlockCase> {};
 TEST_P(MulMatIdRanksKBlocks, MatchesOracle) {
   const KBlockCase &c = GetParam();
   const MoeDims &d = c.shape.dims;
-  Context forced(withConfig(fmt::format("pipeline=contraction.ranks,k-block={}", c.blockK)));
-  Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
-  const std::vector<std::string> types = {
-      fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
-      fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
-      fmt::format("{}x{}xi32", d.used, d.tokens)};
-  EXPECT_THAT(fn.emit(Stage::Loops, types),
-              testing::HasSubstr(fmt::format("for k_block in 0..{} {{", d.nIn / c.blockK)));
-  checkMulMatId(d, c.shape.routing, Mode::Specialized, fn);
+  for (const char *ranks : {"in-order", "by-choice"}) {
+    SCOPED_TRACE(ranks);
+    Context forced(
+        withConfig(fmt::format("pipeline=contraction.ranks,k-block={},ranks={}", c.blockK, ranks)));
+    Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+    const std::vector<std::string> types = {fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
+                                            fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
+                                            fmt::format("{}x{}xi32", d.used, d.tokens)};
+    EXPECT_THAT(fn.emit(Stage::Loops, types),
+                testing::HasSubstr(fmt::format("for k_block in 0..{} {{", d.nIn / c.blockK)));
+    checkMulMatId(d, c.shape.routing, Mode::Specialized, fn);
+  }
 }
 
 const KBlockCase kKBlockCases[] = {

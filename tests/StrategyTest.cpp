@@ -285,17 +285,21 @@ TEST(Strategy, GoldenContractions) {
       },
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
-  // S9 at T = 32, 8 experts: the experts are the lanes. With 16 registers (5x2, then 4x2) a
-  // permute per FMA costs more than contraction.gather's padding of the 64 pairs to 15
-  // vectors; 16 pairs, padded to 9 vectors against 2, stay with ranks. Forced, the 64 pairs
-  // are eight vectors of 8 slots (four blocks of two), and each row loads one vector of
-  // weights per k and permutes it for NR FMAs. The packed input takes 256 bytes a k: 256 KiB
-  // for k = 1024, within a quarter of L2, needs no k blocks.
+  // S9 at T = 32, 8 experts: the experts are the lanes. By choice (by hand), lane j of every
+  // rank is expert j: no permute, so a 3x4 tile (12 accumulators, 3 rows' experts and a vector
+  // of inputs; its 2 leftover rows a tile of their own). The ranks are counted at run time;
+  // even routing makes them 8, two blocks of four. In order (the default), with 16 registers (5x2,
+  // then 4x2) a permute per FMA costs more than contraction.gather's padding of the 64 pairs to 15
+  // vectors; forced, the 64 pairs are eight vectors of 8 slots (four blocks of two), and each row
+  // loads one vector of weights per k and permutes it for NR FMAs. The packed input takes 256 bytes
+  // a k: 256 KiB for k = 1024, within a quarter of L2, needs no k blocks.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "ranks=by-choice"),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 ranks=by-choice");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
-  EXPECT_EQ(
-      choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "pipeline=contraction.ranks"),
-      "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(),
+                   "pipeline=contraction.ranks,ranks=in-order"),
+            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   // With 16 lanes a vector holds 16 slots, and a step takes two k, a row's 8 experts at each:
   // the 64 pairs are four vectors, one block of 4x4 (16 accumulators beside a row's 8 experts
   // at either k for each of the 4 rows, a vector of slots' experts with its two inputs, and a
@@ -317,12 +321,14 @@ TEST(Strategy, GoldenContractions) {
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "k-block 1 is not a multiple of the 2 k steps each step of contraction.ranks takes "
           "here")));
-  // 8 tokens: two ranks of 8, so NR = 2 at most, and 4 rows with 16 registers (4 rows' vectors
-  // beside 8 accumulators). With 32 registers, one vector of 16 slots and the most rows L1
-  // allows, 6. The packed input (128 KiB for twice the ranks) needs no k blocks.
-  EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8)),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8)),
+  // 8 tokens: two ranks of 8, so NR = 2 at most; in order with 16 registers, 4 rows (4 rows'
+  // vectors beside 8 accumulators, a vector of indices, the inputs and a permuted copy), by
+  // choice 5 (5 rows' vectors and one of inputs beside 10 accumulators). With 32 registers, one
+  // vector of 16 slots and the most rows L1 allows, 6. The packed input (128 KiB for twice the
+  // ranks) needs no k blocks.
+  EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx2(), "ranks=by-choice"),
+            "contraction.ranks m=d0 n=- k=d3 tile=5x2 lanes=8 ranks=by-choice");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8), Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx512()),
             "contraction.ranks m=d0 n=- k=d3 tile=6x1 lanes=16");
@@ -405,10 +411,13 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   // contraction.gather with each group padded to whole vectors. Two rows leave 16 registers
   // room for three vectors of slots: 2x3 serves the pairs 6 FMAs a step, in place, where 4x2
   // (5x2 fits, 64 rows take 4) pads them to four vectors for 6 of its 8.
-  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12)),
+  // By choice, three ranks as for even routing: 3x3.
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12), Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8");
-  EXPECT_EQ(choose(mulMatIdNest(2, 32, 8, 2, 12)),
+  EXPECT_EQ(choose(mulMatIdNest(2, 32, 8, 2, 12), Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=2x3 lanes=8");
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 12), Target::avx2(), "ranks=by-choice"),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x3 lanes=8 ranks=by-choice");
   EXPECT_EQ(error(mulMatIdNest(64, 64, 8, 2, 12), "pipeline=contraction.gather"), "no error");
   EXPECT_EQ(
       loops::describe(loops::selectStrategy(mulMatIdNest(5, 32, 8, 2, 12), Target::avx2(),
@@ -419,9 +428,9 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
               testing::HasSubstr("4 choices are not a vector of 256 bits or more"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 2), "pipeline=contraction.ranks"),
               testing::HasSubstr("4 pairs fill no vector of 8"));
-  EXPECT_EQ(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
-                                                  loops::parseConfig(
-                                                      "pipeline=contraction.ranks,tile=1x8"))),
+  EXPECT_EQ(loops::describe(
+                loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
+                                      loops::parseConfig("pipeline=contraction.ranks,tile=1x8"))),
             "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8");
   EXPECT_EQ(
       loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
@@ -430,8 +439,9 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "pipeline=contraction.ranks,tile=9x1"),
               testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
   // k blocks by hand: they must divide k.
-  EXPECT_THAT(loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
-                                                    loops::parseConfig("pipeline=contraction.ranks,k-block=16"))),
+  EXPECT_THAT(loops::describe(loops::selectStrategy(
+                  mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
+                  loops::parseConfig("pipeline=contraction.ranks,k-block=16"))),
               testing::Eq("contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=16"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.ranks,k-block=24"),
               testing::HasSubstr("k-block 24 does not divide the nest's one reduction dim (64)"));
@@ -534,12 +544,15 @@ TEST(Strategy, RuntimeExtents) {
   // (contraction.gather sizes its vectors of pairs when it compiles); k blocks as for 256
   // tokens (2 KiB a k), of up to half of L2: none for 512 k (1 MiB), 512 k for 2048.
   // Runtime rows or a runtime reduction leave plain loops.
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false})),
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false}),
+                   Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false})),
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false}),
+                   Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
-  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, true, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
+  EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, true, true, false}),
+                   Target::avx2(), "ranks=by-choice"),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=512 ranks=by-choice");
   // With 16 lanes, 4x4 tiles as for a constant count: a runtime count pads the last rank
   // block by up to three vectors of slots.
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false}),
@@ -582,6 +595,10 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("pipeline=fast", mm), testing::HasSubstr("unknown pipeline 'fast'"));
   EXPECT_THAT(error("k-block=-3", mm), testing::HasSubstr("not a non-negative integer"));
   EXPECT_THAT(error("pack=yes", mm), testing::HasSubstr("is not 0 or 1"));
+  EXPECT_THAT(error("ranks=sorted", mm),
+              testing::HasSubstr("ranks 'sorted' is not by-choice or in-order"));
+  // Nests that take no contraction.ranks ignore `ranks=`: it may be set for a whole function.
+  EXPECT_EQ(error("ranks=by-choice", mm), "no error");
   EXPECT_THAT(error("prefetch=-1", mm), testing::HasSubstr("is not an integer from 0 to 64"));
   EXPECT_THAT(error("prefetch=far", mm), testing::HasSubstr("is not an integer from 0 to 64"));
   EXPECT_THAT(error("key-chunks=0", mm), testing::HasSubstr("is not an integer from 1 to 64"));
@@ -753,10 +770,10 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   // At 64 tokens the 128 pairs fill whole tiles of slots, and the ids, the input [32, 2, 64]
   // and the output [64, 2, 64] hold them in order: the tiles read and add to them in place.
   // contraction.ranks by hand: with 16 vector registers the strategy takes contraction.gather
-  // at 64 and 60 tokens. With 16 lanes a vector holds 16 slots, and a step takes two k: each
-  // row's 8 experts at either k, a vector of 8 each, permuted into the slots' 16 lanes by the
-  // same vector of their experts.
-  std::unique_ptr<Context> ranks = contextFor("pipeline=contraction.ranks");
+  // at 64 and 60 tokens. With 16 lanes a vector holds 16 slots, and a step takes two k: each row's
+  // 8 experts at either k, a vector of 8 each, permuted into the slots' 16 lanes by the same vector
+  // of their experts.
+  std::unique_ptr<Context> ranks = contextFor("pipeline=contraction.ranks,ranks=in-order");
   Module moe = ranks->load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, t64);
@@ -843,7 +860,7 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
         .function("mul_mat_id")
         .emit(Stage::Loops, shapes.empty() ? t64 : shapes);
   };
-  loops = configuredLoops("pipeline=contraction.ranks,k-block=16");
+  loops = configuredLoops("pipeline=contraction.ranks,ranks=in-order,k-block=16");
   EXPECT_THAT(loops, testing::HasSubstr(
                          "  for m_part in 0..8 parallel(chunks of at least 1) {\n"
                          "    // each m block of the part adds the k block's products to its slots\n"
@@ -863,13 +880,31 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
                          "4) + 4), 60) + divui(((remui(rank_block, 2) * 16) + d3), "
                          "8)) * 256) + (k_block * 128)) + (remui(((remui(rank_block, "
                          "2) * 16) + d3), 8) * 16))]"));
-  loops = configuredLoops("pipeline=contraction.ranks,k-block=16", tPadded);
+  loops = configuredLoops("pipeline=contraction.ranks,ranks=in-order,k-block=16", tPadded);
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": {0} = select(broadcast<{1}>(cmp.eq(k_block, 0)), broadcast<{1}>(0f), "
                          "by_slot[(((((m_part * 2) + m_block) * ",
                          vec, lanes)));
   EXPECT_THAT(loops,
               testing::HasSubstr("packed_input[((((k_block * 16) + " + step + ") * 128) + "));
+  // By choice (8 lanes, either target): a pair's slot is its rank among its expert's pairs
+  // times 8 plus its expert; the slots per row are the busiest expert's ranks rounded up to
+  // whole tiles, counted at run time; padding ranks take input 0; each row's experts multiply
+  // the slots' inputs as loaded; each pair's sum is read back from its slot.
+  loops = configuredLoops("pipeline=contraction.ranks,ranks=by-choice");
+  EXPECT_THAT(loops, testing::HasSubstr("lanes=8 ranks=by-choice: each pair's slot by its choice"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         "slot[(d2 + (d1 * 64))] = index_cast<i32>(((index_cast<index>(rank_count["
+                         "index_cast<index>(ids[(d2 + (d1 * 64))])]) * 8) + "
+                         "index_cast<index>(ids[(d2 + (d1 * 64))])))"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr("busiest = maxsi(busiest, index_cast<index>(rank_count[c]))"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         "packed_input[((d3 * slots) + (((index_cast<index>(rank_count[c]) + rank) "
+                         "* 8) + c))] = 0f"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("permute(")));
+  EXPECT_THAT(loops, testing::HasSubstr("by_slot[((d0 * slots) + index_cast<index>(slot[(d2 + "
+                                        "(d1 * 64))]))]"));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.
   loops = configuredLoops("pipeline=contraction.gather");
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(

@@ -1958,9 +1958,6 @@ private:
     int sorted = addTemp("by_slot", elem, intConst(rows * slots));
 
     const std::vector<Expr> vars = freshLoopVars(numLoops);
-    auto i32 = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::I32); };
-    auto index = [](Expr e) { return cast(OpKind::IndexCast, e, ElemKind::Index); };
-    auto loadIndex = [&](int buffer, Expr at) { return index(load(buffer, at, ElemKind::I32)); };
     // Loops over the pairs around `body`, and the pair's number (the choices' row-major order).
     Expr pair = accessIndex(g.map(choiceInput), vars, ids.dims);
     auto overPairs = [&](std::vector<Stmt> body) {
@@ -2055,6 +2052,13 @@ private:
                   load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem),
                   kBlock, 1, stmts);
     return stmts;
+  }
+
+  static Expr i32(Expr e) { return cast(OpKind::IndexCast, std::move(e), ElemKind::I32); }
+  static Expr index(Expr e) { return cast(OpKind::IndexCast, std::move(e), ElemKind::Index); }
+  // An i32 of `buffer` (the gathers' counts and slots) as an index.
+  static Expr loadIndex(int buffer, Expr at) {
+    return index(load(buffer, std::move(at), ElemKind::I32));
   }
 
   // A fresh index variable per loop dim: d0, d1, ...
@@ -2245,6 +2249,67 @@ private:
       step.push_back(prefetch(buffer, add(mul(row, intConst(strideM)), ahead)));
   }
 
+  // contraction.ranks by choice (Strategy::ranksByChoice): a pair's slot is r x C + its choice
+  // c, r counting the pairs of choice c before it, so that lane j of every vector of slots is
+  // choice j. Serially: each pair's slot in `slotOf`, the slots per row of the sums (the busiest
+  // choice's pairs rounded up to whole tiles of NR ranks, times C: returned, with the
+  // statements), and the input packed by slot, 0 in the slots no pair takes. `input` and `sums`
+  // receive temporaries sized for every pair on one choice.
+  std::pair<Expr, std::vector<Stmt>>
+  slotsByChoice(GenericView &g, const Strategy &s, int packInput, int choiceInput,
+                int64_t numChoices, int64_t pairs, const Expr &pairCount, int64_t k, int64_t rows,
+                int slotOf, int &input, int &sums, const std::vector<Expr> &vars,
+                const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs) {
+    const ElemKind elem = g.op.result()->type.elem;
+    const int64_t ranksPerTile = s.tileN;
+    Expr capacity =
+        asConstant(pairCount)
+            ? intConst((pairs + ranksPerTile - 1) / ranksPerTile * ranksPerTile * numChoices)
+            : mul(quotient(add(pairCount, intConst(ranksPerTile - 1)), ranksPerTile),
+                  intConst(ranksPerTile * numChoices));
+    const TensorStorage &x = storageOf(g.input(packInput));
+    input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), capacity));
+    sums = addTemp("by_slot", elem, mul(intConst(rows), capacity));
+    const int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
+    const Value *choices = g.input(choiceInput);
+    Expr pair = accessIndex(g.map(choiceInput), vars, storageOf(choices).dims);
+    Expr choice = index(load(storageOf(choices).buffer, pair, choices->type.elem));
+    Expr c = var(freshName("c"), ElemKind::Index);
+    auto overChoices = [&](std::vector<Stmt> body) {
+      return forLoop(c->name, intConst(numChoices), ForKind::Serial, std::move(body));
+    };
+    std::vector<Stmt> stmts = {overChoices({store(count, c, intConst(0, ElemKind::I32))})};
+    stmts[0]->comment = strategyComment(g.op, s) + ": each pair's slot by its choice";
+    Expr rank = loadIndex(count, choice);
+    for (Stmt &st :
+         overPairs({store(slotOf, pair, i32(add(mul(rank, intConst(numChoices)), choice))),
+                    store(count, choice, i32(add(rank, intConst(1))))}))
+      stmts.push_back(st);
+    const std::string busiestName = freshName("busiest");
+    Expr busiest = var(busiestName, ElemKind::Index);
+    stmts.push_back(local(busiestName, intConst(0)));
+    stmts.push_back(
+        overChoices({assign(busiestName, binary(OpKind::MaxSI, busiest, loadIndex(count, c)))}));
+    Expr width = bindLet("slots",
+                         mul(quotient(add(busiest, intConst(ranksPerTile - 1)), ranksPerTile),
+                             intConst(ranksPerTile * numChoices)),
+                         stmts);
+    Expr kk = vars[s.dimK];
+    stmts.push_back(forLoop(
+        kk->name, intConst(k), ForKind::Serial,
+        overPairs({store(input, add(mul(kk, width), loadIndex(slotOf, pair)),
+                         load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
+    // Each choice's ranks past its pairs.
+    Expr r = var(freshName("rank"), ElemKind::Index);
+    Expr unused = binary(OpKind::SubI, quotient(width, numChoices), loadIndex(count, c));
+    Expr slot = add(mul(add(loadIndex(count, c), r), intConst(numChoices)), c);
+    stmts.push_back(overChoices(
+        {forLoop(r->name, unused, ForKind::Serial,
+                 {forLoop(kk->name, intConst(k), ForKind::Serial,
+                          {store(input, add(mul(kk, width), slot), floatConst(0, elem))})})}));
+    return {width, std::move(stmts)};
+  }
+
   // contraction.ranks (see loops/Strategy.h): the pairs in their own order are the slots, C to
   // a vector, and lane j of vector v multiplies choice[v * C + j]: a step loads a row's C
   // choices as one vector and permutes it for each vector of slots. Unless the slots are the
@@ -2290,10 +2355,15 @@ private:
     // out[m, pairs], as in the MoE block's three projections): the tiles then read the ids and
     // the input and add to the output in place, with nothing to pack or read back. Otherwise
     // in temporaries, each pair at its slot, and read back into the output at the end.
-    const bool inPlace = asConstant(width) == pairs && slotsInPlace(g, s, choiceInput, packInput,
-                                                                    result, pairDims, pairs);
-    int slotChoice = ids.buffer, input = x.buffer, sums = result.buffer;
-    if (!inPlace) {
+    const bool inPlace = !s.ranksByChoice && asConstant(width) == pairs &&
+                         slotsInPlace(g, s, choiceInput, packInput, result, pairDims, pairs);
+    int slotChoice = ids.buffer, input = x.buffer, sums = result.buffer, slotOf = -1;
+    if (s.ranksByChoice) {
+      slotOf = addTemp("slot", ElemKind::I32, pairCount);
+      std::tie(width, stmts) =
+          slotsByChoice(g, s, packInput, choiceInput, numChoices, pairs, pairCount, k, rows, slotOf,
+                        input, sums, vars, overPairs);
+    } else if (!inPlace) {
       slotChoice = addTemp("slot_choice", choiceElem, width);
       input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), width));
       sums = addTemp("by_slot", elem, mul(intConst(rows), width));
@@ -2423,7 +2493,8 @@ private:
                       step);
       }
       for (int n = 0; n < s.tileN; ++n) {
-        lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
+        if (!s.ranksByChoice)
+          lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
         for (int h = 0; h < steps; ++h)
           inputs[h][n] = bindLet(
               g.body().arguments[packInput].get(),
@@ -2440,7 +2511,8 @@ private:
             std::unordered_map<const Value *, Expr> values;
             values[g.body().arguments[packInput].get()] = inputs[h][n];
             values[g.body().arguments[choiceInput].get()] = intConst(0, choiceElem);
-            values[extract->result()] = permute(choicesOfRow[r][h], lanesOf[n]);
+            values[extract->result()] =
+                s.ranksByChoice ? choicesOfRow[r][h] : permute(choicesOfRow[r][h], lanesOf[n]);
             bindOtherInputs(g, values, iv, packInput, choiceInput);
             Expr &acc = accs[r * s.tileN + n];
             if (h > 0) {
@@ -2465,9 +2537,10 @@ private:
       return loopOver(rankBlock, rankBlocks, std::move(tile));
     };
     Expr o = vars[s.dimM];
+    Expr slotOfPair = s.ranksByChoice ? loadIndex(slotOf, pair) : pair;
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
-                  inPlace ? nullptr : load(sums, add(mul(o, width), pair), elem), kBlock, kBlocks,
-                  stmts);
+                  inPlace ? nullptr : load(sums, add(mul(o, width), slotOfPair), elem), kBlock,
+                  kBlocks, stmts);
     return stmts;
   }
 

@@ -93,9 +93,13 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
       if (value.getAsInteger(10, group) || group < 0)
         throw bad(fmt::format("n-group '{}' is not a non-negative integer", value.str()));
       config.groupN = group;
+    } else if (key == "ranks") {
+      if (value != "by-choice" && value != "in-order")
+        throw bad(fmt::format("ranks '{}' is not by-choice or in-order", value.str()));
+      config.ranksByChoice = value == "by-choice";
     } else {
       throw bad(fmt::format("unknown key '{}' (pipeline, tile, k-block, pack, prefetch, "
-                            "key-chunks, query-blocks, blocks-outside, n-group)",
+                            "key-chunks, query-blocks, blocks-outside, n-group, ranks)",
                             key.str()));
     }
   }
@@ -123,6 +127,7 @@ ConfigOverride ConfigOverride::overriddenBy(const ConfigOverride &op) const {
   take(merged.keyChunks, op.keyChunks);
   take(merged.queryBlocks, op.queryBlocks);
   take(merged.blocksOutside, op.blocksOutside);
+  take(merged.ranksByChoice, op.ranksByChoice);
   return merged;
 }
 
@@ -512,7 +517,7 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
 // vector by each rank's choices, for MR x NR FMAs, where contraction.gather's broadcasts cost a
 // load per FMA: on S9 at 32 tokens the loads bound it at 1.44 FMAs a cycle.
 std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target &target,
-                                 bool forced, std::string &why) {
+                                 bool forced, std::optional<bool> byChoice, std::string &why) {
   const int64_t choices = nest.gather->choices;
   Strategy s;
   s.pipeline = Pipeline::ContractionRanks;
@@ -539,8 +544,18 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // the Zen 4 the inner loop (4x4, warm) ran at 117 GFLOP/s a core this way, against 77 with C
   // lanes; the 16-lane permute issues beside the FMA.
   const int64_t k = nest.extents[s.dimK];
-  const bool twoSteps =
-      lanes == 2 * choices && k % 2 == 0 && nest.gather->strides[s.dimK] == choices;
+  // By choice (`ranks=by-choice`, by hand): lane j of every rank is choice j, and a pair's slot
+  // is its rank among the pairs of its choice, so that the rows' choices multiply the slots as
+  // they are loaded, with no permute. It takes as many ranks as the busiest choice has pairs,
+  // counted at run time, where the pairs in order take pairs / C. On the Zen 3 (16 registers),
+  // one process alternating, S9 at 32 tokens with its ids spread evenly (8 ranks either way)
+  // took 8.2 ms against 9.4 for contraction.gather (warm in L3, 448 rows: 0.82 against 1.12,
+  // and 1.39 for the ranks in order); but with random ids 10.8 against 10.5, and the MoE block
+  // at 32 tokens, routed by its router, 49.8 against 41.2: uneven routing pads every rank
+  // to the busiest expert's count, where contraction.gather pads each expert to whole vectors.
+  s.ranksByChoice = byChoice.value_or(false);
+  const bool twoSteps = !s.ranksByChoice && lanes == 2 * choices && k % 2 == 0 &&
+                        nest.gather->strides[s.dimK] == choices;
   s.lanes = int(twoSteps ? 2 * choices : choices);
   // With 16 vector registers the tile is 4x2 and its permutes, one per FMA, share the FP pipes
   // with the FMAs: unless grouping the pairs by choice pads them to twice the ranks' vectors or
@@ -550,7 +565,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   const int64_t ranks = (pairs + s.lanes - 1) / s.lanes;
   const int64_t grouped =
       groupedVectors(pairs, choices, std::max(1, target.vectorBits / nest.elemBits));
-  if (target.vectorRegisters < 32 && !forced && grouped < 2 * ranks) {
+  if (target.vectorRegisters < 32 && !forced && !s.ranksByChoice && grouped < 2 * ranks) {
     why = fmt::format("{} pairs group by choice into {} vectors, fewer than twice their {} "
                       "ranks: contraction.gather takes them",
                       pairs, grouped, ranks);
@@ -577,12 +592,19 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // and 64 and 12.6 at 128, where 4x2 tiles, which pad less, took 4.8-5.0 at 8 and 16, 6.3-6.4
   // at 24 and 32, 7.6 at 48, 8.8 at 64 and 13.6 at 128 (the MoE block at 32 tokens: 16.4-16.7
   // ms against 19.4).
+  //
+  // By choice, a tile needs no vector of indices and no permuted copy: MR x NR accumulators, MR
+  // rows' choices and one vector of slots' inputs. With 16 registers that is 3x4, with a
+  // leftover tile where 3 does not divide the rows, as at S9 (3584 rows), which at 32 tokens
+  // took 0.79-0.82 ms against 1.11 for 3x3, 1.18 for 4x3 and 0.92 for 2x4 (448 rows, warm; cold
+  // at 3584 rows 8.2 ms, 2x4 8.8).
+  const int spare = s.ranksByChoice ? 1 : steps + 2;
+  const int perRow = s.ranksByChoice ? 1 : steps;
   int64_t most = 0;
   for (int nr = 1; nr <= std::min<int64_t>(ranks, 4); ++nr) {
-    const int mr = rowsDividingTile(
-        int(std::min<int64_t>(
-            std::clamp((target.vectorRegisters - steps - 2) / (nr + steps), 1, kL1Ways - 2), rows)),
-        rows);
+    const int fits = int(std::min<int64_t>(
+        std::clamp((target.vectorRegisters - spare) / (nr + perRow), 1, kL1Ways - 2), rows));
+    const int mr = s.ranksByChoice ? fits : rowsDividingTile(fits, rows);
     const int64_t paddedRanks = (ranks + nr - 1) / nr * nr;
     const int64_t useful =
         int64_t(mr) * nr * ranks * 1000 / paddedRanks * (paddedRanks == ranks ? 4 : 3) / 4;
@@ -1098,7 +1120,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     std::string whyRanks;
     if (!chosen && whyNot.empty() && allows(Pipeline::ContractionRanks))
       chosen = tryRanks(nest, lanes, target, config.pipeline.has_value() || runtimePairs,
-                        whyRanks);
+                        config.ranksByChoice, whyRanks);
     if (!chosen && whyNot.empty() && !runtimePairs && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())
@@ -1176,6 +1198,8 @@ std::string describe(const Strategy &s) {
     text += (i ? "," : " blocks-outside=") + dim(s.blocksOutside[i]);
   if (s.groupN)
     text += fmt::format(" n-group={}", s.groupN);
+  if (s.ranksByChoice)
+    text += " ranks=by-choice";
   return text;
 }
 

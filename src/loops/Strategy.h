@@ -135,6 +135,7 @@ struct Strategy {
                                        // in (B read in address order)
   int64_t groupN = 0;                  // outer, packed k blocks: n blocks per group, the k
                                        // blocks running outside a group's n blocks; 0 for none
+  bool ranksByChoice = false;          // ranks: lane j of every rank is choice j (no permute)
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
@@ -184,10 +185,11 @@ struct ConfigOverride {
   std::optional<int64_t> queryBlocks; // attention's blocks of queries (generalize-attention)
   std::optional<bool> blocksOutside; // may the tiles' blocks run outside other parallel dims
   std::optional<int64_t> groupN;     // outer's n blocks per group (0: no groups)
+  std::optional<bool> ranksByChoice; // ranks' slots by choice (`ranks=by-choice`) or in order
   std::string origin = "--config"; // where it was set, for the errors of choices it does not fit
   bool empty() const {
     return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead && !keyChunks &&
-           !queryBlocks && !blocksOutside && !groupN;
+           !queryBlocks && !blocksOutside && !groupN && !ranksByChoice;
   }
   /// This override with the fields `op` sets replaced: an op's `frank.config` attribute wins
   /// over the function-wide `--config`.
@@ -201,7 +203,8 @@ struct ConfigOverride {
 /// `blocks-outside=0|1` (the tiles' blocks kept inside every other parallel dim,
 /// or run outside those B is read more closely along, however many m blocks), `n-group=G`
 /// (contraction.outer's n blocks in groups of G, each running its k blocks outside its n
-/// blocks; 0 for none). Throws
+/// blocks; 0 for none), `ranks=by-choice|in-order` (contraction.ranks' slots, by choice or the
+/// pairs in order; nests that take no contraction.ranks ignore it). Throws
 /// frank::Error naming what is wrong.
 ConfigOverride parseConfig(const std::string &text, const std::string &origin = "--config");
 
