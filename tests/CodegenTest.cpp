@@ -191,6 +191,15 @@ TEST(Codegen, AddressesAreSummedOneLoopAtATime) {
       EXPECT_EQ(y[size_t(r * columns + c)], 2 * x[size_t(r * stride + c + 1)]) << r << ", " << c;
 }
 
+// mul_mat_id at 32 tokens (64 pairs, 8 experts) in contraction.ranks for `cpu`, its slots
+// `ranks` (in-order or by-choice).
+const std::vector<std::string> kRanksTypes = {"64x32x8xf32", "32x2x32xf32", "2x32xi32"};
+Function ranksFor(const char *cpu, const std::string &ranks) {
+  return Context(forCpu(cpu, "pipeline=contraction.ranks,ranks=" + ranks))
+      .load(componentPath("moe/mul_mat_id.mlir"))
+      .function("mul_mat_id");
+}
+
 // A contraction.ranks tile permutes each row's vector of choices by each rank's choices with
 // one vpermps per rank and row (4x2 tile with AVX2's 16 registers: 8; with AVX-512's, a 4x4
 // tile of two k steps: 32), where a permute lane by lane would be 8 or 16 extracts and inserts
@@ -200,17 +209,14 @@ TEST(Codegen, AddressesAreSummedOneLoopAtATime) {
 TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
   for (auto [cpu, wide] : {std::pair{kAvx512Cpu, true}, std::pair{kAvx2Cpu, false}}) {
     SCOPED_TRACE(cpu);
-    Function fn = Context(forCpu(cpu, "pipeline=contraction.ranks,ranks=in-order"))
-                      .load(componentPath("moe/mul_mat_id.mlir"))
-                      .function("mul_mat_id");
-    const std::vector<std::string> types = {"64x32x8xf32", "32x2x32xf32", "2x32xi32"};
-    std::string loops = fn.emit(Stage::Loops, types);
+    Function fn = ranksFor(cpu, "in-order");
+    std::string loops = fn.emit(Stage::Loops, kRanksTypes);
     const std::string tile = wide ? "tile=4x4 lanes=16" : "tile=4x2 lanes=8";
     EXPECT_THAT(loops, testing::HasSubstr("contraction.ranks m=d0 n=- k=d3 " + tile)) << loops;
     // With 16 lanes, a step takes two k, permuting each row's two vectors for each of its slots'.
     const int permutes = wide ? 32 : 8;
     EXPECT_EQ(count(loops, "permute("), permutes) << loops;
-    std::string assembly = fn.emit(Stage::Assembly, types);
+    std::string assembly = fn.emit(Stage::Assembly, kRanksTypes);
     // The 512-bit permute may come out in the integer domain (vpermd), which does the same.
     EXPECT_EQ(count(assembly, "vpermps") + count(assembly, "vpermd"), permutes) << assembly;
     EXPECT_EQ(count(assembly, "vinsertps"), 0) << assembly;
@@ -223,15 +229,12 @@ TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
 TEST(Codegen, RanksByChoiceNeedNoPermute) {
   for (const char *cpu : {kAvx512Cpu, kAvx2Cpu}) {
     SCOPED_TRACE(cpu);
-    Function fn = Context(forCpu(cpu, "pipeline=contraction.ranks,ranks=by-choice"))
-                      .load(componentPath("moe/mul_mat_id.mlir"))
-                      .function("mul_mat_id");
-    const std::vector<std::string> types = {"64x32x8xf32", "32x2x32xf32", "2x32xi32"};
-    std::string loops = fn.emit(Stage::Loops, types);
+    Function fn = ranksFor(cpu, "by-choice");
+    std::string loops = fn.emit(Stage::Loops, kRanksTypes);
     EXPECT_THAT(loops, testing::HasSubstr("lanes=8 ranks=by-choice")) << loops;
     EXPECT_EQ(count(loops, "permute("), 0) << loops;
     EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (t * x)")) << loops;
-    std::string assembly = fn.emit(Stage::Assembly, types);
+    std::string assembly = fn.emit(Stage::Assembly, kRanksTypes);
     EXPECT_EQ(count(assembly, "vpermps") + count(assembly, "vpermd"), 0) << assembly;
     EXPECT_GT(count(assembly, "vfmadd"), 0) << assembly;
   }

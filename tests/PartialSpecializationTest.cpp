@@ -43,6 +43,7 @@ struct PartialCase {
                                     std::vector<std::vector<int32_t>> &ids, std::vector<Arg> &args)>
       make;
   std::string name;
+  std::string config = ""; // --config for the kernel, if any
 };
 
 std::vector<PartialCase> partialCases() {
@@ -185,7 +186,7 @@ std::vector<PartialCase> partialCases() {
   // routing, and every pair on one expert (one rank per pair, up to 600 of them: more than the
   // 256 tokens the k blocks were sized for).
   auto mulMatIdCase = [](std::vector<int64_t> sizes, int32_t (*expertOf)(int64_t, int64_t),
-                         std::string name) {
+                         std::string name, std::string config = "") {
     return PartialCase{
         "moe/mul_mat_id.mlir",
         "mul_mat_id",
@@ -206,13 +207,23 @@ std::vector<PartialCase> partialCases() {
           return oracle::mulMatId(f[0].data(), f[1].data(), ids[0].data(), out, in, experts,
                                   used, n);
         },
-        std::move(name)};
+        std::move(name),
+        std::move(config)};
   };
   cases.push_back(mulMatIdCase(
       {1, 5, 16, 37, 64, 65, 130},
       [](int64_t i, int64_t n) { return static_cast<int32_t>((i * 5 + n) % 8); }, "mul_mat_id"));
   cases.push_back(mulMatIdCase(
       {1, 5, 64, 300}, [](int64_t, int64_t) { return int32_t{3}; }, "mul_mat_id_one_expert"));
+  // The ranks by choice: the slots per row counted from the busiest expert at run time, the
+  // temporaries sized for every pair on one expert by the token count.
+  cases.push_back(mulMatIdCase(
+      {1, 5, 16, 37, 64, 65, 130},
+      [](int64_t i, int64_t n) { return static_cast<int32_t>((i * 5 + n) % 8); },
+      "mul_mat_id_by_choice", "ranks=by-choice"));
+  cases.push_back(mulMatIdCase(
+      {1, 5, 64, 300}, [](int64_t, int64_t) { return int32_t{3}; },
+      "mul_mat_id_one_expert_by_choice", "ranks=by-choice"));
 
   cases.push_back({"moe/moe_ffn_block.mlir", "moe_ffn_block", "input:0", tokens, 1e-4, 1e-4,
                    [](int64_t n, auto &f, auto &, auto &, auto &args) {
@@ -255,7 +266,9 @@ class PartialTest : public testing::TestWithParam<PartialCase> {};
 
 TEST_P(PartialTest, OneKernelServesEverySizeOfItsRuntimeDims) {
   const PartialCase &c = GetParam();
-  Context ctx(memoryOnly());
+  ContextOptions options = memoryOnly();
+  options.loweringConfig = c.config;
+  Context ctx(options);
   Function fn = ctx.load(componentPath(c.component))
                     .function(c.function)
                     .withRuntimeDims(parseRuntimeDims(c.runtimeDims));
