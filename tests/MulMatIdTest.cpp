@@ -154,12 +154,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdTest,
                          });
 
 // Each pipeline for many pairs, forced: contraction.ranks with its slots in order (the default
-// for 8 experts, or 16 with 16 lanes) and by choice (by hand only), and contraction.gather (the
-// default otherwise), on balanced,
-// one-expert and repeated routings, with rows that leave a short tile and reductions that are
-// not multiples of 8. One expert taking every pair is the ranks' worst case: in order, every
-// pair is a rank of its own; by choice, every pair is a rank of that expert's lane. Either way
-// the other experts' lanes are padding that must stay out of the outputs.
+// for 8 experts with 32 registers, or 16 with 16 lanes) and by choice (the default for 8 with
+// 16 registers), and contraction.gather (the default otherwise), on balanced, one-expert and
+// repeated routings, with rows that leave a short tile and reductions that are not multiples
+// of 8. One expert taking every pair is the ranks' worst case: in order, every pair is a rank
+// of its own; by choice, every pair past the ranks of even routing overflows into ranks in
+// order. Either way the other experts' lanes are padding that must stay out of the outputs.
 class MulMatIdPipelines : public testing::TestWithParam<std::tuple<MoeShape, const char *>> {};
 
 TEST_P(MulMatIdPipelines, MatchesOracle) {

@@ -285,17 +285,17 @@ TEST(Strategy, GoldenContractions) {
       },
       testing::ThrowsMessage<Error>(testing::HasSubstr(
           "pack=0 does not apply: input #1 is read along k, so contraction.outer must pack it")));
-  // S9 at T = 32, 8 experts: the experts are the lanes. By choice (by hand), lane j of every
-  // rank is expert j: no permute, so a 3x4 tile (12 accumulators, 3 rows' experts and a vector
-  // of inputs; its 2 leftover rows a tile of their own). The ranks are counted at run time;
-  // even routing makes them 8, two blocks of four. In order (the default), with 16 registers (5x2,
-  // then 4x2) a permute per FMA costs more than contraction.gather's padding of the 64 pairs to 15
-  // vectors; forced, the 64 pairs are eight vectors of 8 slots (four blocks of two), and each row
-  // loads one vector of weights per k and permutes it for NR FMAs. The packed input takes 256 bytes
-  // a k: 256 KiB for k = 1024, within a quarter of L2, needs no k blocks.
-  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "ranks=by-choice"),
-            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 ranks=by-choice");
+  // S9 at T = 32, 8 experts: the experts are the lanes. With 16 registers by choice: lane j of
+  // a rank is expert j, no permute, so a 3x4 tile (12 accumulators, 3 rows' experts and a
+  // vector of inputs; its 2 leftover rows a tile of their own) for the 8 ranks of even routing,
+  // two blocks of four. In order, with 16 registers (5x2, then 4x2) a permute per FMA costs more
+  // than contraction.gather's padding of the 64 pairs to 15 vectors; forced, the 64 pairs are
+  // eight vectors of 8 slots (four blocks of two), and each row loads one vector of weights per
+  // k and permutes it for NR FMAs. The packed input takes 256 bytes a k: 256 KiB for k = 1024,
+  // within a quarter of L2, needs no k blocks.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 ranks=by-choice");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "ranks=in-order"),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(),
                    "pipeline=contraction.ranks,ranks=in-order"),
@@ -431,18 +431,19 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   EXPECT_EQ(loops::describe(
                 loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
                                       loops::parseConfig("pipeline=contraction.ranks,tile=1x8"))),
-            "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=1x8 lanes=8 ranks=by-choice");
   EXPECT_EQ(
       loops::describe(loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
                                             loops::parseConfig("pipeline=contraction.ranks"))),
-      "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
+      "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 ranks=by-choice");
   EXPECT_THAT(error(mulMatIdNest(8, 64, 8, 2, 32), "pipeline=contraction.ranks,tile=9x1"),
               testing::HasSubstr("contraction.ranks takes tile=MxN with M at most 8"));
   // k blocks by hand: they must divide k.
-  EXPECT_THAT(loops::describe(loops::selectStrategy(
-                  mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
-                  loops::parseConfig("pipeline=contraction.ranks,k-block=16"))),
-              testing::Eq("contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=16"));
+  EXPECT_THAT(
+      loops::describe(
+          loops::selectStrategy(mulMatIdNest(64, 64, 8, 2, 32), Target::avx2(),
+                                loops::parseConfig("pipeline=contraction.ranks,k-block=16"))),
+      testing::Eq("contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=16 ranks=by-choice"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.ranks,k-block=24"),
               testing::HasSubstr("k-block 24 does not divide the nest's one reduction dim (64)"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 32), "pipeline=contraction.ranks,pack=1"),
@@ -769,10 +770,10 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   // permuted by each vector of slots' experts; the rows after the tile's prefetched as it runs.
   // At 64 tokens the 128 pairs fill whole tiles of slots, and the ids, the input [32, 2, 64]
   // and the output [64, 2, 64] hold them in order: the tiles read and add to them in place.
-  // contraction.ranks by hand: with 16 vector registers the strategy takes contraction.gather
-  // at 64 and 60 tokens. With 16 lanes a vector holds 16 slots, and a step takes two k: each row's
-  // 8 experts at either k, a vector of 8 each, permuted into the slots' 16 lanes by the same vector
-  // of their experts.
+  // contraction.ranks in order by hand: with 16 vector registers the strategy takes them by
+  // choice at 64 tokens and contraction.gather at 60. With 16 lanes a vector holds 16 slots, and a
+  // step takes two k: each row's 8 experts at either k, a vector of 8 each, permuted into the
+  // slots' 16 lanes by the same vector of their experts.
   std::unique_ptr<Context> ranks = contextFor("pipeline=contraction.ranks,ranks=in-order");
   Module moe = ranks->load(componentPath("moe/mul_mat_id.mlir"));
   const std::vector<std::string> t64 = {"64x32x8xf32", "32x2x64xf32", "2x64xi32"};
@@ -887,22 +888,28 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
                          vec, lanes)));
   EXPECT_THAT(loops,
               testing::HasSubstr("packed_input[((((k_block * 16) + " + step + ") * 128) + "));
-  // By choice (8 lanes, either target): a pair's slot is its rank among its expert's pairs
-  // times 8 plus its expert; the slots per row are the busiest expert's ranks rounded up to
-  // whole tiles, counted at run time; padding ranks take input 0; each row's experts multiply
-  // the slots' inputs as loaded; each pair's sum is read back from its slot.
-  loops = configuredLoops("pipeline=contraction.ranks,ranks=by-choice");
+  // By choice (8 lanes, either target): the 16 ranks of even routing (128 pairs) take lane j
+  // for expert j, the r-th pair of an expert slot r x 8 + its expert; the pairs past 16 of
+  // their expert follow in order (from slot 128), their experts in slot_choice, in ranks of
+  // their own rounded up to whole tiles, counted at run time. Unused slots take input 0; the
+  // tiles by choice multiply each row's experts as loaded, the others permute them; each
+  // pair's sum is read back from its slot.
+  loops = configuredLoops("pipeline=contraction.ranks,ranks=by-choice,tile=3x4");
   EXPECT_THAT(loops, testing::HasSubstr("lanes=8 ranks=by-choice: each pair's slot by its choice"));
   EXPECT_THAT(loops, testing::HasSubstr(
                          "slot[(d2 + (d1 * 64))] = index_cast<i32>(((index_cast<index>(rank_count["
                          "index_cast<index>(ids[(d2 + (d1 * 64))])]) * 8) + "
                          "index_cast<index>(ids[(d2 + (d1 * 64))])))"));
   EXPECT_THAT(loops,
-              testing::HasSubstr("busiest = maxsi(busiest, index_cast<index>(rank_count[c]))"));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         "packed_input[((d3 * slots) + (((index_cast<index>(rank_count[c]) + rank) "
-                         "* 8) + c))] = 0f"));
-  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("permute(")));
+              testing::HasSubstr("slot[(d2 + (d1 * 64))] = index_cast<i32>((128 + overflow))\n"
+                                 "        slot_choice[(128 + overflow)] = ids[(d2 + (d1 * 64))]"));
+  EXPECT_THAT(loops, testing::HasSubstr("let slots: index = (128 + (permuted_ranks * 8))"));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * slots) + (((minsi(index_cast<index>("
+                                        "rank_count[c]), 16) + rank) * 8) + c))] = 0f"));
+  EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..4 {"));
+  EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..(permuted_ranks / "));
+  EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (t * x)"));
+  EXPECT_THAT(loops, testing::HasSubstr("permute("));
   EXPECT_THAT(loops, testing::HasSubstr("by_slot[((d0 * slots) + index_cast<index>(slot[(d2 + "
                                         "(d1 * 64))]))]"));
   // Forced contraction.gather: the pairs grouped by expert, each weight broadcast.

@@ -2249,65 +2249,108 @@ private:
       step.push_back(prefetch(buffer, add(mul(row, intConst(strideM)), ahead)));
   }
 
-  // contraction.ranks by choice (Strategy::ranksByChoice): a pair's slot is r x C + its choice
-  // c, r counting the pairs of choice c before it, so that lane j of every vector of slots is
-  // choice j. Serially: each pair's slot in `slotOf`, the slots per row of the sums (the busiest
-  // choice's pairs rounded up to whole tiles of NR ranks, times C: returned, with the
-  // statements), and the input packed by slot, 0 in the slots no pair takes. `input` and `sums`
-  // receive temporaries sized for every pair on one choice.
-  std::pair<Expr, std::vector<Stmt>>
-  slotsByChoice(GenericView &g, const Strategy &s, int packInput, int choiceInput,
-                int64_t numChoices, int64_t pairs, const Expr &pairCount, int64_t k, int64_t rows,
-                int slotOf, int &input, int &sums, const std::vector<Expr> &vars,
-                const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs) {
+  // The slots of contraction.ranks by choice (Strategy::ranksByChoice).
+  struct ChoiceSlots {
+    Expr width;              // slots per row of the sums and per k of the packed input
+    int64_t byChoiceRanks;   // ranks whose lane j is choice j, from slot 0
+    Expr permutedRanks;      // ranks after them that permute, their pairs in order
+    std::vector<Stmt> stmts; // what computes them
+  };
+
+  // contraction.ranks by choice: the first R ranks (R: the pairs per choice of even routing,
+  // rounded down to whole tiles of NR) take lane j for choice j, a pair's slot being r x C + c
+  // for the r-th pair of choice c, so that their tiles multiply each row's choices as loaded.
+  // The pairs past R of their choice (routing is rarely even) follow in order, in ranks whose
+  // tiles permute as contraction.ranks in order does, `permutedTile` ranks a tile. Serially:
+  // each pair's slot in `slotOf`, the overflow slots' choices in `slotChoice`, and the input
+  // packed by slot, 0 in the slots no pair takes. `input`, `sums` and `slotChoice` receive
+  // temporaries sized for every pair in the overflow.
+  ChoiceSlots slotsByChoice(GenericView &g, const Strategy &s, int packInput, int choiceInput,
+                            int64_t numChoices, int64_t pairs, const Expr &pairCount, int64_t k,
+                            int64_t rows, int permutedTile, int slotOf, int &slotChoice, int &input,
+                            int &sums, const std::vector<Expr> &vars,
+                            const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs) {
     const ElemKind elem = g.op.result()->type.elem;
-    const int64_t ranksPerTile = s.tileN;
-    Expr capacity =
-        asConstant(pairCount)
-            ? intConst((pairs + ranksPerTile - 1) / ranksPerTile * ranksPerTile * numChoices)
-            : mul(quotient(add(pairCount, intConst(ranksPerTile - 1)), ranksPerTile),
-                  intConst(ranksPerTile * numChoices));
+    const Value *choices = g.input(choiceInput);
+    const ElemKind choiceElem = choices->type.elem;
+    ChoiceSlots out;
+    out.byChoiceRanks = pairs / numChoices / s.tileN * s.tileN;
+    if (!asConstant(pairCount))
+      out.byChoiceRanks = 0; // a runtime count: every pair in order
+    const int64_t byChoiceSlots = out.byChoiceRanks * numChoices;
+    const int64_t permutedSlots = permutedTile * numChoices;
+    Expr capacity = add(intConst(byChoiceSlots),
+                        mul(quotient(add(pairCount, intConst(permutedSlots - 1)), permutedSlots),
+                            intConst(permutedSlots)));
     const TensorStorage &x = storageOf(g.input(packInput));
+    slotChoice = addTemp("slot_choice", choiceElem, capacity);
     input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), capacity));
     sums = addTemp("by_slot", elem, mul(intConst(rows), capacity));
     const int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
-    const Value *choices = g.input(choiceInput);
     Expr pair = accessIndex(g.map(choiceInput), vars, storageOf(choices).dims);
-    Expr choice = index(load(storageOf(choices).buffer, pair, choices->type.elem));
+    Expr choice = index(load(storageOf(choices).buffer, pair, choiceElem));
     Expr c = var(freshName("c"), ElemKind::Index);
     auto overChoices = [&](std::vector<Stmt> body) {
       return forLoop(c->name, intConst(numChoices), ForKind::Serial, std::move(body));
     };
-    std::vector<Stmt> stmts = {overChoices({store(count, c, intConst(0, ElemKind::I32))})};
+    std::vector<Stmt> &stmts = out.stmts;
+    stmts.push_back(overChoices({store(count, c, intConst(0, ElemKind::I32))}));
     stmts[0]->comment = strategyComment(g.op, s) + ": each pair's slot by its choice";
+    const std::string overflowName = freshName("overflow");
+    Expr overflow = var(overflowName, ElemKind::Index);
+    stmts.push_back(local(overflowName, intConst(0)));
     Expr rank = loadIndex(count, choice);
+    Expr overflowSlot = add(intConst(byChoiceSlots), overflow);
     for (Stmt &st :
-         overPairs({store(slotOf, pair, i32(add(mul(rank, intConst(numChoices)), choice))),
+         overPairs({ifThen(cmp("slt", rank, intConst(out.byChoiceRanks)),
+                           {store(slotOf, pair, i32(add(mul(rank, intConst(numChoices)), choice)))},
+                           {store(slotOf, pair, i32(overflowSlot)),
+                            store(slotChoice, overflowSlot,
+                                  load(storageOf(choices).buffer, pair, choiceElem)),
+                            assign(overflowName, add(overflow, intConst(1)))}),
                     store(count, choice, i32(add(rank, intConst(1))))}))
       stmts.push_back(st);
-    const std::string busiestName = freshName("busiest");
-    Expr busiest = var(busiestName, ElemKind::Index);
-    stmts.push_back(local(busiestName, intConst(0)));
-    stmts.push_back(
-        overChoices({assign(busiestName, binary(OpKind::MaxSI, busiest, loadIndex(count, c)))}));
-    Expr width = bindLet("slots",
-                         mul(quotient(add(busiest, intConst(ranksPerTile - 1)), ranksPerTile),
-                             intConst(ranksPerTile * numChoices)),
-                         stmts);
+    out.permutedRanks =
+        bindLet("permuted_ranks",
+                mul(quotient(add(overflow, intConst(permutedSlots - 1)), permutedSlots),
+                    intConst(permutedTile)),
+                stmts);
+    out.width = bindLet(
+        "slots", add(intConst(byChoiceSlots), mul(out.permutedRanks, intConst(numChoices))), stmts);
     Expr kk = vars[s.dimK];
     stmts.push_back(forLoop(
         kk->name, intConst(k), ForKind::Serial,
-        overPairs({store(input, add(mul(kk, width), loadIndex(slotOf, pair)),
+        overPairs({store(input, add(mul(kk, out.width), loadIndex(slotOf, pair)),
                          load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
-    // Each choice's ranks past its pairs.
+    // The slots no pair takes: each choice's ranks by choice past its pairs, and the permuted
+    // ranks' slots past the overflow (choice 0).
     Expr r = var(freshName("rank"), ElemKind::Index);
-    Expr unused = binary(OpKind::SubI, quotient(width, numChoices), loadIndex(count, c));
-    Expr slot = add(mul(add(loadIndex(count, c), r), intConst(numChoices)), c);
-    stmts.push_back(overChoices(
-        {forLoop(r->name, unused, ForKind::Serial,
-                 {forLoop(kk->name, intConst(k), ForKind::Serial,
-                          {store(input, add(mul(kk, width), slot), floatConst(0, elem))})})}));
-    return {width, std::move(stmts)};
+    Expr taken = binary(OpKind::MinSI, loadIndex(count, c), intConst(out.byChoiceRanks));
+    Expr slot = add(mul(add(taken, r), intConst(numChoices)), c);
+    auto zeroInput = [&](const Expr &at) {
+      return forLoop(kk->name, intConst(k), ForKind::Serial,
+                     {store(input, add(mul(kk, out.width), at), floatConst(0, elem))});
+    };
+    if (out.byChoiceRanks > 0)
+      stmts.push_back(
+          overChoices({forLoop(r->name, binary(OpKind::SubI, intConst(out.byChoiceRanks), taken),
+                               ForKind::Serial, {zeroInput(slot)})}));
+    Expr j = var(freshName("j"), ElemKind::Index);
+    Expr padSlot = add(overflowSlot, j);
+    stmts.push_back(
+        forLoop(j->name, binary(OpKind::SubI, out.width, overflowSlot), ForKind::Serial,
+                {store(slotChoice, padSlot, intConst(0, choiceElem)), zeroInput(padSlot)}));
+    return out;
+  }
+
+  // The ranks a tile of contraction.ranks by choice takes where it permutes (its overflow):
+  // the most, up to its NR, that the registers hold beside the tile's rows (MR x NR
+  // accumulators, MR rows' choices, NR vectors of indices, one of inputs and a permuted copy).
+  int permutedRanksPerTile(const Strategy &s) const {
+    int nr = s.tileN;
+    while (nr > 1 && (s.tileM + 1) * nr + s.tileM + 2 > options_.target.vectorRegisters)
+      --nr;
+    return nr;
   }
 
   // contraction.ranks (see loops/Strategy.h): the pairs in their own order are the slots, C to
@@ -2358,11 +2401,14 @@ private:
     const bool inPlace = !s.ranksByChoice && asConstant(width) == pairs &&
                          slotsInPlace(g, s, choiceInput, packInput, result, pairDims, pairs);
     int slotChoice = ids.buffer, input = x.buffer, sums = result.buffer, slotOf = -1;
+    ChoiceSlots byChoice;
+    const int permutedTile = permutedRanksPerTile(s);
     if (s.ranksByChoice) {
       slotOf = addTemp("slot", ElemKind::I32, pairCount);
-      std::tie(width, stmts) =
-          slotsByChoice(g, s, packInput, choiceInput, numChoices, pairs, pairCount, k, rows, slotOf,
-                        input, sums, vars, overPairs);
+      byChoice = slotsByChoice(g, s, packInput, choiceInput, numChoices, pairs, pairCount, k, rows,
+                               permutedTile, slotOf, slotChoice, input, sums, vars, overPairs);
+      width = byChoice.width;
+      stmts = std::move(byChoice.stmts);
     } else if (!inPlace) {
       slotChoice = addTemp("slot_choice", choiceElem, width);
       input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), width));
@@ -2472,12 +2518,15 @@ private:
     // plus C for the second k took twice the index registers, and a 4x4 tile's spills.
     // Statements go vector of slots by vector of slots, so that one vector of indices and its
     // inputs are live at a time beside the rows' choices.
-    auto buildTile = [&](int tileRows, const Expr &firstRow) {
+    // Tiles of `nr` ranks from slot `firstSlot` on, `blocks` of them; `permuted`: lane j of a
+    // rank multiplies the choice its slot holds, else choice j.
+    auto rankTiles = [&](int tileRows, const Expr &firstRow, int nr, bool permuted,
+                         const Expr &firstSlot, const Expr &blocks) {
       std::vector<Stmt> init, step, fini;
-      std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(s.tileN));
-      std::vector<Expr> lanesOf(s.tileN);
+      std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(nr));
+      std::vector<Expr> lanesOf(nr);
       auto slotAt = [&](int n) {
-        return mul(add(mul(rankBlock, intConst(s.tileN)), intConst(n)), intConst(lanes));
+        return add(firstSlot, mul(add(mul(rankBlock, intConst(nr)), intConst(n)), intConst(lanes)));
       };
       std::vector<Expr> rowOf(tileRows);
       std::vector<std::vector<Expr>> choicesOfRow(tileRows, std::vector<Expr>(steps));
@@ -2492,16 +2541,16 @@ private:
                            elem, int(numChoices)),
                       step);
       }
-      for (int n = 0; n < s.tileN; ++n) {
-        if (!s.ranksByChoice)
+      for (int n = 0; n < nr; ++n) {
+        if (permuted)
           lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
         for (int h = 0; h < steps; ++h)
           inputs[h][n] = bindLet(
               g.body().arguments[packInput].get(),
               load(input, add(mul(add(kAt, intConst(h)), width), slotAt(n)), elem, lanes), step);
       }
-      std::vector<Expr> accs(tileRows * s.tileN);
-      for (int n = 0; n < s.tileN; ++n)
+      std::vector<Expr> accs(tileRows * nr);
+      for (int n = 0; n < nr; ++n)
         for (int h = 0; h < steps; ++h)
           for (int r = 0; r < tileRows; ++r) {
             const Expr &row = rowOf[r];
@@ -2512,9 +2561,9 @@ private:
             values[g.body().arguments[packInput].get()] = inputs[h][n];
             values[g.body().arguments[choiceInput].get()] = intConst(0, choiceElem);
             values[extract->result()] =
-                s.ranksByChoice ? choicesOfRow[r][h] : permute(choicesOfRow[r][h], lanesOf[n]);
+                permuted ? permute(choicesOfRow[r][h], lanesOf[n]) : choicesOfRow[r][h];
             bindOtherInputs(g, values, iv, packInput, choiceInput);
-            Expr &acc = accs[r * s.tileN + n];
+            Expr &acc = accs[r * nr + n];
             if (h > 0) {
               accumulateChoiceLanes(g, values, iv, extents, acc, step);
               continue;
@@ -2533,8 +2582,20 @@ private:
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(loopOver(kk, intConst(blockSteps), std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
-      Expr rankBlocks = quotient(width, tileSlots);
-      return loopOver(rankBlock, rankBlocks, std::move(tile));
+      return loopOver(rankBlock, blocks, std::move(tile));
+    };
+    auto buildTile = [&](int tileRows, const Expr &firstRow) {
+      if (!s.ranksByChoice)
+        return rankTiles(tileRows, firstRow, s.tileN, true, intConst(0),
+                         quotient(width, tileSlots));
+      std::vector<Stmt> both;
+      if (byChoice.byChoiceRanks > 0)
+        both.push_back(rankTiles(tileRows, firstRow, s.tileN, false, intConst(0),
+                                 intConst(byChoice.byChoiceRanks / s.tileN)));
+      both.push_back(rankTiles(tileRows, firstRow, permutedTile, true,
+                               intConst(byChoice.byChoiceRanks * numChoices),
+                               quotient(byChoice.permutedRanks, permutedTile)));
+      return both.size() == 1 ? both[0] : block(std::move(both));
     };
     Expr o = vars[s.dimM];
     Expr slotOfPair = s.ranksByChoice ? loadIndex(slotOf, pair) : pair;

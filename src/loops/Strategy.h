@@ -45,7 +45,11 @@
 //   the pairs over C: ranking the pairs within their choice instead (lane j always choice j)
 //   needs no permute but as many ranks as the busiest choice has pairs, and random routing of
 //   S9 at 32 tokens took 12 or 16 ranks for 8 (4.4-5.1 ms against 3.8-3.9 with permutes; one
-//   choice taking every pair, 12.8-13.6 ms). When the pairs fill whole tiles and the input and
+//   choice taking every pair, 12.8-13.6 ms; AVX-512). With 16 registers, where a permute per
+//   FMA shares the FP pipes with the FMAs, the ranks go by choice (`ranks=by-choice`): the
+//   pairs / C ranks of even routing take lane j for choice j and need no permute, and only the
+//   pairs past them in their choice follow in order, in ranks that permute. When the pairs fill
+//   whole tiles and the input and
 //   output hold them contiguously in the ids' order (x[k, pairs], out[m, pairs]), the slots are
 //   those tensors themselves: nothing is packed or read back (S10 at 32 tokens: 13.5 -> 13.0
 //   ms). The whole k runs in registers, or, when the input by slot (k x ranks x choices) would
