@@ -2252,7 +2252,7 @@ private:
   // The slots of contraction.ranks by choice (Strategy::ranksByChoice).
   struct ChoiceSlots {
     Expr width;              // slots per row of the sums and per k of the packed input
-    int64_t byChoiceRanks;   // ranks whose lane j is choice j, from slot 0
+    Expr byChoiceRanks;      // ranks whose lane j is choice j, from slot 0
     Expr permutedRanks;      // ranks after them that permute, their pairs in order
     std::vector<Stmt> stmts; // what computes them
   };
@@ -2274,14 +2274,19 @@ private:
     const Value *choices = g.input(choiceInput);
     const ElemKind choiceElem = choices->type.elem;
     ChoiceSlots out;
-    out.byChoiceRanks = pairs / numChoices / s.tileN * s.tileN;
-    if (!asConstant(pairCount))
-      out.byChoiceRanks = 0; // a runtime count: every pair in order
-    const int64_t byChoiceSlots = out.byChoiceRanks * numChoices;
+    // A runtime count's (of the dims alone, as the temporaries' sizes must be) bound once.
+    Expr ranksOfDims =
+        asConstant(pairCount)
+            ? intConst(pairs / numChoices / s.tileN * s.tileN)
+            : mul(quotient(quotient(pairCount, numChoices), s.tileN), intConst(s.tileN));
     const int64_t permutedSlots = permutedTile * numChoices;
-    Expr capacity = add(intConst(byChoiceSlots),
+    // The ranks by choice, and every pair in order after them at most.
+    Expr capacity = add(mul(ranksOfDims, intConst(numChoices)),
                         mul(quotient(add(pairCount, intConst(permutedSlots - 1)), permutedSlots),
                             intConst(permutedSlots)));
+    out.byChoiceRanks =
+        asConstant(ranksOfDims) ? ranksOfDims : bindLet("ranks_by_choice", ranksOfDims, out.stmts);
+    Expr byChoiceSlots = mul(out.byChoiceRanks, intConst(numChoices));
     const TensorStorage &x = storageOf(g.input(packInput));
     slotChoice = addTemp("slot_choice", choiceElem, capacity);
     input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), capacity));
@@ -2295,14 +2300,14 @@ private:
     };
     std::vector<Stmt> &stmts = out.stmts;
     stmts.push_back(overChoices({store(count, c, intConst(0, ElemKind::I32))}));
-    stmts[0]->comment = strategyComment(g.op, s) + ": each pair's slot by its choice";
+    stmts.back()->comment = strategyComment(g.op, s) + ": each pair's slot by its choice";
     const std::string overflowName = freshName("overflow");
     Expr overflow = var(overflowName, ElemKind::Index);
     stmts.push_back(local(overflowName, intConst(0)));
     Expr rank = loadIndex(count, choice);
-    Expr overflowSlot = add(intConst(byChoiceSlots), overflow);
+    Expr overflowSlot = add(byChoiceSlots, overflow);
     for (Stmt &st :
-         overPairs({ifThen(cmp("slt", rank, intConst(out.byChoiceRanks)),
+         overPairs({ifThen(cmp("slt", rank, out.byChoiceRanks),
                            {store(slotOf, pair, i32(add(mul(rank, intConst(numChoices)), choice)))},
                            {store(slotOf, pair, i32(overflowSlot)),
                             store(slotChoice, overflowSlot,
@@ -2315,8 +2320,8 @@ private:
                 mul(quotient(add(overflow, intConst(permutedSlots - 1)), permutedSlots),
                     intConst(permutedTile)),
                 stmts);
-    out.width = bindLet(
-        "slots", add(intConst(byChoiceSlots), mul(out.permutedRanks, intConst(numChoices))), stmts);
+    out.width =
+        bindLet("slots", add(byChoiceSlots, mul(out.permutedRanks, intConst(numChoices))), stmts);
     Expr kk = vars[s.dimK];
     stmts.push_back(forLoop(
         kk->name, intConst(k), ForKind::Serial,
@@ -2325,16 +2330,15 @@ private:
     // The slots no pair takes: each choice's ranks by choice past its pairs, and the permuted
     // ranks' slots past the overflow (choice 0).
     Expr r = var(freshName("rank"), ElemKind::Index);
-    Expr taken = binary(OpKind::MinSI, loadIndex(count, c), intConst(out.byChoiceRanks));
+    Expr taken = binary(OpKind::MinSI, loadIndex(count, c), out.byChoiceRanks);
     Expr slot = add(mul(add(taken, r), intConst(numChoices)), c);
     auto zeroInput = [&](const Expr &at) {
       return forLoop(kk->name, intConst(k), ForKind::Serial,
                      {store(input, add(mul(kk, out.width), at), floatConst(0, elem))});
     };
-    if (out.byChoiceRanks > 0)
-      stmts.push_back(
-          overChoices({forLoop(r->name, binary(OpKind::SubI, intConst(out.byChoiceRanks), taken),
-                               ForKind::Serial, {zeroInput(slot)})}));
+    if (asConstant(out.byChoiceRanks) != 0)
+      stmts.push_back(overChoices({forLoop(r->name, binary(OpKind::SubI, out.byChoiceRanks, taken),
+                                           ForKind::Serial, {zeroInput(slot)})}));
     Expr j = var(freshName("j"), ElemKind::Index);
     Expr padSlot = add(overflowSlot, j);
     stmts.push_back(
@@ -2589,11 +2593,11 @@ private:
         return rankTiles(tileRows, firstRow, s.tileN, true, intConst(0),
                          quotient(width, tileSlots));
       std::vector<Stmt> both;
-      if (byChoice.byChoiceRanks > 0)
+      if (asConstant(byChoice.byChoiceRanks) != 0)
         both.push_back(rankTiles(tileRows, firstRow, s.tileN, false, intConst(0),
-                                 intConst(byChoice.byChoiceRanks / s.tileN)));
+                                 quotient(byChoice.byChoiceRanks, s.tileN)));
       both.push_back(rankTiles(tileRows, firstRow, permutedTile, true,
-                               intConst(byChoice.byChoiceRanks * numChoices),
+                               mul(byChoice.byChoiceRanks, intConst(numChoices)),
                                quotient(byChoice.permutedRanks, permutedTile)));
       return both.size() == 1 ? both[0] : block(std::move(both));
     };

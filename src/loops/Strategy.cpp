@@ -554,8 +554,8 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // rows: 0.82 against 1.12), random ids 10.3 against 10.4 (warm 1.14 against 1.23), the MoE
   // block at 32 tokens routed by its router 34.6-34.8 ms against 39.3-40.1. Every pair by choice
   // (as many ranks as the busiest choice has pairs) took random ids 10.8 ms and the MoE block
-  // 48.7-49.8. A runtime count of pairs keeps them in order.
-  s.ranksByChoice = byChoice.value_or(target.vectorRegisters < 32 && !hasRuntimeExtents(nest));
+  // 48.7-49.8. A runtime count of pairs counts its ranks by choice at run time.
+  s.ranksByChoice = byChoice.value_or(target.vectorRegisters < 32);
   const bool twoSteps = !s.ranksByChoice && lanes == 2 * choices && k % 2 == 0 &&
                         nest.gather->strides[s.dimK] == choices;
   s.lanes = int(twoSteps ? 2 * choices : choices);
