@@ -545,7 +545,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // lanes; the 16-lane permute issues beside the FMA.
   const int64_t k = nest.extents[s.dimK];
   // By choice where a permute per FMA would share the FP pipes with the FMAs (16 vector
-  // registers) and the pairs are counted when compiling: lane j of a rank is choice j, and the
+  // registers): lane j of a rank is choice j, and the
   // r-th pair of choice c takes slot r x C + c, so that the tiles multiply each row's choices as
   // they are loaded, with no permute, in 3x4 tiles. That covers the pairs / C ranks of even
   // routing; the pairs past them in their choice (routing is rarely even) follow in order, in

@@ -49,18 +49,17 @@
 //   FMA shares the FP pipes with the FMAs, the ranks go by choice (`ranks=by-choice`): the
 //   pairs / C ranks of even routing take lane j for choice j and need no permute, and only the
 //   pairs past them in their choice follow in order, in ranks that permute. When the pairs fill
-//   whole tiles and the input and
-//   output hold them contiguously in the ids' order (x[k, pairs], out[m, pairs]), the slots are
-//   those tensors themselves: nothing is packed or read back (S10 at 32 tokens: 13.5 -> 13.0
-//   ms). The whole k runs in registers, or, when the input by slot (k x ranks x choices) would
-//   pass a quarter of L2, one k block at a time: the m blocks run once per k block and add to
-//   their slots, so that a block of the input serves every m block from cache. The rows are
-//   then split into 8 parts, the parallel loop, each running every k block over its m blocks:
-//   one parallel loop rather than one per k block, each ending in a wait for the slower thread
-//   (S10 at 32 tokens, four alternating rounds: 12.8-14.0 -> 12.4-13.3 ms). When a tile reads
-//   its rows in runs shorter than a 4 KiB page (small k blocks), the rows after the tile (their
-//   lines of the k block) are prefetched into L2 in order as it runs, one stream instead of MR
-//   far apart; longer runs are left to the L2's streamer.
+//   whole tiles and the input and output hold them contiguously in the ids' order (x[k, pairs],
+//   out[m, pairs]), the slots in order are those tensors themselves: nothing is packed or read
+//   back (S10 at 32 tokens: 13.5 -> 13.0 ms). The whole k runs in registers, or, when the input by
+//   slot (k x ranks x choices) would pass a quarter of L2, one k block at a time: the m blocks run
+//   once per k block and add to their slots, so that a block of the input serves every m block from
+//   cache. The rows are then split into 8 parts, the parallel loop, each running every k block over
+//   its m blocks: one parallel loop rather than one per k block, each ending in a wait for the
+//   slower thread (S10 at 32 tokens, four alternating rounds: 12.8-14.0 -> 12.4-13.3 ms). When a
+//   tile reads its rows in runs shorter than a 4 KiB page (small k blocks), the rows after the tile
+//   (their lines of the k block) are prefetched into L2 in order as it runs, one stream instead of
+//   MR far apart; longer runs are left to the L2's streamer.
 // - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
 //   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
@@ -139,7 +138,8 @@ struct Strategy {
                                        // in (B read in address order)
   int64_t groupN = 0;                  // outer, packed k blocks: n blocks per group, the k
                                        // blocks running outside a group's n blocks; 0 for none
-  bool ranksByChoice = false;          // ranks: lane j of every rank is choice j (no permute)
+  bool ranksByChoice = false;          // ranks: lane j is choice j in the ranks of even
+                                       // routing (no permute), the other pairs in order
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
