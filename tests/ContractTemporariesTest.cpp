@@ -111,5 +111,33 @@ TEST(ContractTemporaries, ContractedProgramComputesTheSame) {
   expectTwiceMinusRowMax(x, y, kC);
 }
 
+// The pass collects every buffer's accesses in one walk: the same accesses, in the same order,
+// with the same loops around them, as one walk per buffer finds.
+TEST(ContractTemporaries, OneWalkFindsWhatAWalkPerBufferFinds) {
+  Program p = rowChain();
+  // A load inside another's index, a prefetch and an if: every place an access may sit.
+  p.body[0]->body[0]->body.push_back(
+      ifThen(cmp("slt", v("r"), c(2)),
+             {prefetch(X, element("r")),
+              store(Y, load(M, rowOf(), ElemKind::Index), load(S, c(0), ElemKind::F32))},
+             {store(M, rowOf(), floatConst(0, ElemKind::F32))}));
+  const std::vector<std::vector<BufferAccess>> all = accessesByBuffer(p.body, p.buffers.size());
+  ASSERT_EQ(all.size(), p.buffers.size());
+  for (size_t buffer = 0; buffer < p.buffers.size(); ++buffer) {
+    const std::vector<BufferAccess> one = accessesOf(p.body, int(buffer));
+    ASSERT_EQ(all[buffer].size(), one.size()) << p.buffers[buffer].name;
+    EXPECT_FALSE(one.empty()) << p.buffers[buffer].name;
+    for (size_t i = 0; i < one.size(); ++i) {
+      EXPECT_EQ(all[buffer][i].stmt, one[i].stmt);
+      EXPECT_EQ(all[buffer][i].load, one[i].load);
+      EXPECT_EQ(all[buffer][i].loops, one[i].loops);
+    }
+  }
+  // X: the scaling's load and the prefetch; M: the store, the local, the max's store, the
+  // output's load, the index load and the else branch's store.
+  EXPECT_EQ(all[X].size(), 2u);
+  EXPECT_EQ(all[M].size(), 6u);
+}
+
 } // namespace
 } // namespace frank::test

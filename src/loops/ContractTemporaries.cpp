@@ -33,8 +33,11 @@ void dropRowTerm(Program &p, int buffer, const std::string &var) {
 
 int contractTemporaries(Program &program) {
   int contracted = 0;
+  // Collected in one walk, and again after each contraction, which rebuilds expressions.
+  std::vector<std::vector<BufferAccess>> accesses =
+      accessesByBuffer(program.body, program.buffers.size());
   for (size_t buffer = 0; buffer < program.buffers.size(); ++buffer) {
-    std::vector<BufferAccess> list = accessesOf(program.body, int(buffer));
+    const std::vector<BufferAccess> &list = accesses[buffer];
     if (program.buffers[buffer].role != BufferRole::Temp || list.empty())
       continue;
     // The loops around every access.
@@ -50,6 +53,7 @@ int contractTemporaries(Program &program) {
       if (rowsOfTheirOwn(list, depth, rowStride)) {
         dropRowTerm(program, int(buffer), list[0].loops[depth]->name);
         ++contracted;
+        accesses = accessesByBuffer(program.body, program.buffers.size());
         break;
       }
     }

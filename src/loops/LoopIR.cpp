@@ -384,29 +384,46 @@ int BufferAccess::lanes() const {
   return stmt->kind == StmtKind::Store ? stmt->value->lanes : 1;
 }
 
-static void collectAccesses(const std::vector<Stmt> &body, int buffer,
-                            std::vector<const StmtNode *> &loops, std::vector<BufferAccess> &out) {
+// Appends each access of a buffer below `body` to `out[buffer]`; with `only` >= 0, those of that
+// buffer alone. `loops` holds the loops around `body`.
+static void collectAccesses(const std::vector<Stmt> &body, int only,
+                            std::vector<const StmtNode *> &loops,
+                            std::vector<std::vector<BufferAccess>> &out) {
+  auto wanted = [&](int64_t buffer) {
+    return only < 0 ? buffer >= 0 && size_t(buffer) < out.size() : buffer == only;
+  };
+  auto listOf = [&](int64_t buffer) -> std::vector<BufferAccess> & {
+    return out[only < 0 ? size_t(buffer) : 0];
+  };
   for (const Stmt &s : body) {
-    if ((s->kind == StmtKind::Store || s->kind == StmtKind::Prefetch) && s->buffer == buffer)
-      out.push_back({s.get(), nullptr, loops});
+    if ((s->kind == StmtKind::Store || s->kind == StmtKind::Prefetch) && wanted(s->buffer))
+      listOf(s->buffer).push_back({s.get(), nullptr, loops});
     for (const Expr &e : {s->value, s->index, s->bound})
       forEachExpr(e, [&](const Expr &x) {
-        if (x->kind == ExprKind::Load && x->intValue == buffer)
-          out.push_back({s.get(), x.get(), loops});
+        if (x->kind == ExprKind::Load && wanted(x->intValue))
+          listOf(x->intValue).push_back({s.get(), x.get(), loops});
       });
     if (s->kind == StmtKind::For)
       loops.push_back(s.get());
-    collectAccesses(s->body, buffer, loops, out);
+    collectAccesses(s->body, only, loops, out);
     if (s->kind == StmtKind::For)
       loops.pop_back();
-    collectAccesses(s->elseBody, buffer, loops, out);
+    collectAccesses(s->elseBody, only, loops, out);
   }
 }
 
 std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer) {
-  std::vector<BufferAccess> out;
+  std::vector<std::vector<BufferAccess>> out(1);
   std::vector<const StmtNode *> loops;
   collectAccesses(body, buffer, loops, out);
+  return std::move(out[0]);
+}
+
+std::vector<std::vector<BufferAccess>> accessesByBuffer(const std::vector<Stmt> &body,
+                                                        size_t buffers) {
+  std::vector<std::vector<BufferAccess>> out(buffers);
+  std::vector<const StmtNode *> loops;
+  collectAccesses(body, -1, loops, out);
   return out;
 }
 

@@ -199,6 +199,10 @@ struct BufferAccess {
 /// The accesses of `buffer` in `body`, in program order. A loop's extent and bound are read
 /// outside it.
 std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer);
+/// The accesses of every buffer in `body` at once, element b holding accessesOf(body, b): one walk
+/// instead of one per buffer.
+std::vector<std::vector<BufferAccess>> accessesByBuffer(const std::vector<Stmt> &body,
+                                                        size_t buffers);
 /// The most iterations a loop of `extent` runs, where a constant bounds it: the extent itself, or
 /// the smallest constant a `minsi` takes (a causal mask's keys, `minsi(128, ...)`).
 std::optional<int64_t> mostTrips(const Expr &extent);

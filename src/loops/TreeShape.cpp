@@ -93,6 +93,12 @@ Expr TreeWalk::expr(const Expr &e, bool vectorizedExtent) {
     write('v', e->intValue, e->floatValue, std::string_view(e->name));
   for (int pick : e->picks)
     write('p', pick);
+  if (!holeNames_) { // nothing to rebuild
+    for (const Expr &a : e->args)
+      expr(a);
+    write(')');
+    return e;
+  }
   std::vector<Expr> args;
   bool changed = false;
   for (const Expr &a : e->args) {
@@ -106,14 +112,14 @@ Expr TreeWalk::expr(const Expr &e, bool vectorizedExtent) {
 }
 
 void TreeWalk::name(const std::string &n) {
-  auto [it, fresh] = nameIds_.emplace(n, names.size());
+  auto [it, fresh] = nameIds_.try_emplace(n, names.size()); // no node made for a name seen
   if (fresh)
     names.push_back(n);
   write('n', it->second);
 }
 
 void TreeWalk::buffer(int b) {
-  auto [it, fresh] = bufferIds_.emplace(b, buffers.size());
+  auto [it, fresh] = bufferIds_.try_emplace(b, buffers.size());
   if (fresh)
     buffers.push_back(b);
   const Buffer &info = program_.buffers[size_t(b)];
