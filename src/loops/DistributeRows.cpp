@@ -104,21 +104,30 @@ std::vector<std::vector<Stmt>> groupsOf(const std::vector<Stmt> &body,
 // buffer gives every row a part of its own.
 bool chainedByRows(const Program &program, const StmtNode &loop,
                    const std::vector<size_t> &starts) {
+  // Each group's accesses, and the program's once a buffer needs them: a walk each, not one per
+  // buffer.
+  const size_t buffers = program.buffers.size();
+  std::vector<std::vector<std::vector<BufferAccess>>> byGroup;
+  for (const std::vector<Stmt> &group : groupsOf(loop.body, starts))
+    byGroup.push_back(accessesByBuffer(group, buffers));
+  std::optional<std::vector<std::vector<BufferAccess>>> all;
   bool chained = false;
-  for (size_t buffer = 0; buffer < program.buffers.size(); ++buffer) {
+  for (size_t buffer = 0; buffer < buffers; ++buffer) {
     int touching = 0;
     bool written = false;
-    for (const std::vector<Stmt> &group : groupsOf(loop.body, starts)) {
-      std::vector<BufferAccess> accesses = accessesOf(group, int(buffer));
+    for (const std::vector<std::vector<BufferAccess>> &groupAccesses : byGroup) {
+      const std::vector<BufferAccess> &accesses = groupAccesses[buffer];
       touching += !accesses.empty();
       written |= std::any_of(accesses.begin(), accesses.end(),
                              [](const BufferAccess &a) { return a.isStore(); });
     }
     if (touching < 2 || !written)
       continue;
+    if (!all)
+      all = accessesByBuffer(program.body, buffers);
     std::vector<BufferAccess> inLoop;
     size_t depth = 0;
-    for (BufferAccess &a : accessesOf(program.body, int(buffer))) {
+    for (BufferAccess &a : (*all)[buffer]) {
       auto at = std::find(a.loops.begin(), a.loops.end(), &loop);
       if (at == a.loops.end())
         continue;

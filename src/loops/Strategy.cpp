@@ -545,16 +545,16 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // lanes; the 16-lane permute issues beside the FMA.
   const int64_t k = nest.extents[s.dimK];
   // By choice where a permute per FMA would share the FP pipes with the FMAs (16 vector
-  // registers): lane j of a rank is choice j, and the
-  // r-th pair of choice c takes slot r x C + c, so that the tiles multiply each row's choices as
-  // they are loaded, with no permute, in 3x4 tiles. That covers the pairs / C ranks of even
-  // routing; the pairs past them in their choice (routing is rarely even) follow in order, in
-  // ranks that permute. On the Zen 3, one process alternating, against contraction.gather's
-  // broadcasts: S9 at 32 tokens with its ids spread evenly 8.3 ms against 9.5 (warm in L3, 448
-  // rows: 0.82 against 1.12), random ids 10.3 against 10.4 (warm 1.14 against 1.23), the MoE
-  // block at 32 tokens routed by its router 34.6-34.8 ms against 39.3-40.1. Every pair by choice
-  // (as many ranks as the busiest choice has pairs) took random ids 10.8 ms and the MoE block
-  // 48.7-49.8. A runtime count of pairs counts its ranks by choice at run time.
+  // registers): lane j of a rank is choice j, and the r-th pair of choice c takes slot r x C + c,
+  // so that the tiles multiply each row's choices as they are loaded, with no permute, in 3x4
+  // tiles. That covers the pairs / C ranks of even routing; the pairs past them in their choice
+  // (routing is rarely even) follow in order, in ranks that permute. On the Zen 3, one process
+  // alternating, against contraction.gather's broadcasts: S9 at 32 tokens with its ids spread
+  // evenly 8.3 ms against 9.5 (warm in L3, 448 rows: 0.82 against 1.12), random ids 10.3
+  // against 10.4 (warm 1.14 against 1.23), the MoE block at 32 tokens routed by its
+  // router 34.6-34.8 ms against 39.3-40.1. Every pair by choice (as many ranks as the busiest
+  // choice has pairs) took random ids 10.8 ms and the MoE block 48.7-49.8. A runtime count of pairs
+  // counts its ranks by choice at run time.
   s.ranksByChoice = byChoice.value_or(target.vectorRegisters < 32);
   const bool twoSteps = !s.ranksByChoice && lanes == 2 * choices && k % 2 == 0 &&
                         nest.gather->strides[s.dimK] == choices;
