@@ -172,9 +172,14 @@ inline Machine measureMachine() {
   m.l3Size = detail::l3CacheSize();
   volatile float sink = 0;
 
-  const int64_t fmaIterations = 20'000'000;
-  double fmaSeconds = detail::bestOfThreads(
-      m.threads, 3, [&](int t) { sink = detail::fmaChains(fmaIterations, static_cast<float>(t)); });
+  // Many short rounds rather than a few long ones: on a shared VM the other vCPU's host thread
+  // may be busy for a while, and the peak is what a quiet round reaches (three rounds of 20M
+  // iterations once read 102 GFLOP/s where every later run read 190-194, below the 125 GFLOP/s
+  // S7 reached in the same run). Twelve rounds of 4M iterations take about 80 ms.
+  const int64_t fmaIterations = 4'000'000;
+  double fmaSeconds = detail::bestOfThreads(m.threads, 12, [&](int t) {
+    sink = detail::fmaChains(fmaIterations, static_cast<float>(t));
+  });
   m.peakFlops = 2.0 * 10 * (detail::hasAvx512() ? 16 : 8) * static_cast<double>(fmaIterations) *
                 m.threads / fmaSeconds;
 
