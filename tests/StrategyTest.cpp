@@ -825,8 +825,12 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   EXPECT_EQ(count(loops, "prefetch weights["), wide ? 2 : 1) << loops;
   // At 60 tokens the 120 pairs take 128 slots with 16 lanes (with 8 they are 15 vectors, and
   // tiles of 2x3 take them in place; at 62 the 124 pairs take 128): the slots' experts and input
-  // go to temporaries, 0 in the padding, and each pair's sum is read back from its slot.
+  // go to temporaries, 0 in the padding, and each pair's sum is read back from its slot. The
+  // input is packed vector of slots by vector of slots, each its run of 32 k rows and one line
+  // more, so that a tile reads each of its vectors in one stream, the streams in different L1
+  // sets.
   const int padded = wide ? 60 : 62, pairs = 2 * padded;
+  const int64_t slotRun = 32 * lanes + 16;
   const std::vector<std::string> tPadded = {"64x32x8xf32", fmt::format("32x2x{}xf32", padded),
                                             fmt::format("2x{}xi32", padded)};
   loops = moe.function("mul_mat_id").emit(Stage::Loops, tPadded);
@@ -838,11 +842,20 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
                          "slot_choice[(d2 + (d1 * {0}))] = ids[(d2 + (d1 * {0}))]", padded)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("slot_choice[({} + j)] = 0:i32", pairs)));
   EXPECT_THAT(loops,
-              testing::HasSubstr(fmt::format("packed_input[((d3 * 128) + (d2 + (d1 * {0})))] = "
-                                             "input[((d2 + (d1 * {0})) + (d3 * {1}))]",
-                                             padded, pairs)));
+              testing::HasSubstr(fmt::format("temp packed_input: f32[{}]", 128 / lanes * slotRun)));
   EXPECT_THAT(loops,
-              testing::HasSubstr(fmt::format("packed_input[((d3 * 128) + ({} + j))] = 0f", pairs)));
+              testing::HasSubstr(fmt::format(
+                  "packed_input[(((((d2 + (d1 * {0})) / {2}) * {3}) + (d3 * {2})) + "
+                  "remui((d2 + (d1 * {0})), {2}))] = input[((d2 + (d1 * {0})) + (d3 * {1}))]",
+                  padded, pairs, lanes, slotRun)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "packed_input[((((({0} + j) / {1}) * {2}) + (d3 * {1})) + remui(({0} + "
+                         "j), {1}))] = 0f",
+                         pairs, lanes, slotRun)));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format(
+                  "let x: {0} = packed_input[(((rank_block * {1}) * {2}) + ({3} * {4})) : {4}]",
+                  vec, nr, slotRun, step, lanes)));
   EXPECT_THAT(loops, testing::HasSubstr(
                          fmt::format("let lanes: i{} = slot_choice{}", vec.substr(1), at(slot))));
   EXPECT_THAT(loops,
@@ -887,7 +900,9 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
                          "by_slot[(((((m_part * 2) + m_block) * ",
                          vec, lanes)));
   EXPECT_THAT(loops,
-              testing::HasSubstr("packed_input[((((k_block * 16) + " + step + ") * 128) + "));
+              testing::HasSubstr(fmt::format(
+                  "packed_input[(((rank_block * {}) * {}) + (((k_block * 16) + {}) * {})) : ", nr,
+                  slotRun, step, lanes)));
   // By choice (8 lanes, either target): the 16 ranks of even routing (128 pairs) take lane j
   // for expert j, the r-th pair of an expert slot r x 8 + its expert; the pairs past 16 of
   // their expert follow in order (from slot 128), their experts in slot_choice, in ranks of
@@ -904,8 +919,14 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
               testing::HasSubstr("slot[(d2 + (d1 * 64))] = index_cast<i32>((128 + overflow))\n"
                                  "        slot_choice[(128 + overflow)] = ids[(d2 + (d1 * 64))]"));
   EXPECT_THAT(loops, testing::HasSubstr("let slots: index = (128 + (permuted_ranks * 8))"));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[((d3 * slots) + (((minsi(index_cast<index>("
-                                        "rank_count[c]), 16) + rank) * 8) + c))] = 0f"));
+  EXPECT_THAT(loops, testing::HasSubstr("packed_input[(((((((minsi(index_cast<index>(rank_count["
+                                        "c]), 16) + rank) * 8) + c) / 8) * 272) + (d3 * 8)) + "
+                                        "remui((((minsi(index_cast<index>(rank_count[c]), 16) + "
+                                        "rank) * 8) + c), 8))] = 0f"));
+  // The permuted ranks' run from rank 16 on (NR: 2 with 16 registers, 4 with 32).
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("let x_4: f32x8 = packed_input[(((16 + "
+                                                    "(rank_block * {})) * 272) + (d3 * 8)) : 8]",
+                                                    wide ? 4 : 2)));
   EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..4 {"));
   EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..(permuted_ranks / "));
   EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (t * x)"));
@@ -920,13 +941,12 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
                          lanes)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
                          ": contraction.gather m=d0 n=- k=d3 tile=8x1 lanes={}\n", lanes)));
-  // The input packed vector of slots by vector of slots, each the run of its 32 k rows and one
-  // line more, so that a tile reads its slots in order and the runs do not share L1 sets.
-  const int64_t run = 32 * lanes + 16;
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("temp packed_input: f32[{}]",
-                                                    loops::groupedVectors(128, 8, lanes) * run)));
+  // The input packed vector of slots by vector of slots, as contraction.ranks packs it.
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format("temp packed_input: f32[{}]",
+                                             loops::groupedVectors(128, 8, lanes) * slotRun)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("= packed_input[((v * {}) + (d3 * {})) : {}]",
-                                                    run, lanes, lanes)));
+                                                    slotRun, lanes, lanes)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(": f32x{0} = (broadcast<{0}>(t_", lanes)));
   // At T = 1 every expert of a row is computed, the experts being the lanes.
   loops = plain->load(componentPath("moe/mul_mat_id.mlir"))

@@ -1948,12 +1948,11 @@ private:
     int next = addTemp("group_next", ElemKind::I32, intConst(numChoices));
     int group = addTemp("group", ElemKind::I32, intConst(vectors));
     int slotOf = addTemp("slot", ElemKind::I32, intConst(pairs));
-    // The input packed vector of slots by vector of slots, each its k rows of `lanes` slots
-    // (the vector's run, one more line apart so that the runs do not share L1 sets).
-    const int64_t runElems = k * lanes + lineElemsOf(elem);
+    // The input packed vector of slots by vector of slots (packedVectorAt).
+    const int64_t runElems = packedRunElems(k, lanes, elem);
     int packed = addTemp("packed_" + g.input(packInput)->name, elem, intConst(vectors * runElems));
     auto packedAt = [&](const Expr &vector, const Expr &kAt) {
-      return add(mul(vector, intConst(runElems)), mul(kAt, intConst(lanes)));
+      return packedVectorAt(vector, kAt, runElems, lanes);
     };
     int sorted = addTemp("by_slot", elem, intConst(rows * slots));
 
@@ -2249,6 +2248,24 @@ private:
       step.push_back(prefetch(buffer, add(mul(row, intConst(strideM)), ahead)));
   }
 
+  // An input packed by vector of slots (contraction.gather's and contraction.ranks'): each
+  // vector's k rows of `lanes` slots one after another (its run), so that a tile's pass over k
+  // reads each of its vectors as one stream, and the runs one line more apart than their k rows,
+  // so that the streams of a tile do not share L1 sets (with k a power of two, runs of k rows
+  // alone start a multiple of 4 KiB apart).
+  static int64_t packedRunElems(int64_t k, int lanes, ElemKind elem) {
+    return k * lanes + lineElemsOf(elem);
+  }
+  // Where vector `vector` of the slots holds its row `kIndex`, in runs of `runElems`.
+  static Expr packedVectorAt(const Expr &vector, const Expr &kIndex, int64_t runElems, int lanes) {
+    return add(mul(vector, intConst(runElems)), mul(kIndex, intConst(lanes)));
+  }
+  // Where slot `slot` holds its input at k `kIndex`.
+  static Expr packedSlotAt(const Expr &slot, const Expr &kIndex, int64_t runElems, int lanes) {
+    return add(packedVectorAt(quotient(slot, lanes), kIndex, runElems, lanes),
+               binary(OpKind::RemUI, slot, intConst(lanes)));
+  }
+
   // The slots of contraction.ranks by choice (Strategy::ranksByChoice).
   struct ChoiceSlots {
     Expr width;              // slots per row of the sums and per k of the packed input
@@ -2289,7 +2306,9 @@ private:
     Expr byChoiceSlots = mul(out.byChoiceRanks, intConst(numChoices));
     const TensorStorage &x = storageOf(g.input(packInput));
     slotChoice = addTemp("slot_choice", choiceElem, capacity);
-    input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), capacity));
+    const int64_t runElems = packedRunElems(k, s.lanes, elem);
+    input = addTemp("packed_" + g.input(packInput)->name, elem,
+                    mul(quotient(capacity, s.lanes), intConst(runElems)));
     sums = addTemp("by_slot", elem, mul(intConst(rows), capacity));
     const int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
     Expr pair = accessIndex(g.map(choiceInput), vars, storageOf(choices).dims);
@@ -2325,7 +2344,7 @@ private:
     Expr kk = vars[s.dimK];
     stmts.push_back(forLoop(
         kk->name, intConst(k), ForKind::Serial,
-        overPairs({store(input, add(mul(kk, out.width), loadIndex(slotOf, pair)),
+        overPairs({store(input, packedSlotAt(loadIndex(slotOf, pair), kk, runElems, s.lanes),
                          load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))})));
     // The slots no pair takes: each choice's ranks by choice past its pairs, and the permuted
     // ranks' slots past the overflow (choice 0).
@@ -2334,7 +2353,7 @@ private:
     Expr slot = add(mul(add(taken, r), intConst(numChoices)), c);
     auto zeroInput = [&](const Expr &at) {
       return forLoop(kk->name, intConst(k), ForKind::Serial,
-                     {store(input, add(mul(kk, out.width), at), floatConst(0, elem))});
+                     {store(input, packedSlotAt(at, kk, runElems, s.lanes), floatConst(0, elem))});
     };
     if (asConstant(out.byChoiceRanks) != 0)
       stmts.push_back(overChoices({forLoop(r->name, binary(OpKind::SubI, out.byChoiceRanks, taken),
@@ -2386,6 +2405,7 @@ private:
       width =
           mul(quotient(add(pairCount, intConst(tileSlots - 1)), tileSlots), intConst(tileSlots));
     const ElemKind elem = op.result()->type.elem, choiceElem = choices->type.elem;
+    const int64_t runElems = packedRunElems(k, lanes, elem); // packed: each vector's run
     const TensorStorage &x = storageOf(g.input(packInput));
     const std::vector<Expr> vars = freshLoopVars(numLoops);
     Expr pair = accessIndex(g.map(choiceInput), vars, ids.dims);
@@ -2415,7 +2435,8 @@ private:
       stmts = std::move(byChoice.stmts);
     } else if (!inPlace) {
       slotChoice = addTemp("slot_choice", choiceElem, width);
-      input = addTemp("packed_" + g.input(packInput)->name, elem, mul(intConst(k), width));
+      input = addTemp("packed_" + g.input(packInput)->name, elem,
+                      mul(quotient(width, lanes), intConst(runElems)));
       sums = addTemp("by_slot", elem, mul(intConst(rows), width));
       // Each slot's choice, and the input packed by slot: packed[kk, pair] = x[pair, kk]. The
       // padding after the pairs takes choice 0 and input 0: products that no pair reads back.
@@ -2423,18 +2444,22 @@ private:
       Expr padding = asConstant(width) && asConstant(pairCount)
                          ? intConst(*asConstant(width) - *asConstant(pairCount))
                          : binary(OpKind::SubI, width, pairCount);
-      auto overPadding = [&](int buffer, const Expr &base, Expr zero, std::vector<Stmt> &into) {
+      auto overPadding = [&](const std::function<Stmt(Expr)> &storeAt, std::vector<Stmt> &into) {
         if (asConstant(padding) != 0)
-          into.push_back(
-              loopOver(j, padding, {store(buffer, add(base, add(pairCount, j)), zero)}));
+          into.push_back(loopOver(j, padding, {storeAt(add(pairCount, j))}));
       };
       stmts = overPairs({store(slotChoice, pair, load(ids.buffer, pair, choiceElem))});
       stmts[0]->comment = strategyComment(op, s) + ": each slot's choice and input";
-      overPadding(slotChoice, intConst(0), intConst(0, choiceElem), stmts);
-      std::vector<Stmt> packRow = overPairs(
-          {store(input, add(mul(kk, width), pair),
-                 load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))});
-      overPadding(input, mul(kk, width), floatConst(0, elem), packRow);
+      overPadding([&](Expr slot) { return store(slotChoice, slot, intConst(0, choiceElem)); },
+                  stmts);
+      std::vector<Stmt> packRow =
+          overPairs({store(input, packedSlotAt(pair, kk, runElems, lanes),
+                           load(x.buffer, accessIndex(g.map(packInput), vars, x.dims), elem))});
+      overPadding(
+          [&](Expr slot) {
+            return store(input, packedSlotAt(slot, kk, runElems, lanes), floatConst(0, elem));
+          },
+          packRow);
       stmts.push_back(loopOver(kk, intConst(k), std::move(packRow)));
     }
 
@@ -2529,8 +2554,16 @@ private:
       std::vector<Stmt> init, step, fini;
       std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(nr));
       std::vector<Expr> lanesOf(nr);
+      auto rankAt = [&](int n) {
+        return add(quotient(firstSlot, lanes), add(mul(rankBlock, intConst(nr)), intConst(n)));
+      };
       auto slotAt = [&](int n) {
         return add(firstSlot, mul(add(mul(rankBlock, intConst(nr)), intConst(n)), intConst(lanes)));
+      };
+      // The inputs of rank n at k: in place, in the pairs' row of k; packed, in the rank's run.
+      auto inputAt = [&](const Expr &kIndex, int n) {
+        return inPlace ? add(mul(kIndex, width), slotAt(n))
+                       : packedVectorAt(rankAt(n), kIndex, runElems, lanes);
       };
       std::vector<Expr> rowOf(tileRows);
       std::vector<std::vector<Expr>> choicesOfRow(tileRows, std::vector<Expr>(steps));
@@ -2549,9 +2582,8 @@ private:
         if (permuted)
           lanesOf[n] = bindLet("lanes", load(slotChoice, slotAt(n), choiceElem, lanes), init);
         for (int h = 0; h < steps; ++h)
-          inputs[h][n] = bindLet(
-              g.body().arguments[packInput].get(),
-              load(input, add(mul(add(kAt, intConst(h)), width), slotAt(n)), elem, lanes), step);
+          inputs[h][n] = bindLet(g.body().arguments[packInput].get(),
+                                 load(input, inputAt(add(kAt, intConst(h)), n), elem, lanes), step);
       }
       std::vector<Expr> accs(tileRows * nr);
       for (int n = 0; n < nr; ++n)
