@@ -62,6 +62,38 @@ TEST(FuseLoops, RowLocalConsumerFuses) {
       << text;
 }
 
+// A loop that stores through an index it loads (a gather's read-back) stays scalar in codegen:
+// fused with it, a vectorized loop would too. The rows still fuse; their loops over the
+// columns stay apart, the vectorized one still vectorized. Without the loaded index, or with
+// both loops vectorized, the columns fuse as before.
+TEST(FuseLoops, AVectorizedLoopDoesNotFuseWithOneAddressingThroughLoads) {
+  auto readBack = [](ForKind columns, bool throughLoad) {
+    Program p = producerConsumer(rowMajor);
+    p.buffers.push_back(
+        {"slot", ElemKind::Index, BufferRole::Input, 0, intConst(kColumns), nullptr});
+    Stmt &first = p.body[0]->body[0];
+    first->forKind = columns;
+    Expr i = var("i", ElemKind::Index), j = var("j", ElemKind::Index);
+    Expr column = throughLoad ? load(3, j, ElemKind::Index) : j;
+    first->body = {store(1, rowMajor(i, j), load(0, rowMajor(i, column), ElemKind::F32))};
+    fuseLoops(p);
+    return print(p);
+  };
+  std::string apart = readBack(ForKind::Serial, true);
+  EXPECT_THAT(apart, testing::HasSubstr("  for i2 in 0..4 parallel(chunks of at least 2) {\n"
+                                        "    for j in 0..8 {\n"
+                                        "      t[((i2 * 8) + j)] = x[((i2 * 8) + slot[j])]\n"
+                                        "    }\n"
+                                        "    // second\n"
+                                        "    for j2 in 0..8 vectorized {\n"))
+      << apart;
+  for (auto [columns, throughLoad] :
+       {std::pair{ForKind::Serial, false}, std::pair{ForKind::Vectorize, true}}) {
+    std::string fused = readBack(columns, throughLoad);
+    EXPECT_THAT(fused, testing::Not(testing::HasSubstr("for j2"))) << fused;
+  }
+}
+
 // Inner loops whose extents a constant bounds (a causal mask's keys, `minsi(8, i + 1)`) range
 // within that bound: row-local loops over them still fuse, and the bound is what the proof uses
 // (`mostTrips`).

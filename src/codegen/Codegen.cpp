@@ -705,28 +705,6 @@ private:
     return false;
   }
 
-  // Whether a load or store among `stmts` (not in nested loops) has an index that loads.
-  static bool addressesThroughLoads(const std::vector<Stmt> &stmts) {
-    std::function<bool(const Expr &, bool)> loads = [&](const Expr &e, bool inIndex) -> bool {
-      if (!e)
-        return false;
-      if (e->kind == ExprKind::Load && inIndex)
-        return true;
-      for (size_t i = 0; i < e->args.size(); ++i)
-        if (loads(e->args[i], inIndex || e->kind == ExprKind::Load))
-          return true;
-      return false;
-    };
-    for (const Stmt &st : stmts) {
-      if (st->kind == StmtKind::For)
-        continue;
-      if (loads(st->index, true) || loads(st->value, false) || addressesThroughLoads(st->body) ||
-          addressesThroughLoads(st->elseBody))
-        return true;
-    }
-    return false;
-  }
-
   // What a statement tree refers to, in the order it first does (loops/TreeShape.h): the names
   // it declares, reads or assigns, and the buffers it reads or writes; with `withShape`, its
   // shape, which only parallel loops need (building it is most of the cost).

@@ -228,8 +228,17 @@ std::optional<Row> rowOf(const Access &access, const std::string &loopVar, const
   return row;
 }
 
+// A vectorized loop fused with one that addresses memory through loads would stay scalar with
+// it (see addressesThroughLoads): the MoE block's exp of its SwiGLU, fused with the read-back of
+// the gate's sums from their slots, ran one element at a time.
+bool keepsVectorsApart(const StmtNode &a, const StmtNode &b) {
+  auto vectorized = [](const StmtNode &s) { return s.forKind == ForKind::Vectorize; };
+  return (vectorized(a) && !vectorized(b) && addressesThroughLoads(b.body)) ||
+         (vectorized(b) && !vectorized(a) && addressesThroughLoads(a.body));
+}
+
 bool canFuse(const StmtNode &a, const StmtNode &b) {
-  if (print(a.value) != print(b.value))
+  if (print(a.value) != print(b.value) || keepsVectorsApart(a, b))
     return false;
   BodyFacts fa, fb;
   collect(a.body, fa);

@@ -427,6 +427,27 @@ std::vector<std::vector<BufferAccess>> accessesByBuffer(const std::vector<Stmt> 
   return out;
 }
 
+bool addressesThroughLoads(const std::vector<Stmt> &stmts) {
+  std::function<bool(const Expr &, bool)> loads = [&](const Expr &e, bool inIndex) -> bool {
+    if (!e)
+      return false;
+    if (e->kind == ExprKind::Load && inIndex)
+      return true;
+    for (size_t i = 0; i < e->args.size(); ++i)
+      if (loads(e->args[i], inIndex || e->kind == ExprKind::Load))
+        return true;
+    return false;
+  };
+  for (const Stmt &st : stmts) {
+    if (st->kind == StmtKind::For)
+      continue;
+    if (loads(st->index, true) || loads(st->value, false) || addressesThroughLoads(st->body) ||
+        addressesThroughLoads(st->elseBody))
+      return true;
+  }
+  return false;
+}
+
 Expr withArgs(const Expr &e, std::vector<Expr> args) {
   auto copy = std::make_shared<ExprNode>(*e);
   copy->args = std::move(args);

@@ -203,6 +203,10 @@ std::vector<BufferAccess> accessesOf(const std::vector<Stmt> &body, int buffer);
 /// instead of one per buffer.
 std::vector<std::vector<BufferAccess>> accessesByBuffer(const std::vector<Stmt> &body,
                                                         size_t buffers);
+/// Whether a load or store among `stmts` (not in nested loops) has an index that itself loads,
+/// as the packing and the read-back around a gather's tiles do. Such loops stay scalar (codegen):
+/// widened, each of those accesses would become one scalar access per lane.
+bool addressesThroughLoads(const std::vector<Stmt> &stmts);
 /// The most iterations a loop of `extent` runs, where a constant bounds it: the extent itself, or
 /// the smallest constant a `minsi` takes (a causal mask's keys, `minsi(128, ...)`).
 std::optional<int64_t> mostTrips(const Expr &extent);
