@@ -2438,8 +2438,9 @@ private:
       input = addTemp("packed_" + g.input(packInput)->name, elem,
                       mul(quotient(width, lanes), intConst(runElems)));
       sums = addTemp("by_slot", elem, mul(intConst(rows), width));
-      // Each slot's choice, and the input packed by slot: packed[kk, pair] = x[pair, kk]. The
-      // padding after the pairs takes choice 0 and input 0: products that no pair reads back.
+      // Each slot's choice, and the input packed by vector of slots (packedSlotAt): slot `pair`
+      // at kk takes x[pair, kk]. The padding after the pairs takes choice 0 and input 0:
+      // products that no pair reads back.
       Expr j = var(freshName("j"), ElemKind::Index);
       Expr padding = asConstant(width) && asConstant(pairCount)
                          ? intConst(*asConstant(width) - *asConstant(pairCount))
@@ -2554,6 +2555,8 @@ private:
       std::vector<Stmt> init, step, fini;
       std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(nr));
       std::vector<Expr> lanesOf(nr);
+      // Tiles start at whole vectors of slots (by choice, a vector is the choices), so that
+      // each vector's slots are one rank of the packed input.
       auto rankAt = [&](int n) {
         return add(quotient(firstSlot, lanes), add(mul(rankBlock, intConst(nr)), intConst(n)));
       };
