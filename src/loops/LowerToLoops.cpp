@@ -2548,21 +2548,17 @@ private:
     // plus C for the second k took twice the index registers, and a 4x4 tile's spills.
     // Statements go vector of slots by vector of slots, so that one vector of indices and its
     // inputs are live at a time beside the rows' choices.
-    // Tiles of `nr` ranks from slot `firstSlot` on, `blocks` of them; `permuted`: lane j of a
-    // rank multiplies the choice its slot holds, else choice j.
+    // Tiles of `nr` ranks (vectors of slots) from rank `firstRank` on, `blocks` of them;
+    // `permuted`: lane j of a rank multiplies the choice its slot holds, else choice j.
     auto rankTiles = [&](int tileRows, const Expr &firstRow, int nr, bool permuted,
-                         const Expr &firstSlot, const Expr &blocks) {
+                         const Expr &firstRank, const Expr &blocks) {
       std::vector<Stmt> init, step, fini;
       std::vector<std::vector<Expr>> inputs(steps, std::vector<Expr>(nr));
       std::vector<Expr> lanesOf(nr);
-      // Tiles start at whole vectors of slots (by choice, a vector is the choices), so that
-      // each vector's slots are one rank of the packed input.
       auto rankAt = [&](int n) {
-        return add(quotient(firstSlot, lanes), add(mul(rankBlock, intConst(nr)), intConst(n)));
+        return add(firstRank, add(mul(rankBlock, intConst(nr)), intConst(n)));
       };
-      auto slotAt = [&](int n) {
-        return add(firstSlot, mul(add(mul(rankBlock, intConst(nr)), intConst(n)), intConst(lanes)));
-      };
+      auto slotAt = [&](int n) { return mul(rankAt(n), intConst(lanes)); };
       // The inputs of rank n at k: in place, in the pairs' row of k; packed, in the rank's run.
       auto inputAt = [&](const Expr &kIndex, int n) {
         return inPlace ? add(mul(kIndex, width), slotAt(n))
@@ -2631,8 +2627,8 @@ private:
       if (asConstant(byChoice.byChoiceRanks) != 0)
         both.push_back(rankTiles(tileRows, firstRow, s.tileN, false, intConst(0),
                                  quotient(byChoice.byChoiceRanks, s.tileN)));
-      both.push_back(rankTiles(tileRows, firstRow, permutedTile, true,
-                               mul(byChoice.byChoiceRanks, intConst(numChoices)),
+      // By choice a vector of slots is the choices: the permuted ranks follow those by choice.
+      both.push_back(rankTiles(tileRows, firstRow, permutedTile, true, byChoice.byChoiceRanks,
                                quotient(byChoice.permutedRanks, permutedTile)));
       return both.size() == 1 ? both[0] : block(std::move(both));
     };
