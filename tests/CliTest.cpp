@@ -592,6 +592,63 @@ TEST(CliBench, RuntimeDimsAddAPartlySpecializedKernel) {
       << r.err;
 }
 
+// --versus compiles the fully specialized kernel a second time, under other choices, in a
+// context of its own, and times it beside the first as `versus`.
+TEST(CliBench, VersusTimesTheKernelUnderOtherChoices) {
+  const std::vector<std::string> command = {"bench",
+                                            kComponents + "/linear/matmul.mlir",
+                                            "--function=matmul",
+                                            "--input=16x64xf32=random",
+                                            "--input=64x64xf32=random",
+                                            "--benchmark_min_time=0.01",
+                                            "--benchmark_format=json",
+                                            "--no-disk-cache"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return runTool(args, {{"FRANK_DEBUG", "1"}});
+  };
+  auto compiles = [](const std::string &err) {
+    const std::string line = "compiled @matmul (specialized, 16x64xf32, 64x64xf32)";
+    int n = 0;
+    for (size_t at = err.find(line); at != std::string::npos; at = err.find(line, at + 1))
+      ++n;
+    return n;
+  };
+  ToolResult r = with({"--versus=tile=2x2"});
+  EXPECT_SUCCESS(r);
+  for (const char *kind : {"specialized", "versus", "generic"})
+    EXPECT_TRUE(std::regex_search(
+        r.out, std::regex(fmt::format(R"("name": "matmul/{}(/real_time)?")", kind))))
+        << kind << "\n"
+        << r.out;
+  EXPECT_EQ(compiles(r.err), 2) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(matmul: specialized under --versus='tile=2x2')"
+                                                  R"( takes \d+\.\d{3}x the time of the default)"
+                                                  R"( strategy\n)")))
+      << r.err;
+  // Against --config's choices.
+  r = with({"--config=tile=2x2", "--versus=tile=4x2", "--benchmark_filter=specialized|versus"});
+  EXPECT_SUCCESS(r);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(matmul: specialized under --versus='tile=4x2')"
+                                                  R"( takes \d+\.\d{3}x the time of)"
+                                                  R"( --config='tile=2x2'\n)")))
+      << r.err;
+  // Left out by the filter, it is not compiled.
+  r = with({"--versus=tile=2x2", "--benchmark_filter=specialized"});
+  EXPECT_SUCCESS(r);
+  EXPECT_EQ(compiles(r.err), 1) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("matmul/versus")));
+  // Choices that do not fit fail before any benchmark runs, named as --versus's.
+  r = with({"--versus=n-group=3"});
+  EXPECT_FAILURE(r);
+  EXPECT_THAT(r.err, HasSubstr("error: --versus: n-group=3 needs contraction.outer"));
+  EXPECT_THAT(r.out, Not(HasSubstr("matmul/specialized")));
+  r = with({"--versus=bogus=1"});
+  EXPECT_FAILURE(r);
+  EXPECT_THAT(r.err, HasSubstr("error: --versus='bogus=1': unknown key 'bogus'"));
+}
+
 TEST(CliCompile, QuestionMarkDimsStayRuntimeValues) {
   ToolResult r = runTool({"compile", kRmsNorm, "--function=rms_norm_linalg", "--input=?x4096xf32",
                           "--input=4096xf32", "--input=f32", "--emit=loops", "--explain"});

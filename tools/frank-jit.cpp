@@ -12,8 +12,10 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 
 namespace cl = llvm::cl;
@@ -97,6 +99,14 @@ cl::opt<std::string> loweringConfig(
         "groups of G, k blocks outside each; 0: none)"),
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
+
+cl::opt<std::string> versusConfig(
+    "versus",
+    cl::desc("Also time the fully specialized kernel under these strategy choices (the --config "
+             "syntax; empty: the default strategy) as `versus`, in the same process; with "
+             "--benchmark_enable_random_interleaving=true the two kernels' repetitions "
+             "alternate, so that a shared machine's drift affects both alike"),
+    cl::value_desc("choices"), cl::sub(benchCmd), cl::cat(category));
 
 cl::opt<std::string> runtimeDims(
     "runtime-dims",
@@ -257,6 +267,9 @@ int benchCommand(int benchArgc, char **benchArgv) {
   Function fn = lookup(module);
   std::vector<Arg> args = parseInputs(fn);
   std::string format = "console";
+  // Whether --benchmark_filter keeps benchmark `name` (a regular expression it contains; a
+  // leading '-' negates it).
+  std::function<bool(const std::string &)> kept = [](const std::string &) { return true; };
   // Values Google Benchmark takes without a word and then fails on, or ignores.
   for (int i = 1; i < benchArgc; ++i) {
     const std::string flag = benchArgv[i];
@@ -273,8 +286,10 @@ int benchCommand(int benchArgc, char **benchArgv) {
         throw Error(fmt::format("error: {}: repetitions are a count from 1", flag));
     }
     if (flag.rfind("--benchmark_filter=", 0) == 0) {
+      const bool negated = value.rfind('-', 0) == 0;
       try {
-        std::regex check(value.rfind('-', 0) == 0 ? value.substr(1) : value); // '-' negates
+        kept = [negated, filter = std::regex(negated ? value.substr(1) : value)](
+                   const std::string &name) { return std::regex_search(name, filter) != negated; };
       } catch (const std::regex_error &e) {
         throw Error(fmt::format("error: {}: not a regular expression: {}", flag, e.what()));
       }
@@ -283,10 +298,12 @@ int benchCommand(int benchArgc, char **benchArgv) {
   benchmark::Initialize(&benchArgc, benchArgv);
   if (benchArgc > 1)
     throw Error(fmt::format("error: unknown benchmark flag '{}'", benchArgv[1]));
-  // Fully specialized, partly specialized (with --runtime-dims), generic. The specialized
-  // kernel compiles and runs now, so that bad inputs fail before any benchmark; the others when
-  // their benchmark first runs, so that a --benchmark_filter that leaves them out costs nothing
-  // (the generic MoE block at 32 tokens gathers 940 MB of weights on its first call).
+  // Fully specialized, under the --versus choices, partly specialized (with --runtime-dims),
+  // generic. The specialized kernel compiles and runs now, so that bad inputs fail before any
+  // benchmark, and so does the one under the --versus choices, unless the filter leaves it out;
+  // the others when their benchmark first runs, so that a --benchmark_filter that leaves them
+  // out costs nothing (the generic MoE block at 32 tokens gathers 940 MB of weights on its
+  // first call).
   struct Prepared {
     Kernel kernel;
     std::vector<Tensor> results;
@@ -299,6 +316,33 @@ int benchCommand(int benchArgc, char **benchArgv) {
   };
   std::vector<std::pair<std::string, std::function<Kernel()>>> kinds;
   kinds.emplace_back("specialized", [&] { return lookupFully(module).specialize(args); });
+  // The same kernel under other choices: a context of its own, whose options name them. Its
+  // errors name the flag that set them.
+  std::optional<Context> versusCtx;
+  std::optional<Module> versusModule;
+  auto fromVersus = [](const Error &e) {
+    std::string text = e.what();
+    for (size_t at = text.find("--config"); at != std::string::npos; at = text.find("--config", at))
+      text.replace(at, 8, "--versus");
+    return Error(text);
+  };
+  if (versusConfig.getNumOccurrences()) {
+    ContextOptions options = contextOptions();
+    options.loweringConfig = versusConfig;
+    try {
+      versusCtx.emplace(options);
+    } catch (const Error &e) {
+      throw fromVersus(e);
+    }
+    versusModule.emplace(loadModule(*versusCtx));
+    kinds.emplace_back("versus", [&] {
+      try {
+        return lookupFully(*versusModule).specialize(args);
+      } catch (const Error &e) {
+        throw fromVersus(e);
+      }
+    });
+  }
   if (!runtimeDims.empty())
     kinds.emplace_back("partial", [fn, args] { return fn.specialize(args); });
   kinds.emplace_back("generic", [fn, args] { return fn.specialize(args, Mode::Generic); });
@@ -306,9 +350,9 @@ int benchCommand(int benchArgc, char **benchArgv) {
   std::exception_ptr failure;
   for (auto &[kind, make] : kinds) {
     auto prepared = std::make_shared<std::optional<Prepared>>();
-    if (kind == "specialized")
-      prepared->emplace(prepare(make()));
     std::string name = fmt::format("{}/{}", fn.name(), kind);
+    if (kind == "specialized" || (kind == "versus" && kept(name + "/real_time")))
+      prepared->emplace(prepare(make()));
     benchmark::RegisterBenchmark(name.c_str(), [make, args, prepared, prepare,
                                                 &failure](benchmark::State &state) {
       try {
@@ -340,6 +384,12 @@ int benchCommand(int benchArgc, char **benchArgv) {
   if (specialized > 0 && generic > 0)
     fmt::print(stderr, "{}: specialized is {:.2f}x faster than generic\n", fn.name(),
                generic / specialized);
+  double versus = reporter->seconds(fn.name() + "/versus");
+  if (specialized > 0 && versus > 0)
+    fmt::print(stderr, "{}: specialized under --versus='{}' takes {:.3f}x the time of {}\n",
+               fn.name(), versusConfig.getValue(), versus / specialized,
+               loweringConfig.empty() ? std::string("the default strategy")
+                                      : fmt::format("--config='{}'", loweringConfig.getValue()));
   double partial = reporter->seconds(fn.name() + "/partial");
   if (specialized > 0 && partial > 0)
     fmt::print(stderr, "{}: partly specialized ({}) takes {:.2f}x the fully specialized time\n",
