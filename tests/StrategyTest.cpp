@@ -67,13 +67,14 @@ std::string choose(const NestShape &nest, Target target = Target::avx2(),
 TEST(Strategy, GoldenContractions) {
   // S7 on AVX2: 16 registers, of which a panel streaming from L2 for many m blocks takes the
   // most FMAs per load (6x2); B's rows are 16 KiB apart, so it is packed; k blocks of 256 keep
-  // A's slice of all 128 rows in 128 KiB of L2. The k blocks run outside groups of 8 n blocks
-  // (a k block of A serves them from L2).
+  // A's slice of all 128 rows in 128 KiB of L2. The k blocks run outside groups of 32 n blocks
+  // (a k block of A serves them from L2, and each of B's rows is read in runs of 2 KiB).
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=32");
   // With 32 registers of 16 lanes the tile grows, and each k row of the panel with it: to 6x4
   // by FMAs per load. Its panel (64 KiB) streams from L2 for every m block, so the 6 rows stay,
-  // with a 2x4 tile for the 2 rows left over.
+  // with a 2x4 tile for the 2 rows left over. Its n blocks are 64 columns: 8 of them span 2 KiB
+  // of B's rows.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
   // `n-group=` sets the group (one that divides the n blocks), 0 none.
@@ -158,7 +159,7 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(matmulNest(6, 4096, 4096)),
             "contraction.stream m=d0 n=d1 k=d2 tile=4x2 lanes=8 split=k");
   EXPECT_EQ(choose(matmulNest(7, 4096, 4096)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 k-block=256 pack=#1 n-group=16");
   EXPECT_EQ(choose(matmulNest(12, 4096, 4096), Target::avx512()),
             "contraction.stream m=d0 n=d1 k=d2 tile=8x2 lanes=16 split=k prefetch=1");
   EXPECT_EQ(choose(matmulNest(13, 4096, 4096), Target::avx512()),
@@ -202,7 +203,7 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(transposedNest(4, 128, 512), Target::avx2(), "prefetch=3"),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=3");
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx2(), "prefetch=3"),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=32");
   // Q K^T at decode over every KV head, dims (head, query, key, d): along the heads K is read
   // 512 bytes apart, more closely than along the keys (4 KiB), so the n blocks run outside the
   // heads and each block of keys reads whole rows of [S, Hkv, D]. Two m blocks, K stored
@@ -511,7 +512,7 @@ TEST(Strategy, RuntimeExtents) {
   // as its nominal m blocks, which pack the next pair's panel between them, and its nominal 256
   // rows keep A's slice in 128 KiB with k blocks of 128).
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false})),
-            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=128 pack=#1 n-group=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=128 pack=#1 n-group=32");
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=128 pack=#1 n-group=8");
   // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
@@ -725,26 +726,29 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   loops = linear.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});
   EXPECT_THAT(loops, testing::HasSubstr(wide ? "// pack this block's 256x64 panel of '%w'"
                                              : "// pack this block's 256x16 panel of '%w'"));
-  // Groups of 8 n blocks, the parallel loop; in each, the (k block, n block) pairs, k blocks
-  // outside. Two panel slots per chunk of groups: the m blocks pack the next pair's panel into
-  // the other, a chunk of rows after each tile, prefetched before it: 21 tiles of 6 rows (6x4
-  // wide, 6x2 narrow), the first 16 of them 16 rows a chunk, in k blocks of 256.
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         "  for n_group in 0..{} parallel(chunks of at least 1) chunk from "
-                         "pack_region {{\n",
-                         wide ? 8 : 32)));
-  EXPECT_THAT(loops, testing::HasSubstr(
-                         "    for kn_pair in 0..128 {\n      let k_block: index = (kn_pair / 8)\n"
-                         "      let n_block: index = ((n_group * 8) + remui(kn_pair, 8))\n"
-                         "      for m_block in 0..21 {\n"));
+  // Groups of n blocks spanning 2 KiB of B's rows (8 blocks wide, 32 narrow: 8 groups either
+  // way), the parallel loop; in each, the (k block, n block) pairs, k blocks outside. Two panel
+  // slots per chunk of groups: the m blocks pack the next pair's panel into the other, a chunk
+  // of rows after each tile, prefetched before it: 21 tiles of 6 rows (6x4 wide, 6x2 narrow),
+  // the first 16 of them 16 rows a chunk, in k blocks of 256.
+  const int group = wide ? 8 : 32, knPairs = 16 * group;
+  EXPECT_THAT(loops, testing::HasSubstr("  for n_group in 0..8 parallel(chunks of at least 1) "
+                                        "chunk from pack_region {\n"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format(
+                  "    for kn_pair in 0..{1} {{\n      let k_block: index = (kn_pair / {0})\n"
+                  "      let n_block: index = ((n_group * {0}) + remui(kn_pair, {0}))\n"
+                  "      for m_block in 0..21 {{\n",
+                  group, knPairs)));
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_w: f32[2097152]"));
   EXPECT_THAT(loops, testing::HasSubstr("// prefetch 16 rows of the next pair's panel\n"));
-  EXPECT_THAT(loops, testing::HasSubstr("if andi(cmp.slt((kn_pair + 1), 128), "
-                                        "cmp.slt(m_block, 16)) {\n"));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("if andi(cmp.slt((kn_pair + 1), {}), "
+                                                    "cmp.slt(m_block, 16)) {{\n",
+                                                    knPairs)));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         "prefetch w[((((n_group * 8) + remui((kn_pair + 1), 8)) * {}) + "
-                         "(((((kn_pair + 1) / 8) * 256) + ((m_block * 16) + row_1)) * 4096))]\n",
-                         wide ? 64 : 16)));
+                         "prefetch w[((((n_group * {0}) + remui((kn_pair + 1), {0})) * {1}) + "
+                         "(((((kn_pair + 1) / {0}) * 256) + ((m_block * 16) + row_1)) * 4096))]\n",
+                         group, wide ? 64 : 16)));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
   // One prefetch per row of the panel, its first line.
   EXPECT_EQ(count(loops, "prefetch w["), 1) << loops;

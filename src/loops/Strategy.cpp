@@ -937,6 +937,9 @@ void placeBlocksOutside(const NestShape &nest, Strategy &s, const ConfigOverride
   throw Error(fmt::format("error: {}: {}", config.origin, what));
 }
 
+// The most of each of B's k rows that a group of n blocks reads in one run (groupNBlocks).
+constexpr int64_t kGroupRowBytes = 2048;
+
 // With k blocks and B packed, the loop over the n blocks runs outside the k blocks, so every
 // n block walks all of A, k block by k block: S7's A is 2 MiB, as large as a core's L2, and
 // each n block read it again from L3. In groups of n blocks with the k blocks outside the
@@ -946,9 +949,17 @@ void placeBlocksOutside(const NestShape &nest, Strategy &s, const ConfigOverride
 // k block instead of once per n block. S7 on the 2-core Xeon, `n-group=0` and groups of 8
 // alternating (`frank-jit bench`, medians of 5, ten rounds): 13.49 -> 13.26 ms on average, faster
 // in every round; groups of 2 to 32 within the noise of 8. (A hand-written kernel gained 9-12%
-// from the order, but its own n-block order ran slower than the compiled one.) The group: the
-// largest of 8, 4 and 2 n blocks that leaves two groups or more, for the threads. Only for the
-// k blocks whose next panel is packed between the tiles: two m blocks or more, a runtime m
+// from the order, but its own n-block order ran slower than the compiled one.) A group reads
+// each k row of B from DRAM in a run of its columns: on the Zen 3 (AVX2, so n blocks of 16
+// columns; 512 KiB of L2), groups of 8 (runs of 512 bytes) took 1.044-1.058x the time of groups
+// of 32 (runs of 2 KiB) on S7, 1.035x at 512 rows, 1.034-1.037x at 7 and 16 rows
+// (`frank-jit bench --versus`, the two kernels' repetitions interleaved); 64 (4 KiB, four
+// groups) took 0.95x of 32 at 128 rows but 1.08x at 512. At n = 1024 (64 n blocks), four groups
+// of 16 took 0.94x the time of eight of 8, and two of 32 1.0x. The group: the largest of 32, 16,
+// 8, 4 and 2 n blocks that spans at most kGroupRowBytes of B's rows and leaves two groups or
+// more for the threads, four or more past 8 n blocks (with AVX-512's n blocks of 64 columns,
+// 8 of which span 2 KiB, the choice before). Only for the k blocks whose next panel is packed
+// between the tiles: two m blocks or more, a runtime m
 // counted at its nominal extent (the rows its fewer m blocks leave unpacked are packed after
 // them). A partly specialized S7 (M a runtime value) ran 13.2-13.8 -> 12.2-13.3 ms with groups,
 // 32 rows 5.4-5.6 -> 4.7-5.0 ms, 8 rows 3.38-3.41 -> 2.69-2.71 ms, 512 rows the same.
@@ -970,8 +981,10 @@ void groupNBlocks(const NestShape &nest, Strategy &s, const ConfigOverride &conf
   }
   if (!fits)
     return;
-  for (int64_t group : {8, 4, 2})
-    if (nBlocks % group == 0 && nBlocks / group >= 2) {
+  const int64_t blockBytes = int64_t(s.tileN) * s.lanes * (nest.elemBits / 8);
+  for (int64_t group : {32, 16, 8, 4, 2})
+    if (nBlocks % group == 0 && group * blockBytes <= kGroupRowBytes &&
+        nBlocks / group >= (group > 8 ? 4 : 2)) {
       s.groupN = group;
       return;
     }
