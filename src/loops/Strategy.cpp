@@ -951,11 +951,13 @@ constexpr int64_t kGroupRowBytes = 2048;
 // in every round; groups of 2 to 32 within the noise of 8. (A hand-written kernel gained 9-12%
 // from the order, but its own n-block order ran slower than the compiled one.) A group reads
 // each k row of B from DRAM in a run of its columns: on the Zen 3 (AVX2, so n blocks of 16
-// columns; 512 KiB of L2), groups of 8 (runs of 512 bytes) took 1.044-1.058x the time of groups
-// of 32 (runs of 2 KiB) on S7, 1.035x at 512 rows, 1.034-1.037x at 7 and 16 rows
-// (`frank-jit bench --versus`, the two kernels' repetitions interleaved); 64 (4 KiB, four
-// groups) took 0.95x of 32 at 128 rows but 1.08x at 512. At n = 1024 (64 n blocks), four groups
-// of 16 took 0.94x the time of eight of 8, and two of 32 1.0x. The group: the largest of 32, 16,
+// columns; 512 KiB of L2), groups of 8 (runs of 512 bytes) took 0.996-1.051x the time of groups
+// of 32 (runs of 2 KiB) on S7, 1.03x on average, in five rounds of `frank-jit bench --versus`
+// (the two kernels' repetitions interleaved, medians of 20), where the same kernel on both
+// sides read 0.950-1.016x, 0.99x on average; 1.035x at 512 rows and 1.034-1.037x at 7 and 16
+// rows (one round each). 64 (4 KiB, four groups) took 0.95x of 32 at 128 rows but 1.08x at 512.
+// At n = 1024 (64 n blocks), four groups of 16 took 0.94x the time of eight of 8, and two of 32
+// 1.0x. The group: the largest of 32, 16,
 // 8, 4 and 2 n blocks that spans at most kGroupRowBytes of B's rows and leaves two groups or
 // more for the threads, four or more past 8 n blocks (with AVX-512's n blocks of 64 columns,
 // 8 of which span 2 KiB, the choice before). Only for the k blocks whose next panel is packed
