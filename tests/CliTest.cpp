@@ -419,8 +419,9 @@ TEST(CliCompile, CpuPrintsAnotherCpusKernels) {
     ToolResult assembly = runTool(compileArgs({"--emit=asm", fmt::format("--cpu={}", cpu)}));
     EXPECT_SUCCESS(assembly);
     EXPECT_THAT(assembly.out, HasSubstr(reg));
-    if (lanes == 8)
+    if (lanes == 8) {
       EXPECT_THAT(assembly.out, Not(HasSubstr("%zmm")));
+    }
   }
   ToolResult unknown = runTool(compileArgs({"--emit=loops", "--cpu=bogus"}));
   EXPECT_FAILURE(unknown);
