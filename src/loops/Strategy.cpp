@@ -957,13 +957,12 @@ constexpr int64_t kGroupRowBytes = 2048;
 // sides read 0.950-1.016x, 0.99x on average; 1.035x at 512 rows and 1.034-1.037x at 7 and 16
 // rows (one round each). 64 (4 KiB, four groups) took 0.95x of 32 at 128 rows but 1.08x at 512.
 // At n = 1024 (64 n blocks), four groups of 16 took 0.94x the time of eight of 8, and two of 32
-// 1.0x. The group: the largest of 32, 16,
-// 8, 4 and 2 n blocks that spans at most kGroupRowBytes of B's rows and leaves two groups or
-// more for the threads, four or more past 8 n blocks (with AVX-512's n blocks of 64 columns,
-// 8 of which span 2 KiB, the choice before). Only for the k blocks whose next panel is packed
-// between the tiles: two m blocks or more, a runtime m
-// counted at its nominal extent (the rows its fewer m blocks leave unpacked are packed after
-// them). A partly specialized S7 (M a runtime value) ran 13.2-13.8 -> 12.2-13.3 ms with groups,
+// 1.0x. The group: the largest of 32, 16, 8, 4 and 2 n blocks that spans at most
+// kGroupRowBytes of B's rows and leaves two groups or more for the threads, four or more past
+// 8 n blocks (with AVX-512's n blocks of 64 columns, 8 of which span 2 KiB, the choice before).
+// Only for the k blocks whose next panel is packed between the tiles: two m blocks or more, a
+// runtime m counted at its nominal extent (the rows its fewer m blocks leave unpacked are
+// packed after them). A partly specialized S7 (M a runtime value) ran 13.2-13.8 -> 12.2-13.3 ms with groups,
 // 32 rows 5.4-5.6 -> 4.7-5.0 ms, 8 rows 3.38-3.41 -> 2.69-2.71 ms, 512 rows the same.
 void groupNBlocks(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
   const bool fits = s.pipeline == Pipeline::ContractionOuter && s.packInput >= 0 &&
