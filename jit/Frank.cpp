@@ -761,7 +761,7 @@ std::string Module::print() const { return printModule(*impl_->ir); }
 
 Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
   impl_->options = options;
-  impl_->config = loops::parseConfig(options.loweringConfig);
+  impl_->config = loops::parseConfig(options.loweringConfig, options.loweringConfigName);
   impl_->engine = &jit::Engine::forCpu(options.cpu);
   jit::DiskCacheSettings disk =
       jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);

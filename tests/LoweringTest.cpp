@@ -807,10 +807,12 @@ TEST(Lowering, RanksTilesOverLongRunsPrefetchEachRowAhead) {
     // Every line of a whole row, or of a k block's run past its first 1 KiB.
     for (int64_t line = 0; line < rows * rowElems / lineElems; ++line)
       if (k == blockK ? line >= aheadElems / lineElems
-                      : line % (runElems / lineElems) >= aheadElems / lineElems)
+                      : line % (runElems / lineElems) >= aheadElems / lineElems) {
         ASSERT_TRUE(lines.count(line)) << "line " << line << " never prefetched";
-    if (k != blockK)
+      }
+    if (k != blockK) {
       EXPECT_LT(*lines.rbegin(), rows * rowElems / lineElems);
+    }
   }
   // 2 KiB runs: the next rows' two prefetches a step (see above); 4 KiB runs: this one's four.
   EXPECT_EQ(count(loops::print(ranksProgram(64, 1024, "k-block=64")), "prefetch"), 2);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 
@@ -316,32 +317,16 @@ int benchCommand(int benchArgc, char **benchArgv) {
   };
   std::vector<std::pair<std::string, std::function<Kernel()>>> kinds;
   kinds.emplace_back("specialized", [&] { return lookupFully(module).specialize(args); });
-  // The same kernel under other choices: a context of its own, whose options name them. Its
-  // errors name the flag that set them.
+  // The same kernel under other choices: a context of its own, whose options name them (and
+  // whose errors name the flag that set them).
   std::optional<Context> versusCtx;
-  std::optional<Module> versusModule;
-  auto fromVersus = [](const Error &e) {
-    std::string text = e.what();
-    for (size_t at = text.find("--config"); at != std::string::npos; at = text.find("--config", at))
-      text.replace(at, 8, "--versus");
-    return Error(text);
-  };
   if (versusConfig.getNumOccurrences()) {
     ContextOptions options = contextOptions();
     options.loweringConfig = versusConfig;
-    try {
-      versusCtx.emplace(options);
-    } catch (const Error &e) {
-      throw fromVersus(e);
-    }
-    versusModule.emplace(loadModule(*versusCtx));
-    kinds.emplace_back("versus", [&] {
-      try {
-        return lookupFully(*versusModule).specialize(args);
-      } catch (const Error &e) {
-        throw fromVersus(e);
-      }
-    });
+    options.loweringConfigName = "--versus";
+    versusCtx.emplace(options);
+    auto versus = std::make_shared<Module>(loadModule(*versusCtx));
+    kinds.emplace_back("versus", [versus, args] { return lookupFully(*versus).specialize(args); });
   }
   if (!runtimeDims.empty())
     kinds.emplace_back("partial", [fn, args] { return fn.specialize(args); });

@@ -150,6 +150,9 @@ struct ContextOptions {
   /// groups of G, k blocks outside each; 0: none). Empty: the strategy selection decides.
   /// Checked when the context is made.
   std::string loweringConfig;
+  /// What errors about `loweringConfig` call it: a choice that does not parse, or that does not
+  /// fit the op it reaches (`error: --config: tile 9x9 does not fit ...`).
+  std::string loweringConfigName = "--config";
   /// Keep each compiled kernel's machine code on disk, and load it from there in later
   /// processes instead of compiling again. Unset: on, unless FRANK_CACHE=off.
   std::optional<bool> diskCache;
