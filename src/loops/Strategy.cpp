@@ -962,8 +962,9 @@ constexpr int64_t kGroupRowBytes = 2048;
 // 8 n blocks (with AVX-512's n blocks of 64 columns, 8 of which span 2 KiB, the choice before).
 // Only for the k blocks whose next panel is packed between the tiles: two m blocks or more, a
 // runtime m counted at its nominal extent (the rows its fewer m blocks leave unpacked are
-// packed after them). A partly specialized S7 (M a runtime value) ran 13.2-13.8 -> 12.2-13.3 ms with groups,
-// 32 rows 5.4-5.6 -> 4.7-5.0 ms, 8 rows 3.38-3.41 -> 2.69-2.71 ms, 512 rows the same.
+// packed after them). A partly specialized S7 (M a runtime value) ran 13.2-13.8 -> 12.2-13.3
+// ms with groups, 32 rows 5.4-5.6 -> 4.7-5.0 ms, 8 rows 3.38-3.41 -> 2.69-2.71 ms, 512 rows the
+// same.
 void groupNBlocks(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
   const bool fits = s.pipeline == Pipeline::ContractionOuter && s.packInput >= 0 &&
                     !s.packTransposed && s.blockK && s.blocksOutside.empty() && s.dimM >= 0 &&
