@@ -406,6 +406,21 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
       << attn;
   EXPECT_NE(attn.find("  for d0 in 0..8 {\n    for n_left in 0..("), std::string::npos) << attn;
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
+  // Prefill over a runtime length: P V's m blocks (every query row) reuse V's panels, packed
+  // as long as the runtime key count, read contiguously instead of rows 4 KiB apart.
+  std::string prefill =
+      attention()
+          .function("attention_gqa")
+          .emit(Stage::Loops, {"1x?x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
+  const size_t pv = prefill.find("contraction.outer m=d1 n=d2 k=d3");
+  ASSERT_NE(pv, std::string::npos) << prefill;
+  EXPECT_THAT(prefill.substr(pv, prefill.find('\n', pv) - pv), testing::EndsWith(" pack=#1"));
+  EXPECT_NE(prefill.find("temp packed_value_collapsed: f32[(dims["), std::string::npos) << prefill;
+  const size_t pack = prefill.find("// pack this block's kx", pv);
+  ASSERT_NE(pack, std::string::npos) << prefill;
+  EXPECT_NE(prefill.find(" panel of '%value_collapsed'\n      for row in 0..dims[", pack),
+            std::string::npos)
+      << prefill;
   // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it;
   // and for one token (a decode step) the choices of each row as lanes, as the specialized
   // kernel does: the kernel branches on the token count, each branch checking the ids. The

@@ -515,9 +515,15 @@ TEST(Strategy, RuntimeExtents) {
             "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=128 pack=#1 n-group=32");
   EXPECT_EQ(choose(withRuntime(matmulNest(r, 4096, 4096), {true, false, false}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=128 pack=#1 n-group=8");
-  // A runtime reduction (P x V over a runtime KV length) still takes the outer tile.
+  // A runtime reduction (P x V over a runtime KV length) still takes the outer tile, and with
+  // m blocks to reuse them (prefill over a runtime length), packed panels as long as k.
   EXPECT_EQ(choose(withRuntime(matmulNest(4, r, 128), {false, false, true}), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=4x4 lanes=16");
+  EXPECT_EQ(choose(withRuntime(matmulNest(r, r, 128), {true, false, true})),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1");
+  EXPECT_EQ(
+      choose(withRuntime(matmulNest(r, r, 128), {true, false, true}), Target::avx2(), "pack=0"),
+      "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
   // A runtime n (the vectorized dim of outer) or k (of dot) leaves plain loops.
   EXPECT_EQ(choose(withRuntime(matmulNest(64, 64, r), {false, true, false})), "row-reduction");
   EXPECT_EQ(choose(withRuntime(transposedNest(64, r, 64), {false, false, true})), "row-reduction");
@@ -570,7 +576,14 @@ TEST(Strategy, RuntimeExtents) {
                               Target::avx2(), loops::parseConfig("k-block=64"));
       },
       testing::ThrowsMessage<Error>(
-          testing::HasSubstr("k blocks and packing need constant extents (but for m)")));
+          testing::HasSubstr("k blocks need constant extents (but for m)")));
+  EXPECT_THAT(
+      [&] {
+        loops::selectStrategy(withRuntime(transposedNest(64, 128, r), {false, true, false}),
+                              Target::avx2(), loops::parseConfig("pack=1"));
+      },
+      testing::ThrowsMessage<Error>(
+          testing::HasSubstr("packing needs constant extents (but for m and k)")));
 }
 
 TEST(Strategy, OverridesApply) {

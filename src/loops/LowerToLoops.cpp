@@ -1423,7 +1423,12 @@ private:
 
     ElemKind elem = op.result()->type.elem;
     // Packed B: panel after panel of (k-block x NR vectors), each contiguous.
-    const int64_t panelK = s.blockK ? s.blockK : (s.packInput >= 0 ? extent(s.dimK) : 0);
+    // A panel's rows: the k block's, else all of k, which may be a runtime extent (no k blocks
+    // then, and no pack between the tiles); panelK is 0 for a runtime one.
+    const Expr panelRows = s.blockK           ? intConst(s.blockK)
+                           : s.packInput >= 0 ? extents[s.dimK]
+                                              : intConst(0);
+    const int64_t panelK = asConstant(panelRows).value_or(0);
     const int64_t panelRow = int64_t(s.tileN) * lanes;
     const bool runtimeM = s.dimM >= 0 && !asConstant(extents[s.dimM]);
     // m blocks: a runtime m counts as kNominalExtent rows.
@@ -1443,7 +1448,7 @@ private:
     const Expr pairNow = group ? pairOfBlocks : kBlock;
     // The fewest rows that divide the panel into at most one chunk per m block.
     int64_t chunkRows = interleaved ? (panelK + mTiles - 1) / mTiles : 1;
-    while (panelK % chunkRows)
+    while (interleaved && panelK % chunkRows)
       ++chunkRows;
     const int64_t slots = interleaved ? 2 : 1;
     int packed = -1;
@@ -1461,7 +1466,8 @@ private:
       return binary(OpKind::AndI, pair, intConst(1));
     };
     auto panelAt = [&](const Expr &pair) {
-      return mul(add(mul(packRegion, intConst(slots)), slotOf(pair)), intConst(panelK * panelRow));
+      return mul(add(mul(packRegion, intConst(slots)), slotOf(pair)),
+                 mul(panelRows, intConst(panelRow)));
     };
     if (s.packInput >= 0) {
       const Value *operand = g.input(s.packInput);
@@ -1473,7 +1479,7 @@ private:
         if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
           regions *= extent(d);
       packed = addTemp("packed_" + operand->name, elem,
-                       intConst(regions * slots * panelK * extent(s.dimN)));
+                       mul(panelRows, intConst(regions * slots * extent(s.dimN))));
       const Expr &panel = nBlock;
       Expr row = var(freshName("row"), ElemKind::Index);
       auto kAt = [&](const Expr &kb, const Expr &r) {
@@ -1484,7 +1490,8 @@ private:
       };
       Expr firstK = interleaved ? intConst(0) : kBlock;
       const int side = std::min(lanes, kTransposeSide);
-      if (s.packTransposed && side >= 4 && panelRow % side == 0 && panelK % side == 0) {
+      if (s.packTransposed && side >= 4 && panelRow % side == 0 && panelK > 0 &&
+          panelK % side == 0) {
         // Square blocks of side x side: `side` columns of the panel read along k as vectors,
         // transposed in registers (transposeInRegisters, LoopIR.h), stored as `side` rows of the
         // panel.
@@ -1521,7 +1528,7 @@ private:
         Stmt copy = store(packed, packedAt(firstK, row, column),
                           load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem));
         pack = forLoop(column->name, intConst(panelRow), ForKind::Serial,
-                       {forLoop(row->name, intConst(panelK), ForKind::Serial, {copy})});
+                       {forLoop(row->name, panelRows, ForKind::Serial, {copy})});
       } else {
         // Row r of k block kb's panel of n block nb, into the slot of `pair`.
         auto copyRow = [&](const Expr &kb, const Expr &nb, const Expr &pair, const Expr &r) {
@@ -1538,8 +1545,7 @@ private:
         };
         // A group's first pair: k block 0 of its first n block.
         const Expr firstN = group ? mul(nGroup, intConst(group)) : panel;
-        pack = forLoop(row->name, intConst(panelK), ForKind::Serial,
-                       copyRow(firstK, firstN, firstK, row));
+        pack = forLoop(row->name, panelRows, ForKind::Serial, copyRow(firstK, firstN, firstK, row));
         if (interleaved) {
           // Tile m prefetches chunk m of the next pair's panel (the next k block's, in a group
           // the next n block's) before its products, and packs it after them.
@@ -1581,8 +1587,9 @@ private:
           }
         }
       }
-      pack->comment = fmt::format("pack this block's {}x{} panel of '%{}'{}", panelK, panelRow,
-                                  operand->name, s.packTransposed ? ", transposed" : "");
+      pack->comment = fmt::format("pack this block's {}x{} panel of '%{}'{}",
+                                  panelK ? std::to_string(panelK) : "k", panelRow, operand->name,
+                                  s.packTransposed ? ", transposed" : "");
     }
     // frank.visible_keys (CausalMask.h) with the query as m and the key as n, or as outer's k: a
     // tile skips the keys none of its rows sees, as n the whole tile when its first key is past

@@ -221,10 +221,11 @@ bool runtimeOnlyInPairs(const NestShape &nest) {
   return true;
 }
 
-// Every extent a constant but, perhaps, m's: what packing and k blocks need.
-bool constantBesidesM(const NestShape &nest, int dimM) {
+// Every extent a constant but, perhaps, m's and `dimK`'s: what k blocks need (no dimK), and
+// packing (a panel of a runtime k is as long as k).
+bool constantBesidesM(const NestShape &nest, int dimM, int dimK = -1) {
   for (size_t d = 0; d < nest.runtime.size(); ++d)
-    if (nest.runtime[d] && int(d) != dimM)
+    if (nest.runtime[d] && int(d) != dimM && int(d) != dimK)
       return false;
   return true;
 }
@@ -751,7 +752,8 @@ int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 32 << 
 constexpr int64_t kTwoBlocksPackBytes = 512 << 10;
 constexpr int64_t kASliceBytes = 128 << 10;
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
-  if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 || !constantBesidesM(nest, s.dimM))
+  if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 ||
+      !constantBesidesM(nest, s.dimM, s.dimK))
     return false;
   const int64_t mBlocks = extentOr1(nest, s.dimM) / s.tileM;
   const int64_t bBytes =
@@ -791,7 +793,7 @@ bool panelRowsShareL1Sets(const NestShape &nest, const Strategy &s) {
 // extent): S7 with 6x2 tiles on the Zen 3 runs 43.8 ms with k blocks of 256 (A's slice
 // 128 KiB), 45.9 with 512 and 84.2 with 1024 (512 KiB, all of L2), alternating as above.
 int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
-  if (!reusesPanels(nest, s))
+  if (!reusesPanels(nest, s) || isRuntime(nest, s.dimK))
     return 0;
   const int64_t panelRow = panelRowBytes(nest, s);
   const int64_t k = nest.extents[s.dimK];
@@ -1041,8 +1043,10 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     }
     return;
   }
-  if (!constantBesidesM(nest, s.dimM) && (config.blockK.value_or(0) || config.pack.value_or(false)))
-    unfit(config, "k blocks and packing need constant extents (but for m)");
+  if (!constantBesidesM(nest, s.dimM) && config.blockK.value_or(0))
+    unfit(config, "k blocks need constant extents (but for m)");
+  if (!constantBesidesM(nest, s.dimM, s.dimK) && config.pack.value_or(false))
+    unfit(config, "packing needs constant extents (but for m and k)");
   if (config.tileM)
     s.tileM = *config.tileM;
   if (config.tileN)

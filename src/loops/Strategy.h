@@ -88,7 +88,8 @@
 // and contraction.dot when k is: the m blocks, dot's n blocks and outer's reductions then run a
 // runtime number of times, the rows m leaves over take one-row tiles and the columns dot's n
 // leaves over one-column tiles. A runtime m keeps k blocks and packing (the token count of a
-// prefill matmul).
+// prefill matmul), and a runtime k keeps packing, whole panels of the runtime length (attention's
+// P x V over a runtime key count).
 #pragma once
 
 #include "ir/IR.h"
@@ -159,8 +160,8 @@ struct NestShape {
   std::vector<bool> reduction;  // per loop dim
   /// Per loop dim: its extent is a runtime value, counted as kNominalExtent in `extents`.
   /// Empty when every extent is a constant. Only m (the tile's rows), dot's n, a reduction of
-  /// contraction.outer and the dims outside the tile may be runtime values; k blocks and
-  /// packing need every extent but m's to be a constant.
+  /// contraction.outer and the dims outside the tile may be runtime values; k blocks need every
+  /// extent but m's to be a constant, packing every extent but m's and k's.
   std::vector<bool> runtime;
   /// Per tensor input, then the output: the element stride along each loop dim (0 when the
   /// operand does not depend on it).
