@@ -240,6 +240,31 @@ TEST(AttentionCausal, TilesSkipTheKeysTheMaskHides) {
   EXPECT_THAT(plain, testing::Not(testing::HasSubstr("minsi"))) << plain;
 }
 
+// Over a runtime query and key count (partial specialization) the mask's period S and offset
+// Skv - S are runtime values: the attribute says how to compute them from the extents (the
+// query dim's over 4, the group; the key dim's minus the period), and the tiles and the softmax
+// skip the same keys, the mask computed where it is read.
+TEST(AttentionCausal, RuntimeLengthsSkipTheKeysTheMaskHides) {
+  Function fn = avx512AttentionModule().function("attention_gqa_causal");
+  const std::vector<std::string> types = {"1x?x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32",
+                                          "f32"};
+  std::string specialized = fn.emit(Stage::Specialized, types);
+  EXPECT_EQ(count(specialized, "frank.visible_keys = [1, 2, 1, 0, -1, 0, 4, 1, -1]"), 5)
+      << specialized;
+  EXPECT_EQ(count(specialized, "frank.visible_keys = [1, 3, 1, 0, -1, 0, 4, 1, -1]"), 1)
+      << specialized;
+  std::string loops = fn.emit(Stage::Loops, types);
+  // Q·Kᵀ's tiles (keys as n) and P·V's keys stop after the last key their rows see: the row's
+  // index mod S, plus Skv - S.
+  EXPECT_THAT(loops, testing::HasSubstr("// unless its rows see none of its keys"));
+  EXPECT_THAT(loops, testing::HasSubstr("(dims[0] - 1)) + (dims[1] + (dims[0] * -1))) + 1), 0)) {"))
+      << loops;
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("mask"))) << loops;
+  // The softmax's nests fuse with Q·Kᵀ and P·V into one parallel loop over the KV heads (the
+  // output's transpose is the other), though their key loops' extents are minima.
+  EXPECT_EQ(count(loops, " parallel("), 2) << loops;
+}
+
 class AttentionDecodeTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};
 
 TEST_P(AttentionDecodeTest, MatchesOracle) {

@@ -97,6 +97,24 @@ std::vector<PartialCase> partialCases() {
        },
        "attention_gqa_causal"});
 
+  // Prefill of n tokens after 13 in the cache (chunked prefill): the mask's offset, Skv - S, is
+  // a runtime value too, and each query sees its 13 + s + 1 first keys.
+  cases.push_back(
+      {"attention/attention_gqa.mlir", "attention_gqa_causal", "query:1,key:1,value:1", tokens,
+       1e-4, 1e-5,
+       [](int64_t n, auto &f, auto &, auto &, auto &args) {
+         const int64_t keys = n + 13;
+         oracle::AttentionDims d{1, n, keys, 8, 2, 64};
+         f = {oracle::randomFloats(n * 8 * 64, 51 + n, -2, 2),
+              oracle::randomFloats(keys * 2 * 64, 52 + n),
+              oracle::randomFloats(keys * 2 * 64, 53 + n)};
+         args = {Tensor::borrow(f[0].data(), DType::F32, {1, n, 8, 64}),
+                 Tensor::borrow(f[1].data(), DType::F32, {1, keys, 2, 64}),
+                 Tensor::borrow(f[2].data(), DType::F32, {1, keys, 2, 64}), Scalar::f32(0.125f)};
+         return oracle::attentionGqa(f[0].data(), f[1].data(), f[2].data(), 0.125, d, true);
+       },
+       "attention_gqa_causal_after_cache"});
+
   // Prefill of n tokens, 3 query heads per KV head: Q K^T's 3n rows and n columns leave 1 to 3
   // rows and columns over after its 4x4 or 4x2 register tiles.
   cases.push_back(

@@ -180,9 +180,14 @@ std::optional<VisibleKeys> visibleKeys(const Op &generic) {
   const AttrList &values = generic.attr(kVisibleKeysAttr).list();
   VisibleKeys keys{int(values[0].integer()), int(values[1].integer()), values[2].integer(),
                    values[3].integer()};
-  if (values.size() == 6) {
+  if (values.size() >= 6) {
     keys.block = int(values[4].integer());
     keys.blockRows = values[5].integer();
+  }
+  if (values.size() == 9) {
+    keys.periodDivisor = values[6].integer();
+    keys.keyCoef = values[7].integer();
+    keys.periodCoef = values[8].integer();
   }
   return keys;
 }
@@ -190,10 +195,14 @@ std::optional<VisibleKeys> visibleKeys(const Op &generic) {
 void setVisibleKeys(Op &generic, const VisibleKeys &keys) {
   AttrList values{Attribute{int64_t{keys.query}}, Attribute{int64_t{keys.key}},
                   Attribute{keys.period}, Attribute{keys.offset}};
-  if (keys.block >= 0) {
+  const bool runtime = keys.periodDivisor || keys.keyCoef || keys.periodCoef;
+  if (keys.block >= 0 || runtime) {
     values.push_back(Attribute{int64_t{keys.block}});
     values.push_back(Attribute{keys.blockRows});
   }
+  if (runtime)
+    for (int64_t v : {keys.periodDivisor, keys.keyCoef, keys.periodCoef})
+      values.push_back(Attribute{v});
   generic.attrs[kVisibleKeysAttr] = Attribute{values};
 }
 

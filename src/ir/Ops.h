@@ -36,13 +36,18 @@ inline constexpr const char *kConfigAttr = "frank.config";
 /// Generalize sets it, when a causal mask hides those keys, on an attention's scores, its
 /// softmax up to the sum of the exponentials (the normalization writes 0 there) and its weighted
 /// sum. With blocks of queries, `[..., block dim, rows]`: the query's
-/// index is block * rows + the query dim's.
+/// index is block * rows + the query dim's. Over runtime sizes, `[..., block dim, rows, divisor,
+/// key coefficient, period coefficient]` (CausalBound): the period is the query dim's extent over
+/// the divisor (0: `period`), and the offset adds the coefficients times the key dim's extent
+/// and the period.
 inline constexpr const char *kVisibleKeysAttr = "frank.visible_keys";
 struct VisibleKeys {
   int query = 0, key = 0;
   int64_t period = 1, offset = 0;
   int block = -1; // -1: none
   int64_t blockRows = 0;
+  int64_t periodDivisor = 0;
+  int64_t keyCoef = 0, periodCoef = 0;
 };
 std::optional<VisibleKeys> visibleKeys(const Op &generic);
 void setVisibleKeys(Op &generic, const VisibleKeys &keys);

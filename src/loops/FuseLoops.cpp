@@ -134,6 +134,17 @@ std::optional<Poly> polyOf(const Expr &e) {
   return a->constant;
 }
 
+// A polynomial that an extent never exceeds: the extent, or for a minimum (a causal mask's
+// keys, `minsi(keys, last key seen + 1)`) a bound of either side.
+std::optional<Poly> boundOf(const Expr &e) {
+  if (std::optional<Poly> p = polyOf(e))
+    return p;
+  if (e->kind != ExprKind::Binary || e->op != OpKind::MinSI)
+    return std::nullopt;
+  std::optional<Poly> a = boundOf(e->args[0]);
+  return a ? a : boundOf(e->args[1]);
+}
+
 struct Access {
   int buffer;
   Expr index;
@@ -162,8 +173,9 @@ void collect(const std::vector<Stmt> &stmts, BodyFacts &facts) {
   for (const Stmt &s : stmts) {
     switch (s->kind) {
     case StmtKind::For: {
-      // A loop whose extent a constant bounds (a causal mask's keys) ranges within that bound.
-      std::optional<Poly> extent = polyOf(s->value);
+      // A loop whose extent a constant or a polynomial bounds (a causal mask's keys) ranges
+      // within that bound.
+      std::optional<Poly> extent = boundOf(s->value);
       if (std::optional<int64_t> most = mostTrips(s->value); !extent && most)
         extent = constantPoly(*most);
       facts.innerLoops[s->name] = extent;

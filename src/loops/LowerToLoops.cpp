@@ -1346,20 +1346,29 @@ private:
 
   // frank.visible_keys: the last key that one of `rows` query rows from `firstRow` sees, in a
   // nest of loop variables `vars` and extents `extents`.
+  // Over runtime sizes the period and the offset follow the query and key dims' extents.
   static Expr lastKeySeen(const VisibleKeys &visible, const std::vector<Expr> &vars,
                           const std::vector<Expr> &extents, Expr firstRow, int rows) {
-    const int64_t period = visible.period;
+    const Expr period = visible.periodDivisor
+                            ? quotient(extents[size_t(visible.query)], visible.periodDivisor)
+                            : intConst(visible.period);
+    Expr offset = intConst(visible.offset);
+    if (visible.keyCoef)
+      offset = add(offset, mul(extents[size_t(visible.key)], intConst(visible.keyCoef)));
+    if (visible.periodCoef)
+      offset = add(offset, mul(period, intConst(visible.periodCoef)));
     std::optional<int64_t> queries = asConstant(extents[size_t(visible.query)]);
     if (visible.block >= 0) {
       firstRow = add(mul(vars[size_t(visible.block)], intConst(visible.blockRows)), firstRow);
       queries = std::nullopt;
     }
     Expr lastRow = add(firstRow, intConst(rows - 1));
-    if (!queries || *queries > period)
-      lastRow = binary(OpKind::MinSI,
-                       add(binary(OpKind::RemUI, firstRow, intConst(period)), intConst(rows - 1)),
-                       intConst(period - 1));
-    return add(lastRow, intConst(visible.offset));
+    if (!queries || !asConstant(period) || *queries > *asConstant(period))
+      lastRow =
+          binary(OpKind::MinSI, add(binary(OpKind::RemUI, firstRow, period), intConst(rows - 1)),
+                 asConstant(period) ? intConst(*asConstant(period) - 1)
+                                    : binary(OpKind::SubI, period, intConst(1)));
+    return add(lastRow, offset);
   }
 
   // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:

@@ -15,16 +15,23 @@
 
 namespace frank {
 
-/// Query q sees key j when j <= (q mod period) + offset.
+/// Query q sees key j when j <= (q mod period) + offset. Over runtime sizes (partial
+/// specialization) the period is the query dim's extent over `periodDivisor` (0: the constant
+/// `period`), and the offset adds `keyCoef` times the key dim's extent and `periodCoef` times the
+/// period (the causal prefill's Skv - S: 1 and -1).
 struct CausalBound {
   int64_t period = 1;
   int64_t offset = 0;
+  int64_t periodDivisor = 0;
+  int64_t keyCoef = 0, periodCoef = 0;
+  bool runtime() const { return periodDivisor != 0 || keyCoef != 0 || periodCoef != 0; }
 };
 
-/// The keys `mask` (a static i1 tensor, query at dim `queryDim`, key at dim `keyDim`) keeps,
-/// when it is a generic of indices alone comparing the key's index with the query's plus a
-/// constant, seen through collapse_shape (the query's index being the last of the dims merged
-/// into the query dim: the grouped layout's g * S + s), or nullopt.
+/// The keys `mask` (an i1 tensor, query at dim `queryDim`, key at dim `keyDim`) keeps, when it is
+/// a generic of indices alone comparing the key's index with the query's plus a constant, or plus
+/// the extents of those two dims (the sizes its tensor.empty takes) and a constant, seen through
+/// collapse_shape (the query's index being the last of the dims merged into the query dim: the
+/// grouped layout's g * S + s, the others constant), or nullopt.
 std::optional<CausalBound> causalBoundOf(const Value &mask, int queryDim, int keyDim);
 
 } // namespace frank

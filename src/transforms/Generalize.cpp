@@ -474,8 +474,9 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   }
   // A causal mask's keys: every step but the normalization may skip the keys it hides, and the
   // mask itself is computed where it is read, from the indices.
-  const std::optional<CausalBound> causal =
-      mask ? causalBoundFor(*mask, maskMap, dims) : std::nullopt;
+  std::optional<CausalBound> causal = mask ? causalBoundFor(*mask, maskMap, dims) : std::nullopt;
+  if (causal && causal->runtime() && (split || blocked))
+    causal.reset();     // over runtime sizes the keys and queries stay whole
   Value *target = init; // what P·V writes: the output, or its blocks of queries
   if (blocked) {
     std::tie(q, qm) = splitDim(b, q, qm, dims.m[0], chunk, queryBlocks, "_blocks");
@@ -558,6 +559,25 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
     return int(std::find(order.begin(), order.end(), d) - order.begin());
   };
   const int64_t blockRows = blocked ? q->type.shape[size_t(source(dims.m[0]).second)] : 0;
+  // Over runtime sizes, the mask's period and offset as values computed from the query and key
+  // extents (CausalBound), which the generics that compute the mask read.
+  Value *period = nullptr, *offset = nullptr;
+  if (causal && causal->runtime()) {
+    period = b.constantIndex(causal->period);
+    offset = b.constantIndex(causal->offset);
+    if (causal->periodDivisor) {
+      auto [queries, at] = source(dims.m[0]);
+      period = b.binary(OpKind::DivUI, b.dim(queries, at), b.constantIndex(causal->periodDivisor));
+    }
+    if (causal->keyCoef) {
+      auto [keys, at] = source(dims.j[0]);
+      offset = b.binary(OpKind::AddI, offset,
+                        b.binary(OpKind::MulI, b.dim(keys, at), b.constantIndex(causal->keyCoef)));
+    }
+    if (causal->periodCoef)
+      offset = b.binary(OpKind::AddI, offset,
+                        b.binary(OpKind::MulI, period, b.constantIndex(causal->periodCoef)));
+  }
   // A causal mask's value at a point of a generic over `order`, from its indices as the mask's
   // own generic computes it: nothing reads the mask then, and it is never made.
   auto keepAt = [&](Builder &bb, const std::vector<int> &order) {
@@ -567,9 +587,10 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
                         bb.binary(OpKind::MulI, bb.linalgIndex(loopOf(order, chunk)),
                                   bb.constantIndex(blockRows)),
                         query);
-    Value *last =
-        bb.binary(OpKind::AddI, bb.binary(OpKind::RemUI, query, bb.constantIndex(causal->period)),
-                  bb.constantIndex(causal->offset));
+    Value *last = bb.binary(
+        OpKind::AddI,
+        bb.binary(OpKind::RemUI, query, period ? period : bb.constantIndex(causal->period)),
+        offset ? offset : bb.constantIndex(causal->offset));
     return bb
         .create(OpKind::CmpI, {bb.linalgIndex(loopOf(order, dims.j[0])), last},
                 {Type::scalar(ElemKind::I1)}, {{"predicate", Attribute{std::string("sle")}}})
@@ -639,7 +660,8 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
                                 {out, &outOrder}})
       setVisibleKeys(*value->definingOp,
                      {loopOf(*order, dims.m[0]), loopOf(*order, dims.j[0]), causal->period,
-                      causal->offset, blocked ? loopOf(*order, chunk) : -1, blockRows});
+                      causal->offset, blocked ? loopOf(*order, chunk) : -1, blockRows,
+                      causal->periodDivisor, causal->keyCoef, causal->periodCoef});
   }
   if (blocked) {
     const AffineMap &whole = maps.back().map();
