@@ -195,12 +195,11 @@ std::optional<VisibleKeys> visibleKeys(const Op &generic) {
 void setVisibleKeys(Op &generic, const VisibleKeys &keys) {
   AttrList values{Attribute{int64_t{keys.query}}, Attribute{int64_t{keys.key}},
                   Attribute{keys.period}, Attribute{keys.offset}};
-  const bool runtime = keys.periodDivisor || keys.keyCoef || keys.periodCoef;
-  if (keys.block >= 0 || runtime) {
+  if (keys.block >= 0 || keys.runtime()) {
     values.push_back(Attribute{int64_t{keys.block}});
     values.push_back(Attribute{keys.blockRows});
   }
-  if (runtime)
+  if (keys.runtime())
     for (int64_t v : {keys.periodDivisor, keys.keyCoef, keys.periodCoef})
       values.push_back(Attribute{v});
   generic.attrs[kVisibleKeysAttr] = Attribute{values};

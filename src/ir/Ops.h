@@ -48,6 +48,7 @@ struct VisibleKeys {
   int64_t blockRows = 0;
   int64_t periodDivisor = 0;
   int64_t keyCoef = 0, periodCoef = 0;
+  bool runtime() const { return periodDivisor != 0 || keyCoef != 0 || periodCoef != 0; }
 };
 std::optional<VisibleKeys> visibleKeys(const Op &generic);
 void setVisibleKeys(Op &generic, const VisibleKeys &keys);

@@ -563,12 +563,11 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   // extents (CausalBound), which the generics that compute the mask read.
   Value *period = nullptr, *offset = nullptr;
   if (causal && causal->runtime()) {
-    period = b.constantIndex(causal->period);
+    auto [queries, queryAt] = source(dims.m[0]);
+    period = causal->periodDivisor ? b.binary(OpKind::DivUI, b.dim(queries, queryAt),
+                                              b.constantIndex(causal->periodDivisor))
+                                   : b.constantIndex(causal->period);
     offset = b.constantIndex(causal->offset);
-    if (causal->periodDivisor) {
-      auto [queries, at] = source(dims.m[0]);
-      period = b.binary(OpKind::DivUI, b.dim(queries, at), b.constantIndex(causal->periodDivisor));
-    }
     if (causal->keyCoef) {
       auto [keys, at] = source(dims.j[0]);
       offset = b.binary(OpKind::AddI, offset,
