@@ -181,8 +181,27 @@ std::vector<PartialCase> partialCases() {
   // each group's (k block, n block) pairs packing the next pair's panel the same way.
   cases.push_back(matmulCase(768, 256, {1, 5, 37, 300}, 47, "matmul_n_groups"));
 
-  // x Wᵀ with M and N both runtime values (K = 64): contraction.dot over a runtime number of m
-  // and n blocks, then one-row and one-column tiles, its parallel loop the m blocks themselves.
+  // x W with N a runtime value: contraction.outer over a runtime number of n blocks, B read in
+  // place, then columns one lane wide (no n block at 5 and 31 columns, one at 32, and 33).
+  cases.push_back(
+      {"linear/matmul.mlir",
+       "matmul",
+       "w:1",
+       {1, 5, 31, 32, 33, 70},
+       1e-4,
+       1e-5,
+       [](int64_t n, auto &f, auto &, auto &, auto &args) {
+         const int64_t rows = 24, k = 80;
+         f = {oracle::randomFloats(rows * k, 61 + n), oracle::randomFloats(k * n, 62 + n)};
+         args = {Tensor::borrow(f[0].data(), DType::F32, {rows, k}),
+                 Tensor::borrow(f[1].data(), DType::F32, {k, n})};
+         return oracle::matmul(f[0].data(), f[1].data(), rows, k, n, false);
+       },
+       "matmul_runtime_n"});
+
+  // x Wᵀ with M and N both runtime values (K = 64): contraction.outer packs W's whole blocks of
+  // rows transposed over a runtime number of n blocks, then takes one-column tiles, one lane
+  // wide; a runtime number of m blocks, then one-row tiles.
   cases.push_back(
       {"linear/matmul.mlir",
        "matmul_transpose_b",
@@ -424,19 +443,30 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
       << attn;
   EXPECT_NE(attn.find("  for d0 in 0..8 {\n    for n_left in 0..("), std::string::npos) << attn;
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
-  // Prefill over a runtime length: P V's m blocks (every query row) reuse V's panels, packed
-  // as long as the runtime key count, read contiguously instead of rows 4 KiB apart.
+  // Prefill over a runtime length: Q K^T packs the keys' whole blocks of 32 transposed, as
+  // specialized, then takes the keys they leave over one lane at a time, K read in place.
   std::string prefill =
       attention()
           .function("attention_gqa")
           .emit(Stage::Loops, {"1x?x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
-  const size_t pv = prefill.find("contraction.outer m=d1 n=d2 k=d3");
+  const size_t qk = prefill.find("contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8 pack=#1^T\n"
+                                 "    for n_block in 0..(dims[1] / 32) {\n"
+                                 "      // pack this block's 128x32 panel of '%key_collapsed', "
+                                 "transposed");
+  ASSERT_NE(qk, std::string::npos) << prefill;
+  const size_t left = prefill.find("for n_left in 0..(dims[1] - ((dims[1] / 32) * 32)) {", qk);
+  ASSERT_NE(left, std::string::npos) << prefill;
+  EXPECT_NE(prefill.find("var acc_13: f32 = 0f", left), std::string::npos) << prefill;
+  EXPECT_NE(prefill.find("let in_13: f32 = key[", left), std::string::npos) << prefill;
+  // P V's m blocks (every query row) reuse V's panels, packed as long as the runtime key
+  // count, read contiguously instead of rows 4 KiB apart.
+  const size_t pv = prefill.find("contraction.outer m=d1 n=d2 k=d3", left);
   ASSERT_NE(pv, std::string::npos) << prefill;
   EXPECT_THAT(prefill.substr(pv, prefill.find('\n', pv) - pv), testing::EndsWith(" pack=#1"));
   EXPECT_NE(prefill.find("temp packed_value_collapsed: f32[(dims["), std::string::npos) << prefill;
   const size_t pack = prefill.find("// pack this block's kx", pv);
   ASSERT_NE(pack, std::string::npos) << prefill;
-  EXPECT_NE(prefill.find(" panel of '%value_collapsed'\n      for row in 0..dims[", pack),
+  EXPECT_NE(prefill.find(" panel of '%value_collapsed'\n      for row_1 in 0..dims[", pack),
             std::string::npos)
       << prefill;
   // mul_mat_id over a runtime token count: contraction.ranks, its temporaries sized by it;

@@ -524,26 +524,34 @@ TEST(Strategy, RuntimeExtents) {
   EXPECT_EQ(
       choose(withRuntime(matmulNest(r, r, 128), {true, false, true}), Target::avx2(), "pack=0"),
       "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
-  // A runtime n (the vectorized dim of outer) or k (of dot) leaves plain loops.
-  EXPECT_EQ(choose(withRuntime(matmulNest(64, 64, r), {false, true, false})), "row-reduction");
+  // A runtime n (outer's vectorized dim) takes the outer tile over its whole n blocks, B read
+  // in place; a runtime k read contiguously by both inputs (dot's vectorized dim) leaves plain
+  // loops.
+  EXPECT_EQ(choose(withRuntime(matmulNest(64, 64, r), {false, true, false})),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8");
   EXPECT_EQ(choose(withRuntime(transposedNest(64, r, 64), {false, false, true})), "row-reduction");
-  // Q x K^T over runtime keys: dot takes them as n (the output's contiguous dim), in a runtime
-  // number of n blocks, then one-column tiles; queries too at prefill.
+  // Q x K^T over runtime keys, the output's contiguous dim n: at decode (one m block) dot takes
+  // them, in a runtime number of n blocks, then one-column tiles; at prefill (queries runtime
+  // too) outer packs their whole n blocks transposed, as it does over a constant key count.
   EXPECT_EQ(choose(withRuntime(transposedNest(4, 128, r), {false, true, false})),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
   EXPECT_EQ(choose(withRuntime(transposedNest(r, 128, r), {true, true, false})),
-            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x4 lanes=8 pack=#1^T");
   // Key rows 4 KiB apart: prefetched when one m block reads them (decode), not when the next
-  // m blocks read them again from cache (prefill).
+  // m blocks read them again from cache (prefill, dot by hand).
   NestShape keys = withRuntime(transposedNest(4, 128, r), {false, true, false});
   keys.strides = {{128, 0, 1}, {0, 1024, 1}, {r, 1, 0}};
   EXPECT_EQ(choose(keys), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8 prefetch=4");
   keys = withRuntime(transposedNest(r, 128, r), {true, true, false});
   keys.strides = {{128, 0, 1}, {0, 1024, 1}, {r, 1, 0}};
-  EXPECT_EQ(choose(keys), "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
+  EXPECT_EQ(choose(keys, Target::avx2(), "pipeline=contraction.dot"),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x2 lanes=8");
   // Any tile=MxN fits a runtime n; a constant one still needs N to divide it.
   EXPECT_EQ(choose(withRuntime(transposedNest(r, 128, r), {true, true, false}), Target::avx2(),
                    "tile=2x3"),
+            "contraction.outer m=d0 n=d1 k=d2 tile=2x3 lanes=8 pack=#1^T");
+  EXPECT_EQ(choose(withRuntime(transposedNest(r, 128, r), {true, true, false}), Target::avx2(),
+                   "pipeline=contraction.dot,tile=2x3"),
             "contraction.dot m=d0 n=d1 k=d2 tile=2x3 lanes=8");
   // GEMV with a runtime K does not stream.
   EXPECT_EQ(choose(withRuntime(matmulNest(1, r, 4096), {false, false, true})),
@@ -579,7 +587,7 @@ TEST(Strategy, RuntimeExtents) {
           testing::HasSubstr("k blocks need constant extents (but for m)")));
   EXPECT_THAT(
       [&] {
-        loops::selectStrategy(withRuntime(transposedNest(64, 128, r), {false, true, false}),
+        loops::selectStrategy(withRuntime(matmulNest(64, 64, r), {false, true, false}),
                               Target::avx2(), loops::parseConfig("pack=1"));
       },
       testing::ThrowsMessage<Error>(

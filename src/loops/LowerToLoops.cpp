@@ -1389,8 +1389,8 @@ private:
     const int lanes = s.lanes;
     const int vectorDim = outer ? s.dimN : s.dimK;
     const int numLoops = g.numLoops();
-    // Only m, dot's n, outer's reductions and the dims outside the tile may be runtime values
-    // (see Strategy.h); a k block or a packed panel needs a constant k.
+    // Only m, n, outer's reductions and the dims outside the tile may be runtime values (see
+    // Strategy.h); a k block or a packed panel needs a constant k.
     auto extent = [&](int d) {
       auto c = asConstant(extents[d]);
       if (!c)
@@ -1488,7 +1488,7 @@ private:
         if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
           regions *= extent(d);
       packed = addTemp("packed_" + operand->name, elem,
-                       mul(panelRows, intConst(regions * slots * extent(s.dimN))));
+                       mul(panelRows, mul(intConst(regions * slots), extents[s.dimN])));
       const Expr &panel = nBlock;
       Expr row = var(freshName("row"), ElemKind::Index);
       auto kAt = [&](const Expr &kb, const Expr &r) {
@@ -1619,11 +1619,13 @@ private:
                                 !outMap.results.back().isConstant &&
                                 outMap.results.back().value == s.dimN;
     // A tile of `rows` x `columns` accumulators (NR columns unless n has some left over):
-    // declared, run through the reduction, stored.
+    // declared, run through the reduction, stored. outer's columns left over over a runtime n
+    // are one lane wide and read B in place (`width` 1): the panels hold whole n blocks.
     auto buildTile = [&](int rows, const Expr &firstRow, int columns = 0,
-                         const Expr &firstColumn = nullptr) {
+                         const Expr &firstColumn = nullptr, int width = 0) {
       if (columns == 0)
         columns = s.tileN;
+      const int accLanes = outer && width ? width : lanes;
       const Expr &column0 = firstColumn ? firstColumn : nBlockStart;
       const bool sumRows = rowsContiguous && columns == s.tileN;
       std::vector<Stmt> init, step, fini;
@@ -1646,30 +1648,30 @@ private:
             auto key =
                 std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
             auto &e = loaded[key];
-            if (!e && i == s.packInput) {
+            if (!e && i == s.packInput && accLanes == lanes) {
               Expr at = add(add(panelAt(pairNow), mul(vars[s.dimK], intConst(panelRow))),
                             intConst(c * lanes));
               e = bindLet(arg, load(packed, at, elem, lanes), step);
             } else if (!e) {
               const TensorStorage &t = storageOf(operand);
-              int width = mapUses(map, vectorDim) ? lanes : 1;
               e = bindLet(arg,
-                          load(t.buffer, accessIndex(map, iv, t.dims), operand->type.elem, width),
+                          load(t.buffer, accessIndex(map, iv, t.dims), operand->type.elem,
+                               mapUses(map, vectorDim) ? accLanes : 1),
                           step);
             }
             values[arg] = e;
           }
           std::string acc = freshName("acc");
-          values[outArg] = var(acc, elem, lanes);
+          values[outArg] = var(acc, elem, accLanes);
           Expr outIndex = accessIndex(g.outputMap(), iv, result.dims);
           if (outer) {
-            Expr before = load(result.buffer, outIndex, elem, lanes);
+            Expr before = load(result.buffer, outIndex, elem, accLanes);
             if (fill)
-              before = s.blockK ? select(cmp("eq", kBlock, intConst(0)), broadcast(fill, lanes),
+              before = s.blockK ? select(cmp("eq", kBlock, intConst(0)), broadcast(fill, accLanes),
                                          std::move(before))
-                                : broadcast(fill, lanes);
+                                : broadcast(fill, accLanes);
             init.push_back(local(acc, std::move(before)));
-            fini.push_back(store(result.buffer, outIndex, var(acc, elem, lanes)));
+            fini.push_back(store(result.buffer, outIndex, var(acc, elem, accLanes)));
           } else if (sumRows) {
             init.push_back(local(acc, broadcast(floatConst(0, elem), lanes)));
             rowSums.push_back(var(acc, elem, lanes));
@@ -1746,40 +1748,39 @@ private:
     // from `firstColumn` (by default NR from the n block's first): one shorter tile after the m
     // blocks of a constant M (the strategy never picks, nor accepts, a tile taller than it), a
     // loop of one-row tiles after those of a runtime M.
-    auto rowsLeftOver = [&](int columns = 0, const Expr &firstColumn = nullptr) {
+    auto rowsLeftOver = [&](int columns = 0, const Expr &firstColumn = nullptr, int width = 0) {
       if (runtimeM) {
         Expr row = var(freshName("m_left"), ElemKind::Index);
         Expr done = mul(mTrips, intConst(s.tileM));
-        return std::vector<Stmt>{forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done),
-                                         ForKind::Serial,
-                                         buildTile(1, add(done, row), columns, firstColumn))};
+        return std::vector<Stmt>{
+            forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done), ForKind::Serial,
+                    buildTile(1, add(done, row), columns, firstColumn, width))};
       }
       const int rows = int(mRows % s.tileM);
-      return rows ? buildTile(rows, intConst(mRows - rows), columns, firstColumn)
+      return rows ? buildTile(rows, intConst(mRows - rows), columns, firstColumn, width)
                   : std::vector<Stmt>{};
     };
     std::vector<Stmt> leftover = rowsLeftOver();
 
-    // dot over a runtime N: the columns left over after the n blocks, one at a time, each down
-    // the m blocks and the rows those leave over.
+    // A runtime N: the columns left over after the n blocks, one at a time (outer's one lane
+    // wide), each down the m blocks and the rows those leave over.
     const bool runtimeN = s.dimN >= 0 && !asConstant(extents[s.dimN]);
-    if (runtimeN && outer)
-      internalError("contraction.outer with a runtime n");
     Expr nTrips = s.dimN < 0 ? intConst(0) : quotient(extents[s.dimN], s.tileN * nStep);
     Stmt columnsLeft;
     if (runtimeN) {
       Expr column = var(freshName("n_left"), ElemKind::Index);
-      Expr columnsDone = mul(nTrips, intConst(s.tileN));
+      Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
       Expr firstColumn = add(columnsDone, column);
       std::vector<Stmt> down;
       if (hasM) {
         Expr block = var(freshName("m_block"), ElemKind::Index);
-        down.push_back(forLoop(block->name, mTrips, ForKind::Serial,
-                               buildTile(s.tileM, mul(block, intConst(s.tileM)), 1, firstColumn)));
+        down.push_back(
+            forLoop(block->name, mTrips, ForKind::Serial,
+                    buildTile(s.tileM, mul(block, intConst(s.tileM)), 1, firstColumn, 1)));
       } else {
-        down = buildTile(s.tileM, intConst(0), 1, firstColumn); // no m: the one tile
+        down = buildTile(s.tileM, intConst(0), 1, firstColumn, 1); // no m: the one tile
       }
-      for (Stmt &stmt : rowsLeftOver(1, firstColumn))
+      for (Stmt &stmt : rowsLeftOver(1, firstColumn, 1))
         down.push_back(stmt);
       columnsLeft = forLoop(column->name, binary(OpKind::SubI, extents[s.dimN], columnsDone),
                             ForKind::Serial, std::move(down));

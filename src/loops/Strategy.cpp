@@ -221,11 +221,12 @@ bool runtimeOnlyInPairs(const NestShape &nest) {
   return true;
 }
 
-// Every extent a constant but, perhaps, m's and `dimK`'s: what k blocks need (no dimK), and
-// packing (a panel of a runtime k is as long as k).
-bool constantBesidesM(const NestShape &nest, int dimM, int dimK = -1) {
+// Every extent a constant but, perhaps, m's and `dimK`'s and `dimN`'s: what k blocks need (no
+// dimK), and packing (a panel of a runtime k is as long as k; a transposed one's n blocks are
+// the whole ones of a runtime n).
+bool constantBesidesM(const NestShape &nest, int dimM, int dimK = -1, int dimN = -1) {
   for (size_t d = 0; d < nest.runtime.size(); ++d)
-    if (nest.runtime[d] && int(d) != dimM && int(d) != dimK)
+    if (nest.runtime[d] && int(d) != dimM && int(d) != dimK && int(d) != dimN)
       return false;
   return true;
 }
@@ -276,7 +277,7 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && out[d] == 1)
       n = int(d);
-  if (n < 0 || nest.extents[n] % lanes != 0 || isRuntime(nest, n)) {
+  if (n < 0 || (!isRuntime(nest, n) && nest.extents[n] % lanes != 0)) {
     why = "the output is not contiguous along a parallel dim of whole vectors";
     return std::nullopt;
   }
@@ -313,7 +314,7 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
     // Packed transposed: read along k, never along m (every m block shares the panels).
     const auto &b = nest.strides[transposed];
     if (s.dimK < 0 || b[s.dimK] != 1 || (s.dimM >= 0 && b[s.dimM] != 0) ||
-        !constantBesidesM(nest, s.dimM)) {
+        !constantBesidesM(nest, s.dimM, -1, n)) {
       why = fmt::format("input #{} is strided along d{}", transposed, n);
       return std::nullopt;
     }
@@ -1045,7 +1046,7 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   }
   if (!constantBesidesM(nest, s.dimM) && config.blockK.value_or(0))
     unfit(config, "k blocks need constant extents (but for m)");
-  if (!constantBesidesM(nest, s.dimM, s.dimK) && config.pack.value_or(false))
+  if (!constantBesidesM(nest, s.dimM, s.dimK) && !s.packTransposed && config.pack.value_or(false))
     unfit(config, "packing needs constant extents (but for m and k)");
   if (config.tileM)
     s.tileM = *config.tileM;
@@ -1055,8 +1056,8 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.blockK = *config.blockK;
   bool alongN = s.pipeline == Pipeline::ContractionOuter; // the tile's N counts vectors along n
   int64_t cols = alongN ? nest.extents[s.dimN] / s.lanes : extentOr1(nest, s.dimN);
-  // dot leaves the columns of a runtime n that NR does not divide to one-column tiles.
-  const bool anyColumns = !alongN && isRuntime(nest, s.dimN);
+  // The columns of a runtime n that the n blocks leave over run in one-column tiles.
+  const bool anyColumns = isRuntime(nest, s.dimN);
   if (s.tileM > extentOr1(nest, s.dimM) || (!anyColumns && !divides(s.tileN, cols)))
     unfit(config, fmt::format("tile {}x{} does not fit the {} nest "
                               "({} rows; N must divide {} {})",

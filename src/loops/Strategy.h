@@ -84,12 +84,13 @@
 // the region of the chunk of the parallel loop that runs it, so that parallel chunks do not
 // share one while each chunk's iterations reuse theirs (`chunk from pack_region`).
 //
-// With runtime extents (partial specialization), contraction.outer applies when n is a constant
-// and contraction.dot when k is: the m blocks, dot's n blocks and outer's reductions then run a
-// runtime number of times, the rows m leaves over take one-row tiles and the columns dot's n
-// leaves over one-column tiles. A runtime m keeps k blocks and packing (the token count of a
-// prefill matmul), and a runtime k keeps packing, whole panels of the runtime length (attention's
-// P x V over a runtime key count).
+// With runtime extents (partial specialization), contraction.outer and contraction.dot both
+// apply, dot when k is a constant: the m blocks, the n blocks and outer's reductions then run a
+// runtime number of times, the rows m leaves over take one-row tiles and the columns n leaves
+// over one-column tiles (outer's one lane wide, B read in place). A runtime m keeps k blocks and
+// packing (the token count of a prefill matmul), a runtime k keeps packing, whole panels of the
+// runtime length (attention's P x V over a runtime key count), and a runtime n keeps packing
+// transposed, the whole n blocks' panels (attention's Q x K^T over a runtime key count).
 #pragma once
 
 #include "ir/IR.h"
@@ -159,9 +160,10 @@ struct NestShape {
   std::vector<int64_t> extents; // per loop dim; empty when the nest's extents are not known
   std::vector<bool> reduction;  // per loop dim
   /// Per loop dim: its extent is a runtime value, counted as kNominalExtent in `extents`.
-  /// Empty when every extent is a constant. Only m (the tile's rows), dot's n, a reduction of
+  /// Empty when every extent is a constant. Only m (the tile's rows), n, a reduction of
   /// contraction.outer and the dims outside the tile may be runtime values; k blocks need every
-  /// extent but m's to be a constant, packing every extent but m's and k's.
+  /// extent but m's to be a constant, packing every extent but m's and k's (and n's, packed
+  /// transposed).
   std::vector<bool> runtime;
   /// Per tensor input, then the output: the element stride along each loop dim (0 when the
   /// operand does not depend on it).
