@@ -37,7 +37,7 @@ struct Indices {
 Program rowChain(const Indices &at = {}, ForKind rows = ForKind::Serial) {
   Program p = rowChainBuffers(kSize, kP * kR);
   std::vector<Stmt> row =
-      rowChainStatements({element, at.scaledWrite, at.scaledRead, rowOf, at.maxRead}, kC);
+      rowChainStatements({element, at.scaledWrite, at.scaledRead, rowOf, at.maxRead}, c(kC));
   p.body = {forLoop("p", c(kP), ForKind::Parallel, {forLoop("r", c(kR), rows, std::move(row))})};
   p.body[0]->bound = c(1);
   p.body[0]->body[0]->bound = c(1); // printed for a parallel loop of rows
@@ -109,6 +109,68 @@ TEST(ContractTemporaries, ContractedProgramComputesTheSame) {
   std::vector<float> y = runLoopProgram(contracted, x, kSize, kSize + kP * kR);
   // The oracle: y[p, r, :] = 2 x[p, r, :] - max(2 x[p, r, :]).
   expectTwiceMinusRowMax(x, y, kC);
+}
+
+// The row chain over runtime sizes (a partly specialized softmax): dims[0] columns a row and
+// dims[1] rows a part, so that the row stride and the parts' steps are runtime values.
+Expr runtimeElement(const char *column) {
+  return add(add(mul(v("p"), mul(dimParam(1), dimParam(0))), mul(v("r"), dimParam(0))), v(column));
+}
+Expr runtimeRow() { return add(mul(v("p"), dimParam(1)), v("r")); }
+
+Program runtimeRowChain(const Indices &at) {
+  const int64_t rows = 4, cols = 40, size = kP * rows * cols; // the sizes the tests run
+  Program p = rowChainBuffers(size, kP * rows);
+  p.numDimParams = 2;
+  std::vector<Stmt> row = rowChainStatements(
+      {runtimeElement, at.scaledWrite, at.scaledRead, runtimeRow, at.maxRead}, dimParam(0));
+  p.body = {
+      forLoop("p", c(kP), ForKind::Parallel, {forLoop("r", dimParam(1), ForKind::Serial, row)})};
+  p.body[0]->bound = c(1);
+  return p;
+}
+
+// Over runtime sizes the rows' stride, bounds and steps are polynomials in them: rows of their
+// own still contract, and a read past a row's end or into another part's rows still keeps them.
+TEST(ContractTemporaries, RowsOverRuntimeSizesAreReusedToo) {
+  Indices own{runtimeElement, runtimeRow, runtimeElement};
+  Program p = runtimeRowChain(own);
+  EXPECT_EQ(contractTemporaries(p), 2);
+  std::string text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("s[((p * (dims[1] * dims[0])) + c)] = ")) << text;
+  EXPECT_THAT(text, testing::HasSubstr("m[(p * dims[1])] = -inff")) << text;
+
+  Indices pastTheEnd = own;
+  pastTheEnd.scaledRead = [](const char *column) { return add(runtimeElement(column), c(1)); };
+  p = runtimeRowChain(pastTheEnd);
+  EXPECT_EQ(contractTemporaries(p), 1);
+  text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("(r * dims[0])) + k) + 1)]")) << text;
+
+  // Part p's rows start at p * dims[0]: the next part's first row is this part's second.
+  Indices overlapping = own;
+  overlapping.scaledRead = overlapping.scaledWrite = [](const char *column) {
+    return add(add(mul(v("p"), dimParam(0)), mul(v("r"), dimParam(0))), v(column));
+  };
+  p = runtimeRowChain(overlapping);
+  EXPECT_EQ(contractTemporaries(p), 1);
+  text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("s[(((p * dims[0]) + (r * dims[0])) + c)]")) << text;
+
+  // Compiled at 4 rows of 40 (a remainder past the vectors) and 3 rows of 8: what the oracle
+  // says, the contracted rows reused.
+  for (const auto &[rows, cols] : {std::pair<int64_t, int64_t>{4, 40}, {3, 8}}) {
+    Program contracted = runtimeRowChain(own);
+    contracted.name = fmt::format("runtime_row_chain_{}x{}", rows, cols);
+    ASSERT_EQ(contractTemporaries(contracted), 2);
+    std::vector<float> x(size_t(kP * rows * cols));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = float((i * 37) % 23) - 11.0f;
+    const int64_t dims[] = {cols, rows};
+    std::vector<float> y =
+        runLoopProgram(contracted, x, x.size(), kP * 4 * 40 + kP * 4, 0.0f, dims);
+    expectTwiceMinusRowMax(x, y, cols);
+  }
 }
 
 // The pass collects every buffer's accesses in one walk: the same accesses, in the same order,

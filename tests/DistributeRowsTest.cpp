@@ -31,7 +31,7 @@ Expr rowOf(int64_t rows = kR) { return add(mul(v("p"), c(rows)), v("r")); }
 std::vector<Stmt> softmaxLikeRow(
     const std::function<Expr()> &maxRead = [] { return rowOf(); }, int64_t rows = kR) {
   auto inRow = [rows](const char *column) { return element(column, rows); };
-  return rowChainStatements({inRow, inRow, inRow, [rows] { return rowOf(rows); }, maxRead}, kC);
+  return rowChainStatements({inRow, inRow, inRow, [rows] { return rowOf(rows); }, maxRead}, c(kC));
 }
 
 Program rowProgram(std::vector<Stmt> row, ForKind rows = ForKind::Serial, int64_t extent = kR) {

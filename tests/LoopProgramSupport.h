@@ -43,37 +43,38 @@ struct RowChainIndices {
 
 /// One row of the chain over `cols` columns (buffers as rowChainBuffers makes them): s = 2 x,
 /// m = -inf, m = max(m, s) through a local, y = s - m.
-inline std::vector<loops::Stmt> rowChainStatements(const RowChainIndices &at, int64_t cols) {
+inline std::vector<loops::Stmt> rowChainStatements(const RowChainIndices &at, loops::Expr cols) {
   using namespace loops;
   enum { X, Y, S, M };
   const double inf = std::numeric_limits<double>::infinity();
-  return {forLoop("c", c(cols), ForKind::Vectorize,
+  return {forLoop("c", cols, ForKind::Vectorize,
                   {store(S, at.scaledWrite("c"),
                          binary(OpKind::MulF, load(X, at.element("c"), ElemKind::F32),
                                 floatConst(2, ElemKind::F32)))}),
           store(M, at.row(), floatConst(-inf, ElemKind::F32)),
           local("acc", load(M, at.row(), ElemKind::F32)),
-          forLoop("k", c(cols), ForKind::Vectorize,
+          forLoop("k", cols, ForKind::Vectorize,
                   {assign("acc", binary(OpKind::MaximumF, f("acc"),
                                         load(S, at.scaledRead("k"), ElemKind::F32)))}),
           store(M, at.row(), f("acc")),
-          forLoop("j", c(cols), ForKind::Vectorize,
+          forLoop("j", cols, ForKind::Vectorize,
                   {store(Y, at.element("j"),
                          binary(OpKind::SubF, load(S, at.scaledRead("j"), ElemKind::F32),
                                 load(M, at.maxRead(), ElemKind::F32)))})};
 }
 
 /// Compiles `program` (one input, one output) and runs it on `x` with a workspace of
-/// `workspaceElems` floats filled with `workspaceFill`; returns its output of `outputElems`
-/// floats, -1 where it writes nothing.
+/// `workspaceElems` floats filled with `workspaceFill` (and its runtime dims `dims`); returns
+/// its output of `outputElems` floats, -1 where it writes nothing.
 inline std::vector<float> runLoopProgram(const loops::Program &program, const std::vector<float> &x,
                                          size_t outputElems, size_t workspaceElems,
-                                         float workspaceFill = 0.0f) {
+                                         float workspaceFill = 0.0f,
+                                         const int64_t *dims = nullptr) {
   jit::EntryFn kernel = jit::Engine::instance().compile(program, {});
   std::vector<float> workspace(workspaceElems, workspaceFill), y(outputElems, -1.0f);
   void *buffers[] = {const_cast<float *>(x.data()), y.data()};
   int64_t status[3] = {0, 0, 0};
-  kernel(buffers, nullptr, nullptr, workspace.data(), status);
+  kernel(buffers, dims, nullptr, workspace.data(), status);
   return y;
 }
 

@@ -11,7 +11,9 @@
 // part for all accesses, each of its terms a multiple of S times the loop's extent that steps
 // past the rows and the smaller outer terms. Different iterations then never share a row, and
 // an iteration reads only what it wrote itself (reading a row before writing it reads an
-// unwritten temporary either way). Specialized programs only.
+// unwritten temporary either way). Specialized programs only, partly specialized ones too: over
+// runtime sizes S, the inner parts' bounds and the outer steps are polynomials in them
+// (Polynomial.h), proved in the same way for any sizes.
 #pragma once
 
 #include "loops/LoopIR.h"

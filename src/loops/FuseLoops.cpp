@@ -6,12 +6,11 @@
 // turn, computes what running all of A and then all of B did.
 //
 // With runtime extents (partial specialization) S and the offsets' bounds are polynomials in
-// the runtime sizes (`dims[0]`, and `dims[0] / 4` as a size of its own, as a tile count is).
-// Sizes are never negative, so a polynomial whose coefficients are all at least 0 is at least
-// 0 whatever they are: the offset's bounds are proved within [0, S) when `lo` and `S - 1 - hi`
-// are such polynomials. An inner loop's range counts only when it runs, when its extent is at
-// least 1.
+// the runtime sizes (Polynomial.h): the offset's bounds are proved within [0, S) when `lo` and
+// `S - 1 - hi` are at least 0 for any sizes. An inner loop's range counts only when it runs,
+// when its extent is at least 1.
 #include "loops/FuseLoops.h"
+#include "loops/Polynomial.h"
 
 #include <algorithm>
 #include <map>
@@ -20,130 +19,6 @@
 
 namespace frank::loops {
 namespace {
-
-// A runtime size: a runtime dim, or one divided by a positive constant (a count of tiles),
-// which is never more than the dim divided exactly.
-struct Size {
-  int64_t dim = 0;
-  int64_t divisor = 1;
-  auto operator<=>(const Size &) const = default;
-};
-
-// A polynomial in runtime sizes: each term's sizes (sorted, repeated for powers) and its
-// coefficient. Constants are the term of no sizes.
-using Poly = std::map<std::vector<Size>, int64_t>;
-
-Poly constantPoly(int64_t c) { return c ? Poly{{{}, c}} : Poly{}; }
-
-Poly plus(Poly a, const Poly &b, int64_t sign = 1) {
-  for (const auto &[term, k] : b)
-    if ((a[term] += sign * k) == 0)
-      a.erase(term);
-  return a;
-}
-
-Poly times(const Poly &a, const Poly &b) {
-  Poly product;
-  for (const auto &[ta, ka] : a)
-    for (const auto &[tb, kb] : b) {
-      std::vector<Size> term = ta;
-      term.insert(term.end(), tb.begin(), tb.end());
-      std::sort(term.begin(), term.end());
-      product = plus(std::move(product), {{term, ka * kb}});
-    }
-  return product;
-}
-
-// At least 0 for any sizes: every coefficient is, once each negative term with a quotient
-// d / c among its sizes takes the quotient's upper bound, d / c exactly (so that d - 4 * (d / 4)
-// is seen to be at least 0).
-bool nonNegative(const Poly &p) {
-  Poly bounded;
-  for (const auto &[sizes, coefficient] : p) {
-    std::vector<Size> term = sizes;
-    int64_t k = coefficient;
-    auto quotient =
-        std::find_if(term.begin(), term.end(), [](const Size &s) { return s.divisor > 1; });
-    if (k < 0 && quotient != term.end() && k % quotient->divisor == 0) {
-      k /= quotient->divisor;
-      quotient->divisor = 1;
-      std::sort(term.begin(), term.end());
-    }
-    bounded = plus(std::move(bounded), {{term, k}});
-  }
-  return std::all_of(bounded.begin(), bounded.end(),
-                     [](const auto &term) { return term.second >= 0; });
-}
-
-std::optional<Size> sizeOf(const Expr &e) {
-  if (e->kind == ExprKind::DimParam)
-    return Size{e->intValue, 1};
-  if (e->kind != ExprKind::Binary || (e->op != OpKind::DivSI && e->op != OpKind::DivUI) ||
-      e->args[0]->kind != ExprKind::DimParam)
-    return std::nullopt;
-  std::optional<int64_t> divisor = asConstant(e->args[1]);
-  if (!divisor || *divisor <= 0)
-    return std::nullopt;
-  return Size{e->args[0]->intValue, *divisor};
-}
-
-// An index as `constant + sum(coefficient * variable)`, coefficients and constant polynomials.
-struct Affine {
-  std::map<std::string, Poly> coefficients;
-  Poly constant;
-};
-
-std::optional<Affine> affineOf(const Expr &e) {
-  if (e->kind == ExprKind::IntConst)
-    return Affine{{}, constantPoly(e->intValue)};
-  if (std::optional<Size> size = sizeOf(e))
-    return Affine{{}, Poly{{{*size}, 1}}};
-  if (e->kind == ExprKind::Var && e->lanes == 1)
-    return Affine{{{e->name, constantPoly(1)}}, {}};
-  if (e->kind != ExprKind::Binary ||
-      (e->op != OpKind::AddI && e->op != OpKind::SubI && e->op != OpKind::MulI))
-    return std::nullopt;
-  auto a = affineOf(e->args[0]), b = affineOf(e->args[1]);
-  if (!a || !b)
-    return std::nullopt;
-  if (e->op == OpKind::MulI) {
-    if (!a->coefficients.empty() && !b->coefficients.empty())
-      return std::nullopt;
-    Affine scaled = a->coefficients.empty() ? *b : *a;
-    const Poly &factor = a->coefficients.empty() ? a->constant : b->constant;
-    for (auto &[name, k] : scaled.coefficients)
-      k = times(k, factor);
-    scaled.constant = times(scaled.constant, factor);
-    return scaled;
-  }
-  const int64_t sign = e->op == OpKind::SubI ? -1 : 1;
-  for (const auto &[name, k] : b->coefficients)
-    a->coefficients[name] = plus(a->coefficients[name], k, sign);
-  a->constant = plus(a->constant, b->constant, sign);
-  return a;
-}
-
-// An extent free of loop variables, as a polynomial.
-std::optional<Poly> polyOf(const Expr &e) {
-  std::optional<Affine> a = affineOf(e);
-  if (!a)
-    return std::nullopt;
-  for (const auto &[name, k] : a->coefficients)
-    if (!k.empty())
-      return std::nullopt;
-  return a->constant;
-}
-
-// A polynomial that an extent never exceeds: the extent, or for a minimum (a causal mask's
-// keys, `minsi(keys, last key seen + 1)`) a bound of either side.
-std::optional<Poly> boundOf(const Expr &e) {
-  if (std::optional<Poly> p = polyOf(e))
-    return p;
-  if (e->kind != ExprKind::Binary || e->op != OpKind::MinSI)
-    return std::nullopt;
-  std::optional<Poly> a = boundOf(e->args[0]);
-  return a ? a : boundOf(e->args[1]);
-}
 
 struct Access {
   int buffer;
