@@ -109,6 +109,56 @@ TEST(Codegen, ExpLoopsInterleaveAsAsked) {
   }
 }
 
+// An interleaved exp loop whose extent may leave part of four vectors (a runtime length; a
+// causal softmax's rows, multiples of 16) runs that part in a second loop of one vector an
+// iteration, so that the scalar exp takes fewer than one vector's elements. A constant multiple
+// of four vectors keeps one loop. Every element is exp's, at lengths around the steps.
+TEST(Codegen, ExpLoopsOfRuntimeLengthsLeaveTheScalarLessThanAVector) {
+  using namespace loops;
+  const int64_t most = 80;
+  Program program;
+  program.name = "exp_runtime_length";
+  program.numDimParams = 1;
+  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(most), nullptr},
+                     {"e", ElemKind::F32, BufferRole::Output, 0, intConst(most), nullptr}};
+  program.workspaceBytes = intConst(0);
+  Expr i = var("i", ElemKind::Index);
+  program.body = {forLoop("i", dimParam(0), ForKind::Vectorize,
+                          {store(1, i, unary(OpKind::Exp, load(0, i, ElemKind::F32)))})};
+  CodegenOptions options;
+  options.expInterleave = 4;
+  std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
+  EXPECT_EQ(count(ir, "!{!\"llvm.loop.interleave.count\", i32 4}"), 1) << ir;
+  EXPECT_EQ(count(ir, "!{!\"llvm.loop.interleave.count\", i32 1}"), 1) << ir;
+  EXPECT_THAT(ir, testing::HasSubstr("%i.whole = sub i64")) << ir;
+  jit::EntryFn kernel = jit::Engine::instance().compile(program, options);
+  std::vector<float> x(most);
+  for (int64_t k = 0; k < most; ++k)
+    x[size_t(k)] = float(k % 29) / 4 - 3;
+  for (int64_t n : {0, 1, 7, 8, 16, 31, 32, 33, 48, 63, 64, 80}) {
+    std::vector<float> e(most, -1.0f);
+    void *buffers[] = {x.data(), e.data()};
+    int64_t dims[] = {n};
+    int64_t status[3] = {0, 0, 0};
+    kernel(buffers, dims, nullptr, nullptr, status);
+    for (int64_t k = 0; k < most; ++k) {
+      if (k >= n) {
+        EXPECT_EQ(e[size_t(k)], -1.0f) << "past the length " << n << " at " << k;
+        continue;
+      }
+      // frank's exp is within about 2 ulp (MathFunctions.cpp); 4 ulp of slack.
+      const double want = std::exp(double(x[size_t(k)]));
+      EXPECT_NEAR(e[size_t(k)], want, 4 * want * 0x1p-23) << "length " << n << " at " << k;
+    }
+  }
+  // 1024 elements are whole steps of four vectors: one loop.
+  program.body[0]->value = intConst(1024);
+  program.buffers[0].numElements = program.buffers[1].numElements = intConst(1024);
+  ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
+  EXPECT_EQ(count(ir, "llvm.loop.interleave.count"), 1) << ir;
+  EXPECT_THAT(ir, testing::Not(testing::HasSubstr("i.whole"))) << ir;
+}
+
 // A vectorized loop of a few vectors (attention's softmax rows of 128) asks for no interleaving,
 // which would only multiply its IR; a long one leaves the choice to the vectorizer. Both compute
 // what they say.
