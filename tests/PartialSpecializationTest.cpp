@@ -17,6 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 
@@ -181,42 +182,47 @@ std::vector<PartialCase> partialCases() {
   // each group's (k block, n block) pairs packing the next pair's panel the same way.
   cases.push_back(matmulCase(768, 256, {1, 5, 37, 300}, 47, "matmul_n_groups"));
 
+  // A matmul whose [rows, k] by [k, cols] (W stored [cols, k] when transposed) runtime size n
+  // sets, through `shape`.
+  using MatmulShape = std::array<int64_t, 3>(int64_t n);
+  auto matmulOfSizes = [](const char *function, const char *runtimeDims, bool transposed,
+                          MatmulShape *shape, std::vector<int64_t> sizes, uint64_t seed,
+                          std::string name) {
+    return PartialCase{"linear/matmul.mlir",
+                       function,
+                       runtimeDims,
+                       std::move(sizes),
+                       1e-4,
+                       1e-5,
+                       [=](int64_t n, auto &f, auto &, auto &, auto &args) {
+                         const auto [rows, k, cols] = shape(n);
+                         f = {oracle::randomFloats(rows * k, seed + n),
+                              oracle::randomFloats(k * cols, seed + 1 + n)};
+                         args = {Tensor::borrow(f[0].data(), DType::F32, {rows, k}),
+                                 Tensor::borrow(f[1].data(), DType::F32,
+                                                transposed ? std::vector<int64_t>{cols, k}
+                                                           : std::vector<int64_t>{k, cols})};
+                         return oracle::matmul(f[0].data(), f[1].data(), rows, k, cols, transposed);
+                       },
+                       std::move(name)};
+  };
   // x W with N a runtime value: contraction.outer over a runtime number of n blocks, B read in
   // place, then columns one lane wide (no n block at 5 and 31 columns, one at 32, and 33).
-  cases.push_back(
-      {"linear/matmul.mlir",
-       "matmul",
-       "w:1",
-       {1, 5, 31, 32, 33, 70},
-       1e-4,
-       1e-5,
-       [](int64_t n, auto &f, auto &, auto &, auto &args) {
-         const int64_t rows = 24, k = 80;
-         f = {oracle::randomFloats(rows * k, 61 + n), oracle::randomFloats(k * n, 62 + n)};
-         args = {Tensor::borrow(f[0].data(), DType::F32, {rows, k}),
-                 Tensor::borrow(f[1].data(), DType::F32, {k, n})};
-         return oracle::matmul(f[0].data(), f[1].data(), rows, k, n, false);
-       },
-       "matmul_runtime_n"});
-
+  cases.push_back(matmulOfSizes(
+      "matmul", "w:1", false,
+      [](int64_t n) {
+        return std::array<int64_t, 3>{24, 80, n};
+      },
+      {1, 5, 31, 32, 33, 70}, 61, "matmul_runtime_n"));
   // x Wᵀ with M and N both runtime values (K = 64): contraction.outer packs W's whole blocks of
   // rows transposed over a runtime number of n blocks, then takes one-column tiles, one lane
   // wide; a runtime number of m blocks, then one-row tiles.
-  cases.push_back(
-      {"linear/matmul.mlir",
-       "matmul_transpose_b",
-       "x:0,w:0",
-       {1, 3, 6, 17, 39},
-       1e-4,
-       1e-5,
-       [](int64_t n, auto &f, auto &, auto &, auto &args) {
-         const int64_t k = 64, cols = n + 2;
-         f = {oracle::randomFloats(n * k, 51 + n), oracle::randomFloats(cols * k, 52 + n)};
-         args = {Tensor::borrow(f[0].data(), DType::F32, {n, k}),
-                 Tensor::borrow(f[1].data(), DType::F32, {cols, k})};
-         return oracle::matmul(f[0].data(), f[1].data(), n, k, cols, true);
-       },
-       "matmul_transpose_b"});
+  cases.push_back(matmulOfSizes(
+      "matmul_transpose_b", "x:0,w:0", true,
+      [](int64_t n) {
+        return std::array<int64_t, 3>{n, 64, n + 2};
+      },
+      {1, 3, 6, 17, 39}, 51, "matmul_transpose_b"));
 
   // Token count as mul_mat_id's pairs: contraction.ranks counts its ranks and sizes its
   // temporaries at run time, in two k blocks up to 64 tokens and four past them. Spread
