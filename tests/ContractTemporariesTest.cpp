@@ -52,6 +52,18 @@ TEST(ContractTemporaries, RowsOfTheirOwnAreReused) {
       << text;
   EXPECT_THAT(text, testing::HasSubstr("m[(p * 4)] = -inff")) << text;
   EXPECT_THAT(text, testing::HasSubstr("(s[((p * 64) + j)] - m[(p * 4)])")) << text;
+
+  // A loop `a` outside the parts whose step (128) passes both parts' rows: the outer terms are
+  // taken smallest first (p's 64, then a's), whatever their names' order.
+  Indices stepped;
+  stepped.scaledRead = stepped.scaledWrite = [](const char *column) {
+    return add(element(column), mul(v("a"), c(kP * kR * kC)));
+  };
+  Program outside = rowChain(stepped);
+  outside.body = {forLoop("a", c(2), ForKind::Serial, outside.body)};
+  EXPECT_EQ(contractTemporaries(outside), 2);
+  EXPECT_THAT(print(outside), testing::HasSubstr("s[(((p * 64) + c) + (a * 128))] = "))
+      << print(outside);
 }
 
 // Each case shares one temporary between iterations of the row loop (or runs the rows in

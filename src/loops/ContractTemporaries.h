@@ -8,12 +8,12 @@
 // Sound when the loop holds every access of the temporary and its iterations cannot see each
 // other's rows: each access is `S * i + inner + outer` for the loop's variable i, the same S,
 // an inner part (loops inside it, constants, vector lanes) within [0, S), and the same outer
-// part for all accesses, each of its terms a multiple of S times the loop's extent that steps
-// past the rows and the smaller outer terms. Different iterations then never share a row, and
-// an iteration reads only what it wrote itself (reading a row before writing it reads an
-// unwritten temporary either way). Specialized programs only, partly specialized ones too: over
-// runtime sizes S, the inner parts' bounds and the outer steps are polynomials in them
-// (Polynomial.h), proved in the same way for any sizes.
+// part for all accesses, whose terms, in some order, each step past the rows (S times the
+// loop's extent) and the smaller terms' reach (rowsOfTheirOwn). Different iterations then never
+// share a row, and an iteration reads only what it wrote itself (reading a row before writing it
+// reads an unwritten temporary either way). Specialized programs, partly specialized ones too:
+// over runtime sizes, S, the bounds and the steps are polynomials in them (Polynomial.h),
+// proved for any sizes (a softmax's rows as long as a runtime key count).
 #pragma once
 
 #include "loops/LoopIR.h"

@@ -134,8 +134,7 @@ bool chainedByRows(const Program &program, const StmtNode &loop,
       depth = size_t(at - a.loops.begin());
       inLoop.push_back(std::move(a));
     }
-    int64_t rowStride = 0;
-    if (!rowsOfTheirOwn(inLoop, depth, rowStride))
+    if (!rowsOfTheirOwn(inLoop, depth))
       return false;
     chained = true;
   }

@@ -2,6 +2,7 @@
 #include "loops/LoopIR.h"
 #include "ir/IntegerSemantics.h"
 #include "ir/Ops.h"
+#include "loops/Polynomial.h"
 
 #include <algorithm>
 #include <array>
@@ -688,68 +689,64 @@ std::optional<int64_t> mostTrips(const Expr &extent) {
   return a ? a : b;
 }
 
-// The depth of the loop of `access` named `var`, innermost first; -1 when none is.
-static int depthOf(const BufferAccess &access, const std::string &var) {
-  for (size_t d = access.loops.size(); d-- > 0;)
-    if (access.loops[d]->name == var)
-      return static_cast<int>(d);
-  return -1;
-}
-
-bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int64_t &rowStride) {
+bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth) {
   const StmtNode &loop = *accesses[0].loops[depth];
-  auto extent = asConstant(loop.value);
+  const std::optional<Poly> extent = polyOf(loop.value);
   if (loop.forKind != ForKind::Serial || !extent)
     return false;
-  std::optional<std::map<std::string, std::pair<int64_t, int64_t>>> sharedOuter;
-  rowStride = -1;
+  std::optional<Poly> stride;
+  using Terms = std::map<std::string, std::pair<Poly, Poly>>; // coefficient, loop extent
+  std::optional<Terms> sharedOuter;
   for (const BufferAccess &a : accesses) {
-    LinearIndex l = linearIndex(a.index());
-    if (!l.ok || l.constant < 0)
+    const std::optional<Affine> index = affineOf(a.index());
+    if (!index)
       return false;
-    std::map<std::string, int64_t> coef;
-    for (const auto &[c, v] : l.terms)
-      if (__builtin_add_overflow(coef[v->name], c, &coef[v->name]))
-        return false;
-    auto row = coef.find(loop.name);
-    if (row == coef.end() || row->second <= 0 || (rowStride >= 0 && row->second != rowStride))
-      return false;
-    rowStride = row->second;
-    int64_t innerMost = 0;
-    if (__builtin_add_overflow(l.constant, a.lanes() - 1, &innerMost))
-      return false;
-    std::map<std::string, std::pair<int64_t, int64_t>> outer; // coefficient, loop extent
-    for (const auto &[var, c] : coef) {
-      const int d = depthOf(a, var);
-      if (var == loop.name || c == 0)
+    Poly lo = index->constant, hi = plus(index->constant, constantPoly(a.lanes() - 1));
+    Terms outer;
+    for (const auto &[name, k] : index->coefficients) {
+      if (k.empty())
         continue;
-      if (d < 0 || c < 0)
-        return false;
-      auto values = mostTrips(a.loops[size_t(d)]->value);
-      if (!values || *values <= 0)
-        return false;
-      if (d < static_cast<int>(depth)) {
-        outer[var] = {c, *values};
+      if (name == loop.name) {
+        if (stride && *stride != k)
+          return false;
+        stride = k;
         continue;
       }
-      if (__builtin_add_overflow(innerMost, saturatingMul(c, *values - 1), &innerMost))
+      auto around = std::find_if(a.loops.begin(), a.loops.end(),
+                                 [&](const StmtNode *l) { return l->name == name; });
+      if (around == a.loops.end() || !nonNegative(k))
         return false;
+      // The most iterations: a constant where one bounds the extent (a causal mask's keys,
+      // `minsi(128, ...)`), else a polynomial.
+      const std::optional<int64_t> most = mostTrips((*around)->value);
+      const std::optional<Poly> trips = most ? constantPoly(*most) : boundOf((*around)->value);
+      if (!trips)
+        return false;
+      if (size_t(around - a.loops.begin()) < depth)
+        outer[name] = {k, *trips};
+      else // k times the last iteration, extent - 1: at least 0 whenever the loop runs
+        hi = plus(hi, times(k, plus(*trips, constantPoly(-1))));
     }
-    if (innerMost >= rowStride || (sharedOuter && *sharedOuter != outer))
+    // lo >= 0 and hi <= S - 1 (so S >= 1 wherever the access runs).
+    if (!stride || !nonNegative(lo) ||
+        !nonNegative(plus(plus(*stride, constantPoly(-1)), hi, -1)) ||
+        (sharedOuter && *sharedOuter != outer))
       return false;
-    sharedOuter = outer;
+    sharedOuter = std::move(outer);
   }
-  // Each outer term steps past all the rows and the smaller outer terms, so that different
-  // iterations outside never share a row.
-  std::vector<std::pair<int64_t, int64_t>> steps;
-  for (const auto &[var, step] : *sharedOuter)
-    steps.push_back(step);
-  std::sort(steps.begin(), steps.end());
-  int64_t reach = saturatingMul(rowStride, *extent);
-  for (const auto &[c, values] : steps) {
-    if (c % saturatingMul(rowStride, *extent) != 0 || c < reach)
+  // The outer terms, smallest first, each step past the rows and the smaller terms' reach, so
+  // that different iterations outside never share a row.
+  Poly reach = times(*stride, *extent);
+  while (!sharedOuter->empty()) {
+    auto smallest = std::find_if(sharedOuter->begin(), sharedOuter->end(), [&](const auto &t) {
+      return std::all_of(sharedOuter->begin(), sharedOuter->end(), [&](const auto &u) {
+        return nonNegative(plus(u.second.first, t.second.first, -1));
+      });
+    });
+    if (smallest == sharedOuter->end() || !nonNegative(plus(smallest->second.first, reach, -1)))
       return false;
-    reach = saturatingMul(c, values);
+    reach = times(smallest->second.first, smallest->second.second);
+    sharedOuter->erase(smallest);
   }
   return true;
 }

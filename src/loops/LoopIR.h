@@ -210,12 +210,13 @@ bool addressesThroughLoads(const std::vector<Stmt> &stmts);
 /// The most iterations a loop of `extent` runs, where a constant bounds it: the extent itself, or
 /// the smallest constant a `minsi` takes (a causal mask's keys, `minsi(128, ...)`).
 std::optional<int64_t> mostTrips(const Expr &extent);
-/// Whether the iterations of the loop at `depth` around every access (a serial loop of constant
-/// extent) each touch a row of their own: each access is `S * i + inner + outer` for the loop's
-/// variable i, the same S (`rowStride` receives it), an inner part (loops inside it, constants,
-/// vector lanes) within [0, S), and the same outer part for all accesses, each of its terms a
-/// multiple of S times the loop's extent that steps past the rows and the smaller outer terms.
-bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth, int64_t &rowStride);
+/// Whether the iterations of the loop at `depth` around every access (a serial loop) each touch
+/// a row of their own: each access is `S * i + inner + outer` for the loop's variable i, the same
+/// S, an inner part (loops inside it, constants, vector lanes) within [0, S), and the same outer
+/// part for all accesses, whose terms, in some order, each step past the rows (S times the loop's
+/// extent) and the smaller terms' reach. Strides, bounds and extents may be runtime values: the
+/// test runs on polynomials in the runtime sizes (Polynomial.h), proved for any sizes.
+bool rowsOfTheirOwn(const std::vector<BufferAccess> &accesses, size_t depth);
 
 /// The transpose of the square matrix whose rows are `rows` (L vectors of L lanes, L a power of
 /// two), as L vectors bound by lets (named by `freshName`) appended to `body`: log2(L) rounds,
