@@ -1070,7 +1070,7 @@ const CliCase kCliCases[] = {
      {"compile", "{dir}/add.mlir", "--function=add", "--config=size=4"},
      "frank-jit",
      "--config='size=4': unknown key 'size' (pipeline, tile, k-block, pack, prefetch, "
-     "key-chunks, query-blocks, blocks-outside, n-group, ranks)"},
+     "key-chunks, query-blocks, blocks-outside, n-group, ranks, k-blocks)"},
     {"config_not_key_value",
      {"compile", "{dir}/add.mlir", "--function=add", "--config=tile"},
      "frank-jit",

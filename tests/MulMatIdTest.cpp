@@ -202,10 +202,12 @@ INSTANTIATE_TEST_SUITE_P(
                          routingName(s.routing), name);
     });
 
-// contraction.ranks with k blocks, forced by hand: every m block runs once per k block and adds
-// to its slots what the earlier blocks left there. Rows that leave a short tile (17 and 9 rows
-// with 4-row tiles), several ranks per expert and one expert taking every pair; rows in 8 parts
-// each running its k blocks (64 and 32 rows), in place and in slot temporaries (30 tokens).
+// contraction.ranks with k blocks, forced by hand, outside the m blocks or inside each tile:
+// every m block (outside) or every rank block of a tile (in the tile) runs once per k block and
+// adds to its slots what the earlier blocks left there. Rows that leave a short tile (17 and 9
+// rows with 4-row tiles), several ranks per expert and one expert taking every pair (by
+// choice, ranks that permute after those of even routing); rows in 8 parts each running its k
+// blocks (64 and 32 rows, outside), in place and in slot temporaries (30 tokens).
 struct KBlockCase {
   MoeShape shape;
   int64_t blockK;
@@ -216,18 +218,23 @@ class MulMatIdRanksKBlocks : public testing::TestWithParam<KBlockCase> {};
 TEST_P(MulMatIdRanksKBlocks, MatchesOracle) {
   const KBlockCase &c = GetParam();
   const MoeDims &d = c.shape.dims;
-  for (const char *ranks : {"in-order", "by-choice"}) {
-    SCOPED_TRACE(ranks);
-    Context forced(
-        withConfig(fmt::format("pipeline=contraction.ranks,k-block={},ranks={}", c.blockK, ranks)));
-    Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
-    const std::vector<std::string> types = {fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
-                                            fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
-                                            fmt::format("{}x{}xi32", d.used, d.tokens)};
-    EXPECT_THAT(fn.emit(Stage::Loops, types),
-                testing::HasSubstr(fmt::format("for k_block in 0..{} {{", d.nIn / c.blockK)));
-    checkMulMatId(d, c.shape.routing, Mode::Specialized, fn);
-  }
+  for (const char *ranks : {"in-order", "by-choice"})
+    for (const char *place : {"outside", "in-tile"}) {
+      SCOPED_TRACE(fmt::format("ranks={},k-blocks={}", ranks, place));
+      Context forced(withConfig(fmt::format(
+          "pipeline=contraction.ranks,k-block={},ranks={},k-blocks={}", c.blockK, ranks, place)));
+      Function fn = forced.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+      const std::vector<std::string> types = {fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
+                                              fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
+                                              fmt::format("{}x{}xi32", d.used, d.tokens)};
+      const std::string loops = fn.emit(Stage::Loops, types);
+      EXPECT_THAT(loops,
+                  testing::HasSubstr(fmt::format("for k_block in 0..{} {{", d.nIn / c.blockK)));
+      EXPECT_EQ(loops.find("each k block of the tile's rows, for every rank block") !=
+                    std::string::npos,
+                std::string(place) == "in-tile");
+      checkMulMatId(d, c.shape.routing, Mode::Specialized, fn);
+    }
 }
 
 const KBlockCase kKBlockCases[] = {

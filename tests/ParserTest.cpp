@@ -374,7 +374,7 @@ const DiagCase kDiagCases[] = {
     {"matmul_config_unknown_key",
      MATMUL_HEAD "  %r = linalg.matmul {frank.config = \"tiles=4x2\"} " MATMUL_TAIL, "3:38",
      "frank.config='tiles=4x2': unknown key 'tiles' (pipeline, tile, k-block, pack, prefetch, "
-     "key-chunks, query-blocks, blocks-outside, n-group, ranks)"},
+     "key-chunks, query-blocks, blocks-outside, n-group, ranks, k-blocks)"},
     {"matmul_unknown_attribute", MATMUL_HEAD "  %r = linalg.matmul {doc = \"x\"} " MATMUL_TAIL,
      "3:23", "unsupported attribute 'doc' on 'linalg.matmul'"},
     {"topk_dimension_out_of_range",

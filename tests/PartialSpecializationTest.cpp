@@ -225,7 +225,8 @@ std::vector<PartialCase> partialCases() {
       {1, 3, 6, 17, 39}, 51, "matmul_transpose_b"));
 
   // Token count as mul_mat_id's pairs: contraction.ranks counts its ranks and sizes its
-  // temporaries at run time, in two k blocks up to 64 tokens and four past them. Spread
+  // temporaries at run time, in k blocks: by choice (the default with 16 registers) 32 of 64 k
+  // in each tile, in order 4 of 512 outside the m blocks. Spread
   // routing, and every pair on one expert (one rank per pair, up to 600 of them: more than the
   // 256 tokens the k blocks were sized for).
   auto mulMatIdCase = [](std::vector<int64_t> sizes, int32_t (*expertOf)(int64_t, int64_t),

@@ -293,9 +293,39 @@ TEST(Strategy, GoldenContractions) {
   // than contraction.gather's padding of the 64 pairs to 15 vectors; forced, the 64 pairs are
   // eight vectors of 8 slots (four blocks of two), and each row loads one vector of weights per
   // k and permutes it for NR FMAs. The packed input takes 256 bytes a k: 256 KiB for k = 1024,
-  // within a quarter of L2, needs no k blocks.
+  // within a quarter of L2, needs no k blocks outside the m blocks. By choice, the tile's two
+  // rank blocks pass over its rows (32 KiB each) in k blocks of its own, 64 k: 6 KiB of the three
+  // rows, which the second rank block reads from L1.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32)),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=64 ranks=by-choice "
+            "k-blocks=in-tile");
+  // By hand: outside the m blocks (none: the input fits), or in the tile with a size of its own,
+  // whose rows the size of a 5-row tile's L1 budget follows.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "k-blocks=outside"),
             "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 ranks=by-choice");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "k-block=128"),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=128 ranks=by-choice "
+            "k-blocks=in-tile");
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "tile=5x4"),
+            "contraction.ranks m=d0 n=- k=d3 tile=5x4 lanes=8 k-block=32 ranks=by-choice "
+            "k-blocks=in-tile");
+  // The down projection's input (896 KiB a whole k) in k blocks outside when asked: 1792.
+  EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32), Target::avx2(), "k-blocks=outside"),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=1792 ranks=by-choice");
+  EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32)),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=64 ranks=by-choice "
+            "k-blocks=in-tile");
+  // One rank block (16 tokens, four ranks) passes over the rows once: nothing to keep.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 16)),
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 ranks=by-choice");
+  // A k that no block of 8 to 85 divides has none in the tile.
+  EXPECT_THAT(
+      [] {
+        loops::selectStrategy(mulMatIdNest(3584, 1021, 8, 2, 32), Target::avx2(),
+                              loops::parseConfig("k-blocks=in-tile"));
+      },
+      testing::ThrowsMessage<Error>(testing::HasSubstr(
+          "k-blocks=in-tile needs a k block that divides the nest's one reduction dim (1021)")));
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(), "ranks=in-order"),
             "contraction.gather m=d0 n=- k=d3 tile=6x1 lanes=8 k-block=32");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 32), Target::avx2(),
@@ -566,9 +596,11 @@ TEST(Strategy, RuntimeExtents) {
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false}),
                    Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
-  // With 16 registers the ranks go by choice, those of even routing counted at run time.
+  // With 16 registers the ranks go by choice, those of even routing counted at run time, and
+  // the tile takes its own k blocks, as for a constant count.
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, true, true, false})),
-            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=512 ranks=by-choice");
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=64 ranks=by-choice "
+            "k-blocks=in-tile");
   // With 16 lanes, 4x4 tiles as for a constant count: a runtime count pads the last rank
   // block by up to three vectors of slots.
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false}),
@@ -622,6 +654,9 @@ TEST(Strategy, BadConfigsAreErrors) {
               testing::HasSubstr("ranks 'sorted' is not by-choice or in-order"));
   // Nests that take no contraction.ranks ignore `ranks=`: it may be set for a whole function.
   EXPECT_EQ(error("ranks=by-choice", mm), "no error");
+  EXPECT_THAT(error("k-blocks=inside", mm),
+              testing::HasSubstr("k-blocks 'inside' is not in-tile or outside"));
+  EXPECT_EQ(error("k-blocks=in-tile", mm), "no error"); // as `ranks=`
   EXPECT_THAT(error("prefetch=-1", mm), testing::HasSubstr("is not an integer from 0 to 64"));
   EXPECT_THAT(error("prefetch=far", mm), testing::HasSubstr("is not an integer from 0 to 64"));
   EXPECT_THAT(error("key-chunks=0", mm), testing::HasSubstr("is not an integer from 1 to 64"));

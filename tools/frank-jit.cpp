@@ -97,7 +97,9 @@ cl::opt<std::string> loweringConfig(
         "1: one piece), query-blocks=N (attention's queries in N blocks, 1: one piece), "
         "blocks-outside=0|1 (the contraction tiles' blocks outside the "
         "parallel dims B is read more closely along), n-group=G (contraction.outer's n blocks in "
-        "groups of G, k blocks outside each; 0: none)"),
+        "groups of G, k blocks outside each; 0: none), ranks=by-choice|in-order "
+        "(contraction.ranks' slots), k-blocks=in-tile|outside (contraction.ranks' k blocks inside "
+        "each tile or outside the m blocks)"),
     cl::value_desc("choices"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
     cl::cat(category));
 

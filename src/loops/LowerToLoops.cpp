@@ -2511,7 +2511,7 @@ private:
     Expr rankBlock = var(freshName("rank_block"), ElemKind::Index);
     auto prefetchNextRows = [&](int tileRows, const Expr &firstRow, std::vector<Stmt> &step) {
       const int64_t rowLines = blockK * strideK / lineElems;
-      if (strideM != k * strideK || strideK != numChoices ||
+      if (s.kBlocksInTile || strideM != k * strideK || strideK != numChoices ||
           rowLines * lineElems != blockK * strideK || rowLines * kLineBytes >= kPageBytes)
         return;
       const int64_t tileLines = tileRows * rowLines;
@@ -2549,12 +2549,14 @@ private:
     // of a page or more, the case prefetchNextRows leaves. Cold on the Xeon, S9 at 32 tokens
     // took 4.35-4.44 ms without against 3.68-3.79 with, the MoE block at 32 tokens 13.3-13.8
     // against 11.3-11.6: from 83-86% of a plain read of their weights to 97-101%. Within the
-    // run: past a k block's end lie lines read only in the next k block.
+    // run: past a k block's end lie lines read only in the next k block, unless the k blocks
+    // are the tile's own, which reads its rows whole.
+    const bool wholeRows = kBlocks == 1 || s.kBlocksInTile;
     auto prefetchAhead = [&](const std::vector<Expr> &rowOf, std::vector<Stmt> &step) {
       if (strideK == numChoices)
         prefetchRowsAhead(weights, rowOf, strideM, mul(kAt, intConst(strideK)),
-                          kBlocks > 1 ? mul(kBlock, intConst(blockK * strideK)) : intConst(0),
-                          blockK * strideK, kBlocks == 1 && strideM == k * strideK,
+                          wholeRows ? intConst(0) : mul(kBlock, intConst(blockK * strideK)),
+                          (wholeRows ? k : blockK) * strideK, wholeRows && strideM == k * strideK,
                           kRanksPrefetchBytes, elem, step);
     };
 
@@ -2634,7 +2636,13 @@ private:
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(loopOver(kk, intConst(blockSteps), std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
-      return loopOver(rankBlock, blocks, std::move(tile));
+      Stmt passes = loopOver(rankBlock, blocks, std::move(tile));
+      if (!s.kBlocksInTile)
+        return passes;
+      // Every rank block passes over the tile's rows of one k block, from L1, before the next.
+      Stmt blocksInTile = loopOver(kBlock, intConst(kBlocks), {passes});
+      blocksInTile->comment = "each k block of the tile's rows, for every rank block";
+      return blocksInTile;
     };
     auto buildTile = [&](int tileRows, const Expr &firstRow) {
       if (!s.ranksByChoice)
@@ -2653,7 +2661,7 @@ private:
     Expr slotOfPair = s.ranksByChoice ? loadIndex(slotOf, pair) : pair;
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
                   inPlace ? nullptr : load(sums, add(mul(o, width), slotOfPair), elem), kBlock,
-                  kBlocks, stmts);
+                  s.kBlocksInTile ? 1 : kBlocks, stmts);
     return stmts;
   }
 

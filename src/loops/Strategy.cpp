@@ -97,9 +97,13 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
       if (value != "by-choice" && value != "in-order")
         throw bad(fmt::format("ranks '{}' is not by-choice or in-order", value.str()));
       config.ranksByChoice = value == "by-choice";
+    } else if (key == "k-blocks") {
+      if (value != "in-tile" && value != "outside")
+        throw bad(fmt::format("k-blocks '{}' is not in-tile or outside", value.str()));
+      config.kBlocksInTile = value == "in-tile";
     } else {
       throw bad(fmt::format("unknown key '{}' (pipeline, tile, k-block, pack, prefetch, "
-                            "key-chunks, query-blocks, blocks-outside, n-group, ranks)",
+                            "key-chunks, query-blocks, blocks-outside, n-group, ranks, k-blocks)",
                             key.str()));
     }
   }
@@ -128,6 +132,7 @@ ConfigOverride ConfigOverride::overriddenBy(const ConfigOverride &op) const {
   take(merged.queryBlocks, op.queryBlocks);
   take(merged.blocksOutside, op.blocksOutside);
   take(merged.ranksByChoice, op.ranksByChoice);
+  take(merged.kBlocksInTile, op.kBlocksInTile);
   return merged;
 }
 
@@ -513,6 +518,37 @@ std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target
   return s;
 }
 
+// contraction.ranks' k block outside the m blocks (see tryRanks): 0 while the packed input
+// (its ranks' vectors of slots a k) fits within kRanksInputBlockBytes.
+int64_t rankInputBlockK(const NestShape &nest, const Strategy &s) {
+  Strategy roles;
+  std::string why;
+  const int64_t ranks = (gatherRoles(nest, roles, why) + s.lanes - 1) / s.lanes;
+  const int64_t k = nest.extents[s.dimK];
+  const int64_t steps = s.lanes / nest.gather->choices;
+  const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
+  const int64_t perK = slotVectors * s.lanes * (nest.elemBits / 8);
+  const int64_t blockBytes =
+      hasRuntimeExtents(nest) ? 2 * kRanksInputBlockBytes : kRanksInputBlockBytes;
+  if (k * perK <= blockBytes || isRuntime(nest, s.dimK))
+    return 0;
+  return steps * dividingBlock(k / steps, blockBytes / perK / steps, 8 / steps);
+}
+
+// contraction.ranks' k block inside each tile (`k-blocks=in-tile`): the most k that keeps the
+// tile's rows (MR rows of C choices a k) within kTileRowsBytes, so that they stay in L1 while
+// every rank block of the tile passes over them, rather than coming from L2 again for each
+// rank block after the first; 0 when no such block divides k.
+constexpr int64_t kTileRowsBytes = 8 << 10;
+// The span the L2's streamer follows a run of lines within.
+constexpr int64_t kPageBytes = 4096;
+int64_t tileBlockK(const NestShape &nest, const Strategy &s) {
+  const int64_t k = nest.extents[s.dimK];
+  const int64_t steps = s.lanes / nest.gather->choices;
+  const int64_t perK = int64_t(s.tileM) * nest.gather->choices * (nest.elemBits / 8);
+  return steps * dividingBlock(k / steps, kTileRowsBytes / perK / steps, 8 / steps);
+}
+
 // The choices as the lanes, the pairs in order as the slots: for a chosen dim that is one
 // whole vector (8 or 16 f32). A step loads MR vectors of the gathered operand (a row's choices,
 // contiguous) and NR vectors of the packed input (NR ranks of slots), and permutes each row's
@@ -630,12 +666,22 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // more than most calls bring, and the block may take half of L2 at that count. Partly
   // specialized on the Xeon, mul_mat_id took 22.5-22.6 ms at 256 tokens in blocks of 256 or
   // 512 (37.4 whole), and at 32 tokens 3.9 ms in blocks of 256 against 3.4 in 512.
-  const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
-  const int64_t perK = slotVectors * s.lanes * (nest.elemBits / 8);
-  const int64_t blockBytes =
-      hasRuntimeExtents(nest) ? 2 * kRanksInputBlockBytes : kRanksInputBlockBytes;
-  if (k * perK > blockBytes && !isRuntime(nest, s.dimK))
-    s.blockK = steps * dividingBlock(k / steps, blockBytes / perK / steps, 8 / steps);
+  s.blockK = rankInputBlockK(nest, s);
+  // With more than one rank block, by choice, and rows read in runs of a page or more (shorter
+  // ones take prefetchNextRows, LowerToLoops), the k blocks are the tile's own instead: each
+  // rank block after the first then reads the tile's rows from L1, not L2. On the Zen 3, one
+  // process alternating the kernels (three rounds of 12 medians each): S9 at 32 tokens with its
+  // ids spread evenly 5.02-5.35 ms against 5.51-5.79 (blocks of 32 or 128 within 1% of 64, 256
+  // 4-5% slower), random ids 7.54-7.93 against 8.02-8.32, the down projection's shape (k 3584,
+  // in place of its k blocks of 1792 outside) 5.53-5.91 against 6.15-6.65, the MoE block at 32
+  // tokens 22.7-23.7 against 23.6-25.1. Ranks in order (AVX-512's) were not measured so.
+  const int64_t rowRunBytes = k * nest.gather->strides[s.dimK] * (nest.elemBits / 8);
+  if (s.ranksByChoice && ranks > s.tileN && rowRunBytes >= kPageBytes) {
+    if (const int64_t block = tileBlockK(nest, s)) {
+      s.blockK = block;
+      s.kBlocksInTile = true;
+    }
+  }
   return s;
 }
 
@@ -1029,6 +1075,8 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
                                 extentOr1(nest, s.dimM)));
     s.tileM = config.tileM.value_or(s.tileM);
     s.tileN = config.tileN.value_or(s.tileN);
+    if (s.kBlocksInTile && config.tileM) // the tile's rows that stay in L1
+      s.blockK = tileBlockK(nest, s);
     if (config.blockK) {
       const int64_t k = nest.extents[s.dimK];
       if (*config.blockK != 0 && (*config.blockK > k || k % *config.blockK != 0))
@@ -1042,6 +1090,16 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
                                   *config.blockK, steps));
       s.blockK = *config.blockK == k ? 0 : *config.blockK; // 0: none
     }
+    if (config.kBlocksInTile) {
+      s.kBlocksInTile = *config.kBlocksInTile;
+      if (!config.blockK) // the placement's own block size
+        s.blockK = s.kBlocksInTile ? tileBlockK(nest, s) : rankInputBlockK(nest, s);
+      if (s.kBlocksInTile && !s.blockK)
+        unfit(config, fmt::format("k-blocks=in-tile needs a k block that divides the nest's one "
+                                  "reduction dim ({})",
+                                  nest.extents[s.dimK]));
+    }
+    s.kBlocksInTile = s.kBlocksInTile && s.blockK;
     return;
   }
   if (!constantBesidesM(nest, s.dimM) && config.blockK.value_or(0))
@@ -1222,6 +1280,8 @@ std::string describe(const Strategy &s) {
     text += fmt::format(" n-group={}", s.groupN);
   if (s.ranksByChoice)
     text += " ranks=by-choice";
+  if (s.kBlocksInTile)
+    text += " k-blocks=in-tile";
   return text;
 }
 

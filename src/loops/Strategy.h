@@ -56,10 +56,13 @@
 //   once per k block and add to their slots, so that a block of the input serves every m block from
 //   cache. The rows are then split into 8 parts, the parallel loop, each running every k block over
 //   its m blocks: one parallel loop rather than one per k block, each ending in a wait for the
-//   slower thread (S10 at 32 tokens, four alternating rounds: 12.8-14.0 -> 12.4-13.3 ms). When a
-//   tile reads its rows in runs shorter than a 4 KiB page (small k blocks), the rows after the tile
-//   (their lines of the k block) are prefetched into L2 in order as it runs, one stream instead of
-//   MR far apart; longer runs are left to the L2's streamer.
+//   slower thread (S10 at 32 tokens, four alternating rounds: 12.8-14.0 -> 12.4-13.3 ms). By
+//   choice, with two rank blocks or more, the k blocks are the tile's own instead
+//   (`k-blocks=in-tile`): every rank block passes over a k block of the tile's rows while they
+//   are in L1. When a tile reads its rows in runs shorter than a 4 KiB page (small k blocks
+//   outside), the rows after the tile (their lines of the k block) are prefetched into L2 in
+//   order as it runs, one stream instead of MR far apart; longer runs are left to the L2's
+//   streamer.
 // - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
 //   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
@@ -142,6 +145,9 @@ struct Strategy {
                                        // blocks running outside a group's n blocks; 0 for none
   bool ranksByChoice = false;          // ranks: lane j is choice j in the ranks of even
                                        // routing (no permute), the other pairs in order
+  bool kBlocksInTile = false;          // ranks: the k blocks run inside each tile, every
+                                       // rank block passing over a k block of the tile's rows;
+                                       // else outside the m blocks
   std::string why;                     // for `loops`: why nothing better applies
 
   bool isContraction() const {
@@ -193,10 +199,11 @@ struct ConfigOverride {
   std::optional<bool> blocksOutside; // may the tiles' blocks run outside other parallel dims
   std::optional<int64_t> groupN;     // outer's n blocks per group (0: no groups)
   std::optional<bool> ranksByChoice; // ranks' slots by choice (`ranks=by-choice`) or in order
+  std::optional<bool> kBlocksInTile; // ranks' k blocks in each tile (`k-blocks=in-tile`)
   std::string origin = "--config"; // where it was set, for the errors of choices it does not fit
   bool empty() const {
     return !pipeline && !tileM && !tileN && !blockK && !pack && !prefetchAhead && !keyChunks &&
-           !queryBlocks && !blocksOutside && !groupN && !ranksByChoice;
+           !queryBlocks && !blocksOutside && !groupN && !ranksByChoice && !kBlocksInTile;
   }
   /// This override with the fields `op` sets replaced: an op's `frank.config` attribute wins
   /// over the function-wide `--config`.
@@ -211,7 +218,8 @@ struct ConfigOverride {
 /// or run outside those B is read more closely along, however many m blocks), `n-group=G`
 /// (contraction.outer's n blocks in groups of G, each running its k blocks outside its n
 /// blocks; 0 for none), `ranks=by-choice|in-order` (contraction.ranks' slots, by choice or the
-/// pairs in order; nests that take no contraction.ranks ignore it). Throws
+/// pairs in order; nests that take no contraction.ranks ignore it), `k-blocks=in-tile|outside`
+/// (contraction.ranks' k blocks inside each tile or outside the m blocks). Throws
 /// frank::Error naming what is wrong.
 ConfigOverride parseConfig(const std::string &text, const std::string &origin = "--config");
 
