@@ -85,6 +85,28 @@ TEST(ColdCode, OnlyColdFunctionsReachTheCodeGeneratorAsOptnone) {
     EXPECT_EQ(optnone.at(name), isOptnone) << name;
 }
 
+// With 16 registers mul_mat_id at 32 tokens takes its ranks by choice, in k blocks of each
+// tile: in every k block, the two rank blocks by choice and then the permuted ranks of the
+// pairs past them, whose count is known only at run time. That loop is bounded by the ranks
+// every pair would take, so that the estimate does not count it as a runtime loop of many
+// trips: the tiles by choice, which do most of the work, would then be the lightest functions
+// and compile as optnone (without fused multiply-adds; S9 at 32 tokens took 13.5-15.5 ms
+// against 7.8). The leftover rows' tiles (3584 = 3 x 1194 + 2) are cold.
+TEST(ColdCode, TheTilesByChoiceAreNotColdBesideTheirPermutedRanks) {
+  static Context avx2(forCpu(kAvx2Cpu));
+  Function fn = avx2.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+  const std::vector<std::string> types = {"3584x1024x8xf32", "1024x2x32xf32", "2x32xi32"};
+  EXPECT_THAT(fn.emit(Stage::Loops, types),
+              testing::HasSubstr("for rank_block in 0..minsi((permuted_ranks / 2), 4) {"));
+  std::map<std::string, bool> cold = functionsWith(fn.emit(Stage::LLVM, types), "\"frank-cold\"");
+  // The full rows' tiles by choice and permuted, then the leftover rows' two.
+  ASSERT_EQ(cold.count("frank_kernel.rank_block.nest.3"), 1u);
+  EXPECT_FALSE(cold.at("frank_kernel.rank_block.nest"));
+  EXPECT_FALSE(cold.at("frank_kernel.rank_block.nest.1"));
+  EXPECT_TRUE(cold.at("frank_kernel.rank_block.nest.2"));
+  EXPECT_TRUE(cold.at("frank_kernel.rank_block.nest.3"));
+}
+
 // A kernel whose work is one nest keeps that nest, and what inlines it, hot.
 TEST(ColdCode, AKernelThatIsOneNestIsNotCold) {
   const std::string ir = context()

@@ -2288,6 +2288,9 @@ private:
     Expr width;              // slots per row of the sums and per k of the packed input
     Expr byChoiceRanks;      // ranks whose lane j is choice j, from slot 0
     Expr permutedRanks;      // ranks after them that permute, their pairs in order
+    Expr permutedTiles;      // their tiles (permutedTile ranks each), bounded by a constant
+                             // where the pairs are: the cold-code estimate (Codegen) counts a
+                             // loop of a runtime trip count as many trips
     std::vector<Stmt> stmts; // what computes them
   };
 
@@ -2356,6 +2359,10 @@ private:
                 mul(quotient(add(overflow, intConst(permutedSlots - 1)), permutedSlots),
                     intConst(permutedTile)),
                 stmts);
+    out.permutedTiles = quotient(out.permutedRanks, permutedTile);
+    if (const std::optional<int64_t> total = asConstant(pairCount)) // the overflow is at most all
+      out.permutedTiles = binary(OpKind::MinSI, out.permutedTiles,
+                                 intConst((*total + permutedSlots - 1) / permutedSlots));
     out.width =
         bindLet("slots", add(byChoiceSlots, mul(out.permutedRanks, intConst(numChoices))), stmts);
     Expr kk = vars[s.dimK];
@@ -2636,26 +2643,29 @@ private:
       std::vector<Stmt> tile = std::move(init);
       tile.push_back(loopOver(kk, intConst(blockSteps), std::move(step)));
       tile.insert(tile.end(), fini.begin(), fini.end());
-      Stmt passes = loopOver(rankBlock, blocks, std::move(tile));
+      return loopOver(rankBlock, blocks, std::move(tile));
+    };
+    // Every rank block of the tile, by choice and permuted, passes over the tile's rows of one k
+    // block, from L1, before the next.
+    auto inTileBlocks = [&](std::vector<Stmt> passes) {
       if (!s.kBlocksInTile)
-        return passes;
-      // Every rank block passes over the tile's rows of one k block, from L1, before the next.
-      Stmt blocksInTile = loopOver(kBlock, intConst(kBlocks), {passes});
-      blocksInTile->comment = "each k block of the tile's rows, for every rank block";
-      return blocksInTile;
+        return passes.size() == 1 ? passes[0] : block(std::move(passes));
+      Stmt blocks = loopOver(kBlock, intConst(kBlocks), std::move(passes));
+      blocks->comment = "each k block of the tile's rows, for every rank block";
+      return blocks;
     };
     auto buildTile = [&](int tileRows, const Expr &firstRow) {
       if (!s.ranksByChoice)
-        return rankTiles(tileRows, firstRow, s.tileN, true, intConst(0),
-                         quotient(width, tileSlots));
+        return inTileBlocks({rankTiles(tileRows, firstRow, s.tileN, true, intConst(0),
+                                       quotient(width, tileSlots))});
       std::vector<Stmt> both;
       if (asConstant(byChoice.byChoiceRanks) != 0)
         both.push_back(rankTiles(tileRows, firstRow, s.tileN, false, intConst(0),
                                  quotient(byChoice.byChoiceRanks, s.tileN)));
       // By choice a vector of slots is the choices: the permuted ranks follow those by choice.
       both.push_back(rankTiles(tileRows, firstRow, permutedTile, true, byChoice.byChoiceRanks,
-                               quotient(byChoice.permutedRanks, permutedTile)));
-      return both.size() == 1 ? both[0] : block(std::move(both));
+                               byChoice.permutedTiles));
+      return inTileBlocks(std::move(both));
     };
     Expr o = vars[s.dimM];
     Expr slotOfPair = s.ranksByChoice ? loadIndex(slotOf, pair) : pair;
