@@ -315,9 +315,11 @@ TEST(Strategy, GoldenContractions) {
   EXPECT_EQ(choose(mulMatIdNest(1024, 3584, 8, 2, 32)),
             "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=64 ranks=by-choice "
             "k-blocks=in-tile");
-  // One rank block (16 tokens, four ranks) passes over the rows once: nothing to keep.
+  // One rank block by choice (16 tokens, four ranks) too: the permuted ranks of uneven routing
+  // pass over the rows after it.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 16)),
-            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 ranks=by-choice");
+            "contraction.ranks m=d0 n=- k=d3 tile=3x4 lanes=8 k-block=64 ranks=by-choice "
+            "k-blocks=in-tile");
   // A k that no block of 8 to 85 divides has none in the tile.
   EXPECT_THAT(
       [] {
@@ -356,9 +358,10 @@ TEST(Strategy, GoldenContractions) {
   // vectors beside 8 accumulators, a vector of indices, the inputs and a permuted copy), by
   // choice 5 (5 rows' vectors and one of inputs beside 10 accumulators). With 32 registers, one
   // vector of 16 slots and the most rows L1 allows, 6. The packed input (128 KiB for twice the
-  // ranks) needs no k blocks.
+  // ranks) needs no k blocks outside; by choice the tile takes its own, 32 k of its 5 rows.
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx2(), "ranks=by-choice"),
-            "contraction.ranks m=d0 n=- k=d3 tile=5x2 lanes=8 ranks=by-choice");
+            "contraction.ranks m=d0 n=- k=d3 tile=5x2 lanes=8 k-block=32 ranks=by-choice "
+            "k-blocks=in-tile");
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 8), Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
   EXPECT_EQ(choose(mulMatIdNest(3600, 1024, 8, 2, 8), Target::avx512()),

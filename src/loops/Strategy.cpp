@@ -667,16 +667,19 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // specialized on the Xeon, mul_mat_id took 22.5-22.6 ms at 256 tokens in blocks of 256 or
   // 512 (37.4 whole), and at 32 tokens 3.9 ms in blocks of 256 against 3.4 in 512.
   s.blockK = rankInputBlockK(nest, s);
-  // With more than one rank block, by choice, and rows read in runs of a page or more (shorter
-  // ones take prefetchNextRows, LowerToLoops), the k blocks are the tile's own instead: each
-  // rank block after the first then reads the tile's rows from L1, not L2. On the Zen 3, one
+  // By choice, with rows read in runs of a page or more (shorter ones take prefetchNextRows,
+  // LowerToLoops), the k blocks are the tile's own instead: each rank block after the first,
+  // by choice or permuted, then reads the tile's rows from L1, not L2. With even routing and
+  // one rank block that is one pass, as fast either way (S9 at 16 tokens 3.37-3.45 ms against
+  // 3.41-3.48); routed at random, the permuted ranks follow (16 tokens 3.9-7.4 ms against
+  // 5.2-8.0, 8 tokens 3.9-4.3 against 5.0-5.5, in-tile faster in each round). On the Zen 3, one
   // process alternating the kernels (three rounds of 12 medians each): S9 at 32 tokens with its
   // ids spread evenly 5.02-5.35 ms against 5.51-5.79 (blocks of 32 or 128 within 1% of 64, 256
   // 4-5% slower), random ids 7.54-7.93 against 8.02-8.32, the down projection's shape (k 3584,
   // in place of its k blocks of 1792 outside) 5.53-5.91 against 6.15-6.65, the MoE block at 32
   // tokens 22.7-23.7 against 23.6-25.1. Ranks in order (AVX-512's) were not measured so.
   const int64_t rowRunBytes = k * nest.gather->strides[s.dimK] * (nest.elemBits / 8);
-  if (s.ranksByChoice && ranks > s.tileN && rowRunBytes >= kPageBytes) {
+  if (s.ranksByChoice && rowRunBytes >= kPageBytes) {
     if (const int64_t block = tileBlockK(nest, s)) {
       s.blockK = block;
       s.kBlocksInTile = true;

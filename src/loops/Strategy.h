@@ -57,12 +57,12 @@
 //   cache. The rows are then split into 8 parts, the parallel loop, each running every k block over
 //   its m blocks: one parallel loop rather than one per k block, each ending in a wait for the
 //   slower thread (S10 at 32 tokens, four alternating rounds: 12.8-14.0 -> 12.4-13.3 ms). By
-//   choice, with two rank blocks or more, the k blocks are the tile's own instead
-//   (`k-blocks=in-tile`): every rank block passes over a k block of the tile's rows while they
-//   are in L1. When a tile reads its rows in runs shorter than a 4 KiB page (small k blocks
-//   outside), the rows after the tile (their lines of the k block) are prefetched into L2 in
-//   order as it runs, one stream instead of MR far apart; longer runs are left to the L2's
-//   streamer.
+//   choice, with rows of a page or more, the k blocks are the tile's own instead
+//   (`k-blocks=in-tile`): every rank block, by choice or permuted, passes over a k block of
+//   the tile's rows while they are in L1, and the permuted ones a rank at a time. When a tile reads
+//   its rows in runs shorter than a 4 KiB page (small k blocks outside), the rows after the tile
+//   (their lines of the k block) are prefetched into L2 in order as it runs, one stream instead of
+//   MR far apart; longer runs are left to the L2's streamer.
 // - contraction.choices: the same contraction with fewer pairs than a vector (decode: one
 //   token, k slots), when the chosen dim is short and contiguous: every choice of a row is
 //   computed, the choices being the lanes (one vector load of A per k), and each pair then takes
