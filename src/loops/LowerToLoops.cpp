@@ -40,8 +40,6 @@ constexpr int kTransposeSide = 8;
 constexpr int64_t kLineBytes = 64;
 // A loop over a causal mask's keys runs whole vectors of this many (16 f32 with AVX-512).
 constexpr int64_t kKeysAVector = 16;
-// The span the L2's hardware streamer follows a run of lines within.
-constexpr int64_t kPageBytes = 4096;
 // How far ahead of its reads a tile that streams several rows side by side prefetches each of
 // them (see prefetchRowsAhead), farther where it computes less per line. Cold on the Xeon
 // (alternating runs): contraction.ranks, S9 at 32 tokens and the MoE block at 32 tokens, took

@@ -540,8 +540,6 @@ int64_t rankInputBlockK(const NestShape &nest, const Strategy &s) {
 // every rank block of the tile passes over them, rather than coming from L2 again for each
 // rank block after the first; 0 when no such block divides k.
 constexpr int64_t kTileRowsBytes = 8 << 10;
-// The span the L2's streamer follows a run of lines within.
-constexpr int64_t kPageBytes = 4096;
 int64_t tileBlockK(const NestShape &nest, const Strategy &s) {
   const int64_t k = nest.extents[s.dimK];
   const int64_t steps = s.lanes / nest.gather->choices;

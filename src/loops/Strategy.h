@@ -157,6 +157,11 @@ struct Strategy {
   }
 };
 
+/// The span the L2's hardware streamer follows a run of lines within: rows read in runs this
+/// long or longer need no prefetch of the rows after them (the strategy's choices and the
+/// lowering's prefetches both go by it).
+constexpr int64_t kPageBytes = 4096;
+
 /// What a nest's runtime extents (partial specialization) count as, in extents and strides,
 /// when its pipeline and tiles are chosen.
 constexpr int64_t kNominalExtent = 256;
