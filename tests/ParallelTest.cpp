@@ -10,10 +10,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <regex>
+#include <set>
 #include <thread>
 
 namespace frank::test {
@@ -99,6 +102,98 @@ TEST(ParallelFor, ThreadsKeepTheirChunksFromLoopToLoop) {
     ASSERT_EQ(state.owner[0], caller) << "loop " << loop;
     ASSERT_NE(state.owner[1], caller) << "loop " << loop;
   }
+}
+
+// A long loop's parts are taken in steps, and a thread done with its own part takes the steps
+// left of the others': here the first step of the second part waits until every other step has
+// run, which the other thread can only do by taking the rest of that part. Whole parts (one
+// chunk per thread) would run the second part as that one step.
+TEST(ParallelFor, AThreadDoneWithItsPartTakesTheStepsLeftOfAnother) {
+  ThreadCount count(2);
+  constexpr int64_t kCount = 4096;
+  struct Loop {
+    std::atomic<int64_t> done{0};
+    std::atomic<bool> timedOut{false};
+    std::mutex mutex;
+    std::vector<std::pair<int64_t, std::thread::id>> steps; // (begin, the thread that ran it)
+  } state;
+  frank_parallel_for(
+      [](int64_t begin, int64_t end, void *context) {
+        auto &s = *static_cast<Loop *>(context);
+        if (begin == kCount / 2) {
+          auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (s.done.load() != kCount - (end - begin) && !s.timedOut.load())
+            if (std::chrono::steady_clock::now() > deadline)
+              s.timedOut.store(true);
+            else
+              std::this_thread::yield();
+        }
+        {
+          std::lock_guard<std::mutex> lock(s.mutex);
+          s.steps.emplace_back(begin, std::this_thread::get_id());
+        }
+        s.done.fetch_add(end - begin);
+      },
+      &state, kCount, 1);
+  ASSERT_FALSE(state.timedOut);
+  EXPECT_EQ(state.done.load(), kCount);
+  std::thread::id blocked;
+  for (auto [begin, thread] : state.steps)
+    if (begin == kCount / 2)
+      blocked = thread;
+  int secondPartSteps = 0;
+  for (auto [begin, thread] : state.steps)
+    if (begin > kCount / 2) {
+      ++secondPartSteps;
+      EXPECT_NE(thread, blocked) << "the step at " << begin;
+    }
+  EXPECT_GT(secondPartSteps, 0);
+}
+
+// A pool that once had more threads keeps their workers, idle: a loop runs on the threads set
+// now. Each step sleeps, so that workers taking part would take steps.
+TEST(ParallelFor, FewerThreadsThanThePoolHasWorkers) {
+  { ThreadCount four(4); }
+  ThreadCount two(2);
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  struct Context {
+    std::mutex *mutex;
+    std::set<std::thread::id> *threads;
+  } context{&mutex, &threads};
+  frank_parallel_for(
+      [](int64_t, int64_t, void *c) {
+        auto &ctx = *static_cast<Context *>(c);
+        {
+          std::lock_guard<std::mutex> lock(*ctx.mutex);
+          ctx.threads->insert(std::this_thread::get_id());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      },
+      &context, 4096, 1);
+  EXPECT_LE(threads.size(), 2u);
+}
+
+// A shorter loop keeps one chunk per thread: another thread's rows would be read from that
+// thread's cache (S1's 32 rows of 4096 in steps of 2 rows took 10% longer).
+TEST(ParallelFor, ShortLoopsKeepOneChunkPerThread) {
+  ThreadCount count(2);
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  struct Context {
+    std::mutex *mutex;
+    std::vector<std::pair<int64_t, int64_t>> *chunks;
+  } context{&mutex, &chunks};
+  frank_parallel_for(
+      [](int64_t begin, int64_t end, void *c) {
+        auto &ctx = *static_cast<Context *>(c);
+        std::lock_guard<std::mutex> lock(*ctx.mutex);
+        ctx.chunks->emplace_back(begin, end);
+      },
+      &context, 32, 1);
+  std::sort(chunks.begin(), chunks.end());
+  EXPECT_THAT(chunks, testing::ElementsAre(std::pair<int64_t, int64_t>{0, 16},
+                                           std::pair<int64_t, int64_t>{16, 32}));
 }
 
 std::vector<Arg> rmsArgs(std::vector<float> &x, std::vector<float> &w, int64_t rows, int64_t cols) {

@@ -7,11 +7,15 @@
 // caller returns only when all chunks are done and every worker has acknowledged, so no worker
 // can still be reading the job when the next one is written.
 //
-// Each thread claims its own chunk first (the caller the first, worker i chunk i + 1), so a loop
-// run again gives every thread the part it had last time, whose data its caches may still hold
-// (S1 10-11 us with chunks claimed in turn by whichever thread came first, 7.1-7.4 keeping
-// them; attention prefill 1.10-1.17 ms against 0.99-1.00, on a Xeon), then any chunk left, so a
-// thread slow to wake delays nothing.
+// The range is split in one part per thread, and each thread runs its own part first (the caller
+// the first, worker i part i + 1), so a loop run again gives every thread the part it had last
+// time, whose data its caches may still hold (S1 10-11 us with chunks claimed in turn by
+// whichever thread came first, 7.1-7.4 keeping them; attention prefill 1.10-1.17 ms against
+// 0.99-1.00, on a Xeon). Then it helps with the parts left, so a thread slow to wake, or slowed
+// by the machine, delays little: a long loop's part is taken in steps (kStepsPerPart), and a
+// thread that finished its own part takes the next steps of the others'. A step is long enough
+// (kMinChunksPerStep) that the caches it leaves behind cost little; shorter loops keep whole
+// parts, where taking another thread's rows would only read them from its cache.
 #include "runtime/Parallel.h"
 
 #include <algorithm>
@@ -41,12 +45,36 @@ namespace {
 
 constexpr int kSpinIterations = 200000; // roughly 100 us of spinning before sleeping
 
+// Steps a long loop's part is taken in, and the fewest minimum chunks (frank_parallel_for's
+// minChunk) a step takes. On the Zen 3 guest, whose two cores the machine slows by turns,
+// alternating runs in one process: the MoE block at 32 tokens 20.0-23.2 ms in steps against
+// 21.7-23.8 in whole parts, and at one token 11.5-12.2 against 12.6-12.7; S9 at 32 tokens level
+// (7.68-7.73 against 7.64-7.79). Steps of 2 rows of S1 slowed it 10% (the rows another thread
+// took were in that thread's cache): with at least 16 minimum chunks a step, only the MoE nests'
+// m blocks, of thousands of rows, are taken in steps.
+constexpr int64_t kStepsPerPart = 8;
+constexpr int64_t kMinChunksPerStep = 16;
+
+// A thread's part of the range: its steps, taken in order by the thread and by any other that
+// finished its own part.
+struct alignas(64) Part {
+  std::atomic<int64_t> next{0}; // the next step not taken yet
+};
+
 struct Job {
   void (*body)(int64_t, int64_t, void *) = nullptr;
   void *context = nullptr;
-  int64_t count = 0, chunk = 0, chunks = 0;
-  std::array<std::atomic<bool>, kMaxThreads> claimed{}; // per chunk (at most one per thread)
-  std::atomic<int64_t> pending{0};                      // chunks not finished yet
+  int64_t count = 0, parts = 0, stepsPerPart = 0;
+  int threads = 0; // the threads that take part: a pool once larger keeps idle workers
+  std::array<Part, kMaxThreads> part{};
+  std::atomic<int64_t> pending{0}; // steps not finished yet
+
+  // Where step `step` of all parts' steps begins: the range in equal steps, the first
+  // count % steps one iteration longer.
+  int64_t stepBegin(int64_t step) const {
+    const int64_t steps = parts * stepsPerPart;
+    return step * (count / steps) + std::min(step, count % steps);
+  }
 };
 
 class Pool {
@@ -66,9 +94,10 @@ public:
 
   void run(void (*body)(int64_t, int64_t, void *), void *context, int64_t count, int64_t minChunk) {
     int threads = this->threads();
-    int64_t chunks = std::min<int64_t>(threads, count / std::max<int64_t>(minChunk, 1));
+    minChunk = std::max<int64_t>(minChunk, 1);
+    const int64_t parts = std::min<int64_t>(threads, count / minChunk);
     std::unique_lock<std::mutex> run(runMutex_, std::try_to_lock);
-    if (chunks < 2 || !run.owns_lock()) {
+    if (parts < 2 || !run.owns_lock()) {
       body(0, count, context);
       return;
     }
@@ -77,11 +106,13 @@ public:
     job.body = body;
     job.context = context;
     job.count = count;
-    job.chunks = chunks;
-    job.chunk = (count + chunks - 1) / chunks;
-    for (int64_t c = 0; c < chunks; ++c)
-      job.claimed[size_t(c)].store(false, std::memory_order_relaxed);
-    job.pending.store(chunks, std::memory_order_relaxed);
+    job.threads = threads;
+    job.parts = parts;
+    job.stepsPerPart =
+        std::clamp<int64_t>(count / parts / minChunk / kMinChunksPerStep, 1, kStepsPerPart);
+    for (int64_t p = 0; p < parts; ++p)
+      job.part[size_t(p)].next.store(0, std::memory_order_relaxed);
+    job.pending.store(parts * job.stepsPerPart, std::memory_order_relaxed);
     acknowledged_.store(0, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(sleepMutex_);
@@ -134,22 +165,22 @@ private:
     }
   }
 
-  // Runs thread `self`'s own chunk if no other thread took it, then claims the others until none
-  // is left.
+  // Runs the steps of thread `self`'s own part that no other thread took, then those left of
+  // the others' parts.
   static void work(Job &job, int self) {
-    auto claim = [&](int64_t c) {
-      if (job.claimed[size_t(c)].exchange(true, std::memory_order_relaxed))
-        return;
-      int64_t begin = c * job.chunk, end = std::min(job.count, begin + job.chunk);
-      if (begin < end)
-        job.body(begin, end, job.context);
-      job.pending.fetch_sub(1, std::memory_order_acq_rel);
+    auto takeSteps = [&](int64_t p) {
+      std::atomic<int64_t> &next = job.part[size_t(p)].next;
+      for (int64_t s; (s = next.fetch_add(1, std::memory_order_relaxed)) < job.stepsPerPart;) {
+        const int64_t step = p * job.stepsPerPart + s;
+        job.body(job.stepBegin(step), job.stepBegin(step + 1), job.context);
+        job.pending.fetch_sub(1, std::memory_order_acq_rel);
+      }
     };
-    if (self < job.chunks)
-      claim(self);
-    for (int64_t c = 0; c < job.chunks; ++c)
-      if (!job.claimed[size_t(c)].load(std::memory_order_relaxed))
-        claim(c);
+    if (self < job.parts)
+      takeSteps(self);
+    for (int64_t p = 0; p < job.parts; ++p)
+      if (job.part[size_t(p)].next.load(std::memory_order_relaxed) < job.stepsPerPart)
+        takeSteps(p);
   }
 
   void workerLoop(uint64_t seen, int self) {
@@ -166,7 +197,8 @@ private:
       seen = generation_.load(std::memory_order_acquire);
       if (stop_)
         return;
-      work(job_, self);
+      if (self < job_.threads)
+        work(job_, self);
       acknowledged_.fetch_add(1, std::memory_order_acq_rel);
     }
   }

@@ -6,7 +6,9 @@
 
 extern "C" {
 /// Runs body(begin, end, context) over [0, count) in contiguous chunks of at least `minChunk`
-/// iterations, on the calling thread and the pool's workers, and returns when all are done.
+/// iterations, on the calling thread and the pool's workers, and returns when all are done. Each
+/// thread runs its own part of the range first; a long range's parts are taken in steps, which a
+/// thread done with its own part takes over from the others.
 /// Falls back to one serial call when the range is small or the pool is busy with another
 /// caller's loop (so concurrent kernels never wait for each other).
 void frank_parallel_for(void (*body)(int64_t begin, int64_t end, void *context), void *context,
