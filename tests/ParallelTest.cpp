@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -104,6 +105,17 @@ TEST(ParallelFor, ThreadsKeepTheirChunksFromLoopToLoop) {
   }
 }
 
+// frank_parallel_for over `body`, a callable the generated code's function pointer reaches
+// through the context.
+void parallelFor(int64_t count, int64_t minChunk,
+                 const std::function<void(int64_t begin, int64_t end)> &body) {
+  frank_parallel_for(
+      [](int64_t begin, int64_t end, void *context) {
+        (*static_cast<const std::function<void(int64_t, int64_t)> *>(context))(begin, end);
+      },
+      const_cast<void *>(static_cast<const void *>(&body)), count, minChunk);
+}
+
 // A long loop's parts are taken in steps, and a thread done with its own part takes the steps
 // left of the others': here the first step of the second part waits until every other step has
 // run, which the other thread can only do by taking the rest of that part. Whole parts (one
@@ -111,38 +123,33 @@ TEST(ParallelFor, ThreadsKeepTheirChunksFromLoopToLoop) {
 TEST(ParallelFor, AThreadDoneWithItsPartTakesTheStepsLeftOfAnother) {
   ThreadCount count(2);
   constexpr int64_t kCount = 4096;
-  struct Loop {
-    std::atomic<int64_t> done{0};
-    std::atomic<bool> timedOut{false};
-    std::mutex mutex;
-    std::vector<std::pair<int64_t, std::thread::id>> steps; // (begin, the thread that ran it)
-  } state;
-  frank_parallel_for(
-      [](int64_t begin, int64_t end, void *context) {
-        auto &s = *static_cast<Loop *>(context);
-        if (begin == kCount / 2) {
-          auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (s.done.load() != kCount - (end - begin) && !s.timedOut.load())
-            if (std::chrono::steady_clock::now() > deadline)
-              s.timedOut.store(true);
-            else
-              std::this_thread::yield();
-        }
-        {
-          std::lock_guard<std::mutex> lock(s.mutex);
-          s.steps.emplace_back(begin, std::this_thread::get_id());
-        }
-        s.done.fetch_add(end - begin);
-      },
-      &state, kCount, 1);
-  ASSERT_FALSE(state.timedOut);
-  EXPECT_EQ(state.done.load(), kCount);
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> timedOut{false};
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, std::thread::id>> steps; // (begin, the thread that ran it)
+  parallelFor(kCount, 1, [&](int64_t begin, int64_t end) {
+    if (begin == kCount / 2) {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (done.load() != kCount - (end - begin) && !timedOut.load())
+        if (std::chrono::steady_clock::now() > deadline)
+          timedOut.store(true);
+        else
+          std::this_thread::yield();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      steps.emplace_back(begin, std::this_thread::get_id());
+    }
+    done.fetch_add(end - begin);
+  });
+  ASSERT_FALSE(timedOut);
+  EXPECT_EQ(done.load(), kCount);
   std::thread::id blocked;
-  for (auto [begin, thread] : state.steps)
+  for (auto [begin, thread] : steps)
     if (begin == kCount / 2)
       blocked = thread;
   int secondPartSteps = 0;
-  for (auto [begin, thread] : state.steps)
+  for (auto [begin, thread] : steps)
     if (begin > kCount / 2) {
       ++secondPartSteps;
       EXPECT_NE(thread, blocked) << "the step at " << begin;
@@ -157,20 +164,13 @@ TEST(ParallelFor, FewerThreadsThanThePoolHasWorkers) {
   ThreadCount two(2);
   std::mutex mutex;
   std::set<std::thread::id> threads;
-  struct Context {
-    std::mutex *mutex;
-    std::set<std::thread::id> *threads;
-  } context{&mutex, &threads};
-  frank_parallel_for(
-      [](int64_t, int64_t, void *c) {
-        auto &ctx = *static_cast<Context *>(c);
-        {
-          std::lock_guard<std::mutex> lock(*ctx.mutex);
-          ctx.threads->insert(std::this_thread::get_id());
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      },
-      &context, 4096, 1);
+  parallelFor(4096, 1, [&](int64_t, int64_t) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      threads.insert(std::this_thread::get_id());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
   EXPECT_LE(threads.size(), 2u);
 }
 
@@ -180,17 +180,10 @@ TEST(ParallelFor, ShortLoopsKeepOneChunkPerThread) {
   ThreadCount count(2);
   std::mutex mutex;
   std::vector<std::pair<int64_t, int64_t>> chunks;
-  struct Context {
-    std::mutex *mutex;
-    std::vector<std::pair<int64_t, int64_t>> *chunks;
-  } context{&mutex, &chunks};
-  frank_parallel_for(
-      [](int64_t begin, int64_t end, void *c) {
-        auto &ctx = *static_cast<Context *>(c);
-        std::lock_guard<std::mutex> lock(*ctx.mutex);
-        ctx.chunks->emplace_back(begin, end);
-      },
-      &context, 32, 1);
+  parallelFor(32, 1, [&](int64_t begin, int64_t end) {
+    std::lock_guard<std::mutex> lock(mutex);
+    chunks.emplace_back(begin, end);
+  });
   std::sort(chunks.begin(), chunks.end());
   EXPECT_THAT(chunks, testing::ElementsAre(std::pair<int64_t, int64_t>{0, 16},
                                            std::pair<int64_t, int64_t>{16, 32}));

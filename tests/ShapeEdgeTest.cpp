@@ -157,7 +157,9 @@ INSTANTIATE_TEST_SUITE_P(Components, ZeroSizeTest, testing::ValuesIn(zeroSizeCas
 // ---- 64-bit offsets -----------------------------------------------------------------------
 
 /// Address space for `bytes` bytes that costs memory only where it is touched: untouched pages
-/// read as zero.
+/// read as zero. The reservation fails only where the process may not map that much address
+/// space (a `ulimit -v` limit, or `vm.overcommit_memory=2`): the tests that need it then skip,
+/// saying so, since no smaller tensor reaches past 2^31 elements.
 class ReservedBuffer {
 public:
   explicit ReservedBuffer(size_t bytes) : bytes_(bytes) {

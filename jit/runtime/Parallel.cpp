@@ -2,10 +2,10 @@
 // small kernel here (microseconds), so workers spin for a while after each loop before they
 // sleep, and loops below a minimum size never leave the calling thread.
 //
-// Protocol: the caller publishes a job and bumps `generation_`; every worker takes part in every
-// generation exactly once (claiming chunks until none are left) and then acknowledges it. The
-// caller returns only when all chunks are done and every worker has acknowledged, so no worker
-// can still be reading the job when the next one is written.
+// Protocol: the caller publishes a job and bumps `generation_`; every worker sees every
+// generation exactly once (those among the loop's threads taking steps until none are left) and
+// then acknowledges it. The caller returns only when all steps are done and every worker has
+// acknowledged, so no worker can still be reading the job when the next one is written.
 //
 // The range is split in one part per thread, and each thread runs its own part first (the caller
 // the first, worker i part i + 1), so a loop run again gives every thread the part it had last
