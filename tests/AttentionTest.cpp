@@ -260,9 +260,16 @@ TEST(AttentionCausal, RuntimeLengthsSkipTheKeysTheMaskHides) {
   EXPECT_THAT(loops, testing::HasSubstr("(dims[0] - 1)) + (dims[1] + (dims[0] * -1))) + 1), 0)) {"))
       << loops;
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("mask"))) << loops;
-  // The softmax's nests fuse with Q·Kᵀ and P·V into one parallel loop over the KV heads (the
-  // output's transpose is the other), though their key loops' extents are minima.
-  EXPECT_EQ(count(loops, " parallel("), 2) << loops;
+  // The softmax's nests fuse with Q·Kᵀ and P·V into one parallel loop over the KV heads,
+  // though their key loops' extents are minima; the query's and the output's transposes are
+  // forwarded into the tiles' reads and writes (row r of a KV head's [group member, position]
+  // order is position r % S of member r / S, S a runtime value), so that loop is the only one.
+  EXPECT_EQ(count(loops, " parallel("), 1) << loops;
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("q_t_init["))) << loops;
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("o_init["))) << loops;
+  EXPECT_THAT(loops, testing::HasSubstr(" % dims[0]) * 4096)")) << loops;
+  // Its 4 S rows a KV head come in whole tiles whatever S is: no loop of rows left over.
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("m_left"))) << loops;
 }
 
 class AttentionDecodeTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};

@@ -456,15 +456,22 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
       attention()
           .function("attention_gqa")
           .emit(Stage::Loops, {"1x?x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
+  // The query's transpose into [KV head, group member, position] order is forwarded into the
+  // tiles' reads, as specialized: the nest starts with the loop over the KV heads.
   const size_t qk = prefill.find("contraction.outer m=d1 n=d2 k=d3 tile=2x4 lanes=8 pack=#1^T\n"
-                                 "    for n_block in 0..(dims[1] / 32) {\n"
-                                 "      // pack this block's 128x32 panel of '%key_collapsed', "
-                                 "transposed");
+                                 "  for d0_1 in 0..8 parallel(");
   ASSERT_NE(qk, std::string::npos) << prefill;
+  EXPECT_NE(prefill.find("\n    for n_block in 0..(dims[1] / 32) {\n"
+                         "      // pack this block's 128x32 panel of '%key_collapsed', transposed",
+                         qk),
+            std::string::npos)
+      << prefill;
   const size_t left = prefill.find("for n_left in 0..(dims[1] - ((dims[1] / 32) * 32)) {", qk);
   ASSERT_NE(left, std::string::npos) << prefill;
-  EXPECT_NE(prefill.find("var acc_13: f32 = 0f", left), std::string::npos) << prefill;
-  EXPECT_NE(prefill.find("let in_13: f32 = key[", left), std::string::npos) << prefill;
+  // One lane: scalar accumulators and keys, before P V's nest.
+  const size_t leftEnd = prefill.find("contraction.outer m=d1 n=d2 k=d3", left);
+  EXPECT_LT(prefill.find(": f32 = 0f", left), leftEnd) << prefill;
+  EXPECT_LT(prefill.find(": f32 = key[", left), leftEnd) << prefill;
   // P V's m blocks (every query row) reuse V's panels, packed as long as the runtime key
   // count, read contiguously instead of rows 4 KiB apart.
   const size_t pv = prefill.find("contraction.outer m=d1 n=d2 k=d3", left);

@@ -2,6 +2,7 @@
 #include "loops/LowerToLoops.h"
 #include "ir/Clone.h"
 #include "ir/Ops.h"
+#include "loops/Polynomial.h"
 #include "transforms/Specialize.h"
 
 #include <algorithm>
@@ -1750,8 +1751,11 @@ private:
       if (runtimeM) {
         Expr row = var(freshName("m_left"), ElemKind::Index);
         Expr done = mul(mTrips, intConst(s.tileM));
+        Expr left = binary(OpKind::SubI, extents[s.dimM], done);
+        if (std::optional<Poly> rows = polyOf(left); rows && rows->empty())
+          return std::vector<Stmt>{}; // MR divides M whatever the sizes (4 * d rows in 2s)
         return std::vector<Stmt>{
-            forLoop(row->name, binary(OpKind::SubI, extents[s.dimM], done), ForKind::Serial,
+            forLoop(row->name, left, ForKind::Serial,
                     buildTile(1, add(done, row), columns, firstColumn, width))};
       }
       const int rows = int(mRows % s.tileM);

@@ -2,6 +2,7 @@
 #include "loops/Polynomial.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace frank::loops {
 
@@ -42,6 +43,68 @@ bool nonNegative(const Poly &p) {
   }
   return std::all_of(bounded.begin(), bounded.end(),
                      [](const auto &term) { return term.second >= 0; });
+}
+
+namespace {
+
+// Whether `sizes` holds every size of `part` (sorted multisets); `rest` gets the others.
+bool holds(const std::vector<Size> &sizes, const std::vector<Size> &part, std::vector<Size> &rest) {
+  rest.clear();
+  if (!std::includes(sizes.begin(), sizes.end(), part.begin(), part.end()))
+    return false;
+  std::set_difference(sizes.begin(), sizes.end(), part.begin(), part.end(),
+                      std::back_inserter(rest));
+  return true;
+}
+
+} // namespace
+
+std::optional<Poly> exactQuotient(const Poly &p, const Poly &divisor) {
+  if (divisor.size() != 1 || divisor.begin()->second <= 0)
+    return std::nullopt;
+  const auto &[sizes, k] = *divisor.begin();
+  Poly quotient;
+  std::vector<Size> rest;
+  for (const auto &[term, coefficient] : p) {
+    if (!holds(term, sizes, rest) || coefficient % k != 0)
+      return std::nullopt;
+    quotient = plus(std::move(quotient), {{rest, coefficient / k}});
+  }
+  return quotient;
+}
+
+std::optional<Poly> quotientBound(const Poly &most, const Poly &divisor) {
+  if (divisor.size() != 1 || divisor.begin()->second <= 0)
+    return std::nullopt;
+  const auto &[sizes, k] = *divisor.begin();
+  if (sizes.empty() && most.size() <= 1 && (most.empty() || most.begin()->first.empty()))
+    return constantPoly(most.empty() ? 0 : std::max<int64_t>(most.begin()->second, 0) / k);
+  // most + 1 <= multiple * divisor term by term (every product of sizes is at least 0): a
+  // term the divisor's sizes divide rounds up, a negative one it does not can be dropped.
+  Poly multiple;
+  std::vector<Size> rest;
+  for (const auto &[term, coefficient] : plus(most, constantPoly(1))) {
+    if (holds(term, sizes, rest)) {
+      const int64_t up = coefficient >= 0 ? (coefficient + k - 1) / k : -(-coefficient / k);
+      multiple = plus(std::move(multiple), {{rest, up}});
+    } else if (coefficient > 0) {
+      return std::nullopt;
+    }
+  }
+  return plus(std::move(multiple), constantPoly(-1));
+}
+
+Expr exprOf(const Poly &p) {
+  Expr sum = intConst(0);
+  for (const auto &[sizes, coefficient] : p) {
+    Expr term = intConst(coefficient);
+    for (const Size &s : sizes)
+      term = mul(term, s.divisor == 1
+                           ? dimParam(int(s.dim))
+                           : binary(OpKind::DivSI, dimParam(int(s.dim)), intConst(s.divisor)));
+    sum = add(sum, term);
+  }
+  return sum;
 }
 
 namespace {

@@ -34,6 +34,16 @@ Poly times(const Poly &a, const Poly &b);
 /// is seen to be at least 0).
 bool nonNegative(const Poly &p);
 
+/// `p / divisor` when every term of `p` divides by the divisor, a single term (a stride: a
+/// product of extents); nothing otherwise.
+std::optional<Poly> exactQuotient(const Poly &p, const Poly &divisor);
+/// A polynomial that `v / divisor` (rounded down) never exceeds for any v from 0 to `most`, or
+/// nothing when this cannot tell: for a runtime divisor, the quotient of the first multiple
+/// of it above `most`, less one (4 * d - 1 over d: 3).
+std::optional<Poly> quotientBound(const Poly &most, const Poly &divisor);
+/// The index arithmetic that computes `p`.
+Expr exprOf(const Poly &p);
+
 /// An index as `constant + sum(coefficient * variable)`, coefficients and constant polynomials.
 struct Affine {
   std::map<std::string, Poly> coefficients;
