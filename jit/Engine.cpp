@@ -568,7 +568,9 @@ const std::string &Engine::cpuName() const { return impl_->cpu; }
 const std::string &Engine::hostFingerprint() const { return impl_->fingerprint; }
 const std::string &Engine::cpuFeatures() const { return impl_->features; }
 loops::Target Engine::target() const {
-  return impl_->avx512 ? loops::Target::avx512() : loops::Target::avx2();
+  loops::Target target = impl_->avx512 ? loops::Target::avx512() : loops::Target::avx2();
+  target.prefetchRowsAhead = !llvm::StringRef(impl_->cpu).starts_with("znver");
+  return target;
 }
 
 EntryFn

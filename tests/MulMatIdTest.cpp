@@ -302,6 +302,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdRouting,
                            return fmt::format("x{}_t{}", info.param.experts, info.param.tokens);
                          });
 
+// The tiles that stream several rows of weights (contraction.choices at one token, ranks at 32)
+// prefetch each row ahead of their reads, except on AMD's Zen cores (loops::Target), whose own
+// prefetchers follow the rows.
+TEST(MulMatIdPrefetch, TheRowsArePrefetchedAheadExceptOnZen) {
+  for (const char *tokens : {"1", "32"})
+    for (const char *cpu : {"skylake-avx512", "x86-64-v3", "znver3", "znver4"}) {
+      SCOPED_TRACE(fmt::format("{} tokens, {}", tokens, cpu));
+      Context ctx(forCpu(cpu));
+      const std::string loops =
+          ctx.load(componentPath("moe/mul_mat_id.mlir"))
+              .function("mul_mat_id")
+              .emit(Stage::Loops, {"3584x1024x8xf32", fmt::format("1024x2x{}xf32", tokens),
+                                   fmt::format("2x{}xi32", tokens)});
+      EXPECT_THAT(loops, testing::HasSubstr(std::string(tokens) == "1" ? "contraction.choices"
+                                                                       : "contraction.ranks"));
+      const bool zen = std::string(cpu).starts_with("znver");
+      EXPECT_EQ(loops.find("prefetch weights[") != std::string::npos, !zen) << loops;
+    }
+}
+
 // ---- errors --------------------------------------------------------------------------------
 
 // ids [k, T] must equal input's [k, T], input's n_in the weights' n_in; an expert id outside

@@ -2571,7 +2571,7 @@ private:
     // are the tile's own, which reads its rows whole.
     const bool wholeRows = kBlocks == 1 || s.kBlocksInTile;
     auto prefetchAhead = [&](const std::vector<Expr> &rowOf, std::vector<Stmt> &step) {
-      if (strideK == numChoices)
+      if (strideK == numChoices && options_.target.prefetchRowsAhead)
         prefetchRowsAhead(weights, rowOf, strideM, mul(kAt, intConst(strideK)),
                           wholeRows ? intConst(0) : mul(kBlock, intConst(blockK * strideK)),
                           (wholeRows ? k : blockK) * strideK, wholeRows && strideM == k * strideK,
@@ -2747,7 +2747,7 @@ private:
       // read of their weights, one stream a thread, took 4.0 and 11.8-12.2.
       const NestShape::Gather gathered = *gatherOf(g);
       const int64_t strideM = gathered.strides[s.dimM], strideK = gathered.strides[s.dimK];
-      if (strideK == numChoices) {
+      if (strideK == numChoices && options_.target.prefetchRowsAhead) {
         std::vector<Expr> rows;
         for (int r = 0; r < tileRows; ++r)
           rows.push_back(add(firstRow, intConst(r)));
