@@ -44,7 +44,7 @@ TEST(Polynomial, QuotientBoundsHoldForEverySize) {
       {sum(times(k(4), d0), k(-1)), d0, k(3)}, // the last row of 4 groups of d0: group 3
       {sum(times(k(4), d0), k(-2)), d0, k(3)},
       {k(7), k(4), k(1)},
-      {k(-1), k(4), k(0)}, // a loop that never runs
+      {k(-1), k(4), k(-1)}, // a loop that never runs: no value to bound
       {sum(times(k(4), d0), k(-1)), k(4), sum(d0, k(-1))},
       {sum(times(k(8), d1), k(-1)), times(k(2), d1), k(3)},
       {sum(times(k(4), size(1, 4)), k(-1)), size(1, 4), k(3)},

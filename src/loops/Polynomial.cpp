@@ -77,8 +77,6 @@ std::optional<Poly> quotientBound(const Poly &most, const Poly &divisor) {
   if (divisor.size() != 1 || divisor.begin()->second <= 0)
     return std::nullopt;
   const auto &[sizes, k] = *divisor.begin();
-  if (sizes.empty() && most.size() <= 1 && (most.empty() || most.begin()->first.empty()))
-    return constantPoly(most.empty() ? 0 : std::max<int64_t>(most.begin()->second, 0) / k);
   // most + 1 <= multiple * divisor term by term (every product of sizes is at least 0): a
   // term the divisor's sizes divide rounds up, a negative one it does not can be dropped.
   Poly multiple;
