@@ -15,9 +15,12 @@
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/PassTimingInfo.h>
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
+#include <llvm/Pass.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Passes/StandardInstrumentations.h>
 #include <llvm/Support/CommandLine.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Endian.h>
@@ -399,7 +402,15 @@ struct Engine::Impl {
     // Constant trip counts invite LLVM to unroll whole small nests (where a pipeline has the
     // unroller, as O3 does): a 2x4x2x8x64 transpose took 1.4 s to optimize into 3244 lines.
     tuning.LoopUnrolling = false;
-    llvm::PassBuilder builder(&machine, tuning);
+    // LLVM's --time-passes: the report of the optimizer's passes, printed (to stderr) when the
+    // handler goes out of scope.
+    llvm::PassInstrumentationCallbacks instrumentation;
+    std::optional<llvm::TimePassesHandler> timePasses;
+    if (llvm::TimePassesIsEnabled) {
+      timePasses.emplace(true);
+      timePasses->registerCallbacks(instrumentation);
+    }
+    llvm::PassBuilder builder(&machine, tuning, std::nullopt, &instrumentation);
     builder.registerModuleAnalyses(mam);
     builder.registerCGSCCAnalyses(cgam);
     builder.registerFunctionAnalyses(fam);
@@ -415,13 +426,21 @@ struct Engine::Impl {
   }
 
   static std::string emitObject(llvm::Module &module, llvm::TargetMachine &machine) {
-    llvm::SmallString<0> object;
-    llvm::raw_svector_ostream os(object);
+    return emitFile(module, machine, llvm::CodeGenFileType::ObjectFile);
+  }
+
+  // The code generator's output for `module`; with --time-passes, then the report of its passes.
+  static std::string emitFile(llvm::Module &module, llvm::TargetMachine &machine,
+                              llvm::CodeGenFileType type) {
+    llvm::SmallString<0> text;
+    llvm::raw_svector_ostream os(text);
     llvm::legacy::PassManager pm;
-    if (machine.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-      internalError("the target cannot emit object files");
+    if (machine.addPassesToEmitFile(pm, os, nullptr, type))
+      internalError("the target cannot emit this kind of file");
     pm.run(module);
-    return std::string(object);
+    if (llvm::TimePassesIsEnabled)
+      llvm::reportAndResetTimings();
+    return std::string(text);
   }
 
   // A kernel part as FRANK_DEBUG=2 names it: its size, the parallel loops and the nests it holds.
@@ -452,8 +471,9 @@ struct Engine::Impl {
     const unsigned threads = unsigned(std::min(2, runtime::numThreads()));
     // Twice the parts of the threads, for the second thread to take one when the first part
     // alone takes longer than the others.
+    // LLVM's pass timers are the process's: with --time-passes, one module on this thread.
     KernelParts parts;
-    if (threads >= 2)
+    if (threads >= 2 && !llvm::TimePassesIsEnabled)
       parts = splitKernel(module, 2 * threads, kMinPartCost);
     if (parts.empty()) {
       inlineLocalNests(module);
@@ -645,14 +665,7 @@ std::string Engine::emit(const loops::Program &program, const CodegenOptions &op
   impl_->optimize(*module, impl_->machineFor(0), options.vectorMath);
   if (output == Output::OptimizedLLVM)
     return printModule(*module);
-  llvm::SmallString<0> text;
-  llvm::raw_svector_ostream os(text);
-  llvm::legacy::PassManager pm;
-  if (impl_->machineFor(0).addPassesToEmitFile(pm, os, nullptr,
-                                               llvm::CodeGenFileType::AssemblyFile))
-    internalError("the target cannot emit assembly");
-  pm.run(*module);
-  return std::string(text);
+  return Impl::emitFile(*module, impl_->machineFor(0), llvm::CodeGenFileType::AssemblyFile);
 }
 
 } // namespace frank::jit

@@ -480,6 +480,33 @@ TEST(CliCompile, PrintIrAfterAllShowsEveryPassInOrder) {
   EXPECT_THAT(r.out.substr(last), HasSubstr("\nkernel @"));
 }
 
+// --time-passes prints LLVM's reports on stderr, the optimizer's before the code generator's, for
+// the printed assembly and for a kernel compiled to run; without it, neither prints.
+TEST(CliCompile, TimePassesReportsTheOptimizerThenTheCodeGenerator) {
+  auto expectReports = [](const ToolResult &r) {
+    EXPECT_SUCCESS(r);
+    const size_t optimizer = r.err.find("LoopVectorizePass");
+    const size_t codegen = r.err.find("X86 DAG->DAG Instruction Selection");
+    ASSERT_NE(optimizer, std::string::npos) << r.err;
+    ASSERT_NE(codegen, std::string::npos) << r.err;
+    EXPECT_LT(optimizer, codegen);
+    EXPECT_THAT(r.out, Not(HasSubstr("timing report")));
+  };
+  ToolResult assembly = runTool(compileArgs({"--emit=asm", "--time-passes"}));
+  expectReports(assembly);
+  EXPECT_THAT(assembly.out, HasSubstr("frank_kernel:"));
+  const std::vector<std::string> run = {"run", kSwiglu, "--no-disk-cache", "--input=1x2x3xf32=1",
+                                        "--input=1x2x3xf32=1"};
+  std::vector<std::string> timed = run;
+  timed.push_back("--time-passes");
+  ToolResult ran = runTool(timed);
+  expectReports(ran);
+  EXPECT_THAT(ran.out, HasSubstr("result[0]: 1x2x3xf32="));
+  ToolResult quiet = runTool(run);
+  EXPECT_SUCCESS(quiet);
+  EXPECT_THAT(quiet.err, Not(HasSubstr("timing report")));
+}
+
 TEST(CliCompile, ExplainSaysWhatWasBakedIn) {
   ToolResult r = runTool(compileArgs({"--emit=loops", "--explain"}));
   EXPECT_SUCCESS(r);

@@ -7,6 +7,7 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <llvm/Pass.h>
 #include <llvm/Support/CommandLine.h>
 
 #include <cstring>
@@ -77,6 +78,12 @@ cl::opt<Stage>
          cl::sub(compileCmd), cl::cat(category));
 cl::opt<bool> printAfterAll("print-ir-after-all", cl::desc("Print the IR after every pass"),
                             cl::sub(compileCmd), cl::cat(category));
+// LLVM's pass timers, which the engine reads (llvm::TimePassesIsEnabled).
+cl::opt<bool> timePasses("time-passes",
+                         cl::desc("Print to stderr how long each LLVM pass took, optimizer and "
+                                  "code generator, for each kernel compiled (on one thread)"),
+                         cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
+                         cl::cat(category));
 cl::opt<bool> explain("explain", cl::desc("Say which dims and values were baked in"),
                       cl::sub(compileCmd), cl::sub(runCmd), cl::cat(category));
 cl::list<std::string> outputs("output", cl::desc("Write result N to @file.npy (repeat per result)"),
@@ -460,6 +467,7 @@ int main(int argc, char **argv) {
           "  frank-jit cache stats|ls|clear\n",
           &llvm::errs()))
     return 1;
+  llvm::TimePassesIsEnabled = timePasses;
   try {
     if (compileCmd)
       return compileCommand();
