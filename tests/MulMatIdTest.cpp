@@ -30,6 +30,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 namespace frank::test {
 namespace {
@@ -335,6 +336,46 @@ TEST(MulMatIdPrefetch, TheRowsArePrefetchedAheadExceptOnZen) {
                                fmt::format("{}x{}xi32", d.used, tokens)});
     ASSERT_NE(loops.find("prefetch weights["), std::string::npos) << loops;
     checkMulMatId(d, Routing::Distinct, Mode::Specialized, fn);
+  }
+}
+
+// Rows that leave a short tile, with the sums in a temporary: the m blocks round up, the last
+// tile reads the last row again for its rows past the end and stores their sums into the
+// temporary's padding, and no tile of the rows left over is compiled. 17 rows in tiles of 3
+// (AVX2's ranks by choice) and of 4 (contraction.gather's); on the oracle where the host runs
+// AVX2 kernels, with the other experts' rows NaN-free but different, so that a read of the
+// wrong row would show.
+TEST(MulMatIdRowsLeftOver, TheLastTileRunsPastTheRows) {
+  const MoeDims d{17, 40, 8, 2, 32};
+  const std::vector<std::string> types = {fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
+                                          fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
+                                          fmt::format("{}x{}xi32", d.used, d.tokens)};
+  struct Case {
+    const char *config;
+    int tileRows;
+  };
+  for (Case c : {Case{"", 3}, Case{"pipeline=contraction.gather,tile=4x1", 4}}) {
+    SCOPED_TRACE(c.config);
+    Context avx2(forCpu(kAvx2Cpu, c.config));
+    Function fn = avx2.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+    const std::string loops = fn.emit(Stage::Loops, types);
+    const int64_t tiles = (d.nOut + c.tileRows - 1) / c.tileRows;
+    EXPECT_THAT(loops, testing::HasSubstr(fmt::format("for m_block in 0..{} parallel", tiles)));
+    for (int r = 1; r < c.tileRows; ++r)
+      EXPECT_THAT(loops, testing::HasSubstr(fmt::format("minsi(((m_block * {}) + {}), {})",
+                                                        c.tileRows, r, d.nOut - 1)));
+    // Every tile's sums go to its m block's rows: there is no tile of constant rows.
+    std::istringstream lines(loops);
+    int stores = 0;
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("by_slot[") != std::string::npos && line.find("] = acc") != std::string::npos) {
+        ++stores;
+        EXPECT_THAT(line, testing::HasSubstr("m_block")) << loops;
+      }
+    EXPECT_GE(stores, c.tileRows);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      for (Routing routing : {Routing::Distinct, Routing::Same, Routing::Repeated})
+        checkMulMatId(d, routing, Mode::Specialized, fn);
   }
 }
 

@@ -1973,7 +1973,8 @@ private:
     auto packedAt = [&](const Expr &vector, const Expr &kAt) {
       return packedVectorAt(vector, kAt, runElems, lanes);
     };
-    int sorted = addTemp("by_slot", elem, intConst(rows * slots));
+    const bool pastTheEnd = rows % s.tileM != 0;
+    int sorted = addTemp("by_slot", elem, intConst(roundUp(rows, s.tileM) * slots));
 
     const std::vector<Expr> vars = freshLoopVars(numLoops);
     // Loops over the pairs around `body`, and the pair's number (the choices' row-major order).
@@ -2036,8 +2037,9 @@ private:
       Expr b;
       std::vector<Expr> iv = vars;
       iv[s.dimK] = kAt;
+      const std::vector<Expr> rowsRead = tileRowsToRead(firstRow, tileRows, rows, pastTheEnd);
       for (int r = 0; r < tileRows; ++r) {
-        iv[s.dimM] = add(firstRow, intConst(r));
+        iv[s.dimM] = rowsRead[size_t(r)];
         std::unordered_map<const Value *, Expr> values;
         if (!b)
           b = bindLet(g.body().arguments[packInput].get(),
@@ -2047,7 +2049,7 @@ private:
         bindOtherInputs(g, values, iv, packInput, choiceInput);
         std::string acc = freshName("acc");
         values[outArg] = var(acc, elem, lanes);
-        Expr at = add(mul(iv[s.dimM], intConst(slots)), mul(v, intConst(lanes)));
+        Expr at = add(mul(add(firstRow, intConst(r)), intConst(slots)), mul(v, intConst(lanes)));
         init.push_back(
             local(acc, select(cmp("eq", kBlock, intConst(0)), broadcast(floatConst(0, elem), lanes),
                               load(sorted, at, elem, lanes))));
@@ -2100,15 +2102,39 @@ private:
   // leaves over, then each pair's sum, `pairSum` at row vars[m], added to the output (none when
   // null: the tiles added to it in place). With
   // `kBlocks` > 1, the m blocks and the shorter tile run once per k block, k_block by k_block.
+  static int64_t roundUp(int64_t rows, int64_t tileRows) {
+    return (rows + tileRows - 1) / tileRows * tileRows;
+  }
+
+  // The rows of `rows` a slot tile of `tileRows` from `firstRow` reads: each its own, but where
+  // the nest's last tile runs past the rows (`pastTheEnd`, see emitSlotTiles), the last row again
+  // for those past it. Such a tile stores every row's sums, those past the rows into the
+  // temporary's padding, which nothing reads back: it computes up to MR - 1 rows twice where
+  // the nest would otherwise compile a tile of its own for the rows left over.
+  static std::vector<Expr> tileRowsToRead(const Expr &firstRow, int tileRows, int64_t rows,
+                                          bool pastTheEnd) {
+    std::vector<Expr> rowsRead;
+    for (int r = 0; r < tileRows; ++r) {
+      Expr row = add(firstRow, intConst(r));
+      // A tile's first row is always one of the rows.
+      rowsRead.push_back(pastTheEnd && r > 0 ? binary(OpKind::MinSI, row, intConst(rows - 1))
+                                             : row);
+    }
+    return rowsRead;
+  }
+
   void emitSlotTiles(GenericView &g, const TensorStorage &result, const Strategy &s,
                      const std::function<Stmt(int, const Expr &)> &buildTile, const Expr &mBlock,
                      int64_t rows, int64_t work, int64_t pairs, const std::vector<Expr> &vars,
                      const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs,
                      const Expr &pairSum, const Expr &kBlock, int64_t kBlocks,
                      std::vector<Stmt> &stmts) {
-    const int64_t mTrips = rows / s.tileM;
+    // With the sums in a temporary (pairSum), the last tile runs past the rows (see
+    // tileRowsToRead): no tile of its own for the rows left over.
+    const bool wholeTiles = pairSum || rows % s.tileM == 0;
+    const int64_t mTrips = pairSum ? roundUp(rows, s.tileM) / s.tileM : rows / s.tileM;
     std::vector<Stmt> tiles;
-    if (kBlocks > 1 && rows % s.tileM == 0 && mTrips % kRowParts == 0) {
+    if (kBlocks > 1 && wholeTiles && mTrips % kRowParts == 0) {
       // The k blocks inside the parallel loop, over parts of the rows: one parallel loop rather
       // than one per k block, each a wait at its end for the slower thread.
       Expr part = var(freshName("m_part"), ElemKind::Index);
@@ -2128,7 +2154,7 @@ private:
       nest->bound = minChunk(work / kBlocks, mTrips);
       nest->comment = strategyComment(g.op, s);
       tiles = {nest};
-      if (rows % s.tileM)
+      if (!wholeTiles)
         tiles.push_back(buildTile(int(rows % s.tileM), intConst(rows - rows % s.tileM)));
       if (kBlocks > 1) {
         tiles = {forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial, std::move(tiles))};
@@ -2306,8 +2332,8 @@ private:
   // temporaries sized for every pair in the overflow.
   ChoiceSlots slotsByChoice(GenericView &g, const Strategy &s, int packInput, int choiceInput,
                             int64_t numChoices, int64_t pairs, const Expr &pairCount, int64_t k,
-                            int64_t rows, int permutedTile, int slotOf, int &slotChoice, int &input,
-                            int &sums, const std::vector<Expr> &vars,
+                            int64_t sumRows, int permutedTile, int slotOf, int &slotChoice,
+                            int &input, int &sums, const std::vector<Expr> &vars,
                             const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs) {
     const ElemKind elem = g.op.result()->type.elem;
     const Value *choices = g.input(choiceInput);
@@ -2331,7 +2357,7 @@ private:
     const int64_t runElems = packedRunElems(k, s.lanes, elem);
     input = addTemp("packed_" + g.input(packInput)->name, elem,
                     mul(quotient(capacity, s.lanes), intConst(runElems)));
-    sums = addTemp("by_slot", elem, mul(intConst(rows), capacity));
+    sums = addTemp("by_slot", elem, mul(intConst(sumRows), capacity));
     const int count = addTemp("rank_count", ElemKind::I32, intConst(numChoices));
     Expr pair = accessIndex(g.map(choiceInput), vars, storageOf(choices).dims);
     Expr choice = index(load(storageOf(choices).buffer, pair, choiceElem));
@@ -2459,20 +2485,25 @@ private:
     // in temporaries, each pair at its slot, and read back into the output at the end.
     const bool inPlace = !s.ranksByChoice && asConstant(width) == pairs &&
                          slotsInPlace(g, s, choiceInput, packInput, result, pairDims, pairs);
+    // Sums in a temporary: its rows in whole tiles, the last tile's reads past the rows
+    // (tileRowsToRead).
+    const bool pastTheEnd = !inPlace && rows % s.tileM != 0;
+    const int64_t sumRows = inPlace ? rows : roundUp(rows, s.tileM);
     int slotChoice = ids.buffer, input = x.buffer, sums = result.buffer, slotOf = -1;
     ChoiceSlots byChoice;
     const int permutedTile = permutedRanksPerTile(s);
     if (s.ranksByChoice) {
       slotOf = addTemp("slot", ElemKind::I32, pairCount);
-      byChoice = slotsByChoice(g, s, packInput, choiceInput, numChoices, pairs, pairCount, k, rows,
-                               permutedTile, slotOf, slotChoice, input, sums, vars, overPairs);
+      byChoice =
+          slotsByChoice(g, s, packInput, choiceInput, numChoices, pairs, pairCount, k, sumRows,
+                        permutedTile, slotOf, slotChoice, input, sums, vars, overPairs);
       width = byChoice.width;
       stmts = std::move(byChoice.stmts);
     } else if (!inPlace) {
       slotChoice = addTemp("slot_choice", choiceElem, width);
       input = addTemp("packed_" + g.input(packInput)->name, elem,
                       mul(quotient(width, lanes), intConst(runElems)));
-      sums = addTemp("by_slot", elem, mul(intConst(rows), width));
+      sums = addTemp("by_slot", elem, mul(intConst(sumRows), width));
       // Each slot's choice, and the input packed by vector of slots (packedSlotAt): slot `pair`
       // at kk takes x[pair, kk]. The padding after the pairs takes choice 0 and input 0:
       // products that no pair reads back.
@@ -2601,10 +2632,9 @@ private:
         return inPlace ? add(mul(kIndex, width), slotAt(n))
                        : packedVectorAt(rankAt(n), kIndex, runElems, lanes);
       };
-      std::vector<Expr> rowOf(tileRows);
+      const std::vector<Expr> rowOf = tileRowsToRead(firstRow, tileRows, rows, pastTheEnd);
       std::vector<std::vector<Expr>> choicesOfRow(tileRows, std::vector<Expr>(steps));
       for (int r = 0; r < tileRows; ++r) {
-        rowOf[r] = add(firstRow, intConst(r));
         for (int h = 0; h < steps; ++h)
           choicesOfRow[r][h] =
               bindLet(extract->result(),
@@ -2640,7 +2670,7 @@ private:
               accumulateChoiceLanes(g, values, iv, extents, acc, step);
               continue;
             }
-            Expr at = add(mul(row, width), slotAt(n));
+            Expr at = add(mul(add(firstRow, intConst(r)), width), slotAt(n));
             Expr initial = inPlace        ? load(sums, at, elem, lanes)
                            : kBlocks == 1 ? nullptr
                                           : select(cmp("eq", kBlock, intConst(0)),
