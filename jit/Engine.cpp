@@ -364,7 +364,8 @@ struct Engine::Impl {
     // With 16 registers the vectorizer widens an exp loop one vector an iteration, and the
     // iterations' long chains fill the out-of-order window: swiglu at S2 on a Zen 3 runs
     // 0.200 ms so and 0.158 ms four vectors an iteration (0.279 with two, 0.182 with eight;
-    // medians of 15 to 21 alternating rounds). Attention's exp rows run as fast either way.
+    // medians of 15 to 21 alternating rounds). Attention's exp rows run as fast either way, and
+    // those of at most 128 keys take one vector an iteration (Codegen.cpp).
     if (options.expInterleave < 0)
       options.expInterleave = avx512 ? 0 : 4;
     auto module = codegen(program, context, options);

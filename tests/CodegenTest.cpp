@@ -199,6 +199,45 @@ TEST(Codegen, ShortVectorizedLoopsAreNotInterleaved) {
   }
 }
 
+// Short exp loops too (attention's softmax rows of 128) take one vector an iteration whatever
+// expInterleave asks, in one loop; a long one takes expInterleave's. Both are exp.
+TEST(Codegen, ShortExpLoopsAreNotInterleaved) {
+  using namespace loops;
+  const int64_t shortTrips = 128, longTrips = 1024;
+  Program program;
+  program.name = "short_and_long_exp_loops";
+  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(longTrips), nullptr},
+                     {"a", ElemKind::F32, BufferRole::Output, 0, intConst(shortTrips), nullptr},
+                     {"b", ElemKind::F32, BufferRole::Output, 1, intConst(longTrips), nullptr}};
+  program.workspaceBytes = intConst(0);
+  auto exp = [](int buffer, int64_t trips, const char *name) {
+    Expr i = var(name, ElemKind::Index);
+    return forLoop(name, intConst(trips), ForKind::Vectorize,
+                   {store(buffer, i, unary(OpKind::Exp, load(0, i, ElemKind::F32)))});
+  };
+  program.body = {exp(1, shortTrips, "i"), exp(2, longTrips, "j")};
+  CodegenOptions options;
+  options.expInterleave = 4;
+  std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
+  EXPECT_EQ(count(ir, "!{!\"llvm.loop.interleave.count\", i32 1}"), 1) << ir;
+  EXPECT_EQ(count(ir, "!{!\"llvm.loop.interleave.count\", i32 4}"), 1) << ir;
+  EXPECT_THAT(ir, testing::Not(testing::HasSubstr("i.whole"))) << ir;
+  jit::EntryFn kernel = jit::Engine::instance().compile(program, options);
+  std::vector<float> x(longTrips), a(shortTrips), b(longTrips);
+  for (int64_t k = 0; k < longTrips; ++k)
+    x[size_t(k)] = float(k % 89) / 8 - 5;
+  void *buffers[] = {x.data(), a.data(), b.data()};
+  int64_t status[3] = {0, 0, 0};
+  kernel(buffers, nullptr, nullptr, nullptr, status);
+  for (int64_t k = 0; k < longTrips; ++k) {
+    // frank's exp is within about 2 ulp (MathFunctions.cpp); 4 ulp of slack.
+    const double want = std::exp(double(x[size_t(k)]));
+    if (k < shortTrips)
+      EXPECT_NEAR(a[size_t(k)], want, 4 * want * 0x1p-23) << "short loop at " << k;
+    EXPECT_NEAR(b[size_t(k)], want, 4 * want * 0x1p-23) << "long loop at " << k;
+  }
+}
+
 // An address whose terms change in different loops is summed a loop at a time, outermost
 // first, a GEP each, with its constant last: x[i * 33 + j + 1] is x + i * 33, hoistable out of
 // j's loop, then + (j + 1), which becomes the load's displacement. An address of one loop's

@@ -40,7 +40,10 @@ constexpr int64_t kMaxOutlinedTrips = 16;
 // rows of 128 left uninterleaved, S5 optimizes to 688 instructions instead of 823 and compiles
 // in 24.7-27.0 ms instead of 27.1-30.3 (S5c 26.2-27.8 against 27.5-29.8), and runs as fast
 // (1.54-1.56 ms against 1.54-1.58). Longer loops keep it: a 4096-long sum of squares (rms_norm)
-// is a chain of dependent adds without it (S1 10.0-12.1 us with, 11.7-12.9 without).
+// is a chain of dependent adds without it (S1 10.0-12.1 us with, 11.7-12.9 without). Exp loops
+// too (CodegenOptions::expInterleave is for long rows, S2's): on the Zen 3, the softmax rows of
+// 128 left uninterleaved compiled S5 in 47 ms instead of 54 and S5c in 59 instead of 74 (medians
+// of six alternating compiles), and ran level (0.99-1.01x, one process alternating).
 constexpr int64_t kMaxTripsNotInterleaved = 128;
 // An interleaved exp loop's vector body takes this many elements an iteration at most (4
 // vectors of 8 floats with AVX2; see emitFor).
@@ -653,7 +656,14 @@ private:
 
   // Whether `s` is a vectorized loop whose exp the vectorizer interleaves (CodegenOptions).
   bool interleavesExp(const StmtNode &s) const {
-    return s.forKind == ForKind::Vectorize && options_.expInterleave > 1 && computesExp(s.body);
+    return s.forKind == ForKind::Vectorize && options_.expInterleave > 1 && computesExp(s.body) &&
+           !isShort(s);
+  }
+
+  // Whether `s` runs at most kMaxTripsNotInterleaved trips.
+  static bool isShort(const StmtNode &s) {
+    const std::optional<int64_t> trips = mostTrips(s.value);
+    return trips && *trips <= kMaxTripsNotInterleaved;
   }
 
   // for name in [begin, end) { body }, at the insertion point. A `remainder` of an interleaved
@@ -692,11 +702,11 @@ private:
     // times.
     if (s.forKind != ForKind::Vectorize && addressesThroughLoads(s.body))
       setLoopHint(latch, "llvm.loop.vectorize.enable", llvm::ConstantInt::getFalse(ctx_));
+    else if (s.forKind == ForKind::Vectorize && isShort(s))
+      setLoopHint(latch, "llvm.loop.interleave.count", b_.getInt32(1));
     else if (s.forKind == ForKind::Vectorize && options_.expInterleave > 0 && computesExp(s.body))
       setLoopHint(latch, "llvm.loop.interleave.count",
                   b_.getInt32(remainder ? 1 : uint32_t(options_.expInterleave)));
-    else if (s.forKind == ForKind::Vectorize && trips && *trips <= kMaxTripsNotInterleaved)
-      setLoopHint(latch, "llvm.loop.interleave.count", b_.getInt32(1));
     b_.SetInsertPoint(exit);
   }
 

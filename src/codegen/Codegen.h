@@ -32,7 +32,8 @@ struct CodegenOptions {
   /// (codegen/SplitKernel.h). Where they stay in one module, the optimizer inlines them back.
   bool outlineNests = true;
   /// Vectorized loops that compute exp interleave this many vectors (0: the vectorizer's
-  /// choice, which is one on a 16-register target: see Engine.cpp). -1: the host's.
+  /// choice, which is one on a 16-register target: see Engine.cpp), but those of at most 128
+  /// trips. -1: the host's.
   int expInterleave = -1;
 };
 
