@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
-
+#include <functional>
 #include <regex>
 #include <string>
 
@@ -159,26 +159,36 @@ TEST(Codegen, ExpLoopsOfRuntimeLengthsLeaveTheScalarLessThanAVector) {
   EXPECT_THAT(ir, testing::Not(testing::HasSubstr("i.whole"))) << ir;
 }
 
+// Two vectorized loops of `of(x[i])` over input x: i's of 128 trips into a, j's of `longTrips`
+// into b.
+loops::Program shortAndLongLoops(const char *name, int64_t longTrips,
+                                 const std::function<loops::Expr(loops::Expr)> &of) {
+  using namespace loops;
+  const int64_t shortTrips = 128;
+  Program program;
+  program.name = name;
+  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(longTrips), nullptr},
+                     {"a", ElemKind::F32, BufferRole::Output, 0, intConst(shortTrips), nullptr},
+                     {"b", ElemKind::F32, BufferRole::Output, 1, intConst(longTrips), nullptr}};
+  program.workspaceBytes = intConst(0);
+  auto loop = [&](int buffer, int64_t trips, const char *var) {
+    Expr i = loops::var(var, ElemKind::Index);
+    return forLoop(var, intConst(trips), ForKind::Vectorize,
+                   {store(buffer, i, of(load(0, i, ElemKind::F32)))});
+  };
+  program.body = {loop(1, shortTrips, "i"), loop(2, longTrips, "j")};
+  return program;
+}
+
 // A vectorized loop of a few vectors (attention's softmax rows of 128) asks for no interleaving,
 // which would only multiply its IR; a long one leaves the choice to the vectorizer. Both compute
 // what they say.
 TEST(Codegen, ShortVectorizedLoopsAreNotInterleaved) {
   using namespace loops;
   const int64_t shortTrips = 128, longTrips = 4096;
-  Program program;
-  program.name = "short_and_long_loops";
-  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(longTrips), nullptr},
-                     {"a", ElemKind::F32, BufferRole::Output, 0, intConst(shortTrips), nullptr},
-                     {"b", ElemKind::F32, BufferRole::Output, 1, intConst(longTrips), nullptr}};
-  program.workspaceBytes = intConst(0);
-  auto twice = [](int buffer, int64_t trips, const char *name) {
-    Expr i = var(name, ElemKind::Index);
-    return forLoop(
-        name, intConst(trips), ForKind::Vectorize,
-        {store(buffer, i,
-               binary(OpKind::MulF, load(0, i, ElemKind::F32), floatConst(2, ElemKind::F32)))});
-  };
-  program.body = {twice(1, shortTrips, "i"), twice(2, longTrips, "j")};
+  Program program = shortAndLongLoops("short_and_long_loops", longTrips, [](Expr x) {
+    return binary(OpKind::MulF, std::move(x), floatConst(2, ElemKind::F32));
+  });
   std::string ir = jit::Engine::instance().emit(program, {}, jit::Output::LLVM);
   // The short loop's latch carries the hint, the long one's no loop metadata at all.
   EXPECT_THAT(ir, testing::HasSubstr("!{!\"llvm.loop.interleave.count\", i32 1}"));
@@ -204,18 +214,8 @@ TEST(Codegen, ShortVectorizedLoopsAreNotInterleaved) {
 TEST(Codegen, ShortExpLoopsAreNotInterleaved) {
   using namespace loops;
   const int64_t shortTrips = 128, longTrips = 1024;
-  Program program;
-  program.name = "short_and_long_exp_loops";
-  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(longTrips), nullptr},
-                     {"a", ElemKind::F32, BufferRole::Output, 0, intConst(shortTrips), nullptr},
-                     {"b", ElemKind::F32, BufferRole::Output, 1, intConst(longTrips), nullptr}};
-  program.workspaceBytes = intConst(0);
-  auto exp = [](int buffer, int64_t trips, const char *name) {
-    Expr i = var(name, ElemKind::Index);
-    return forLoop(name, intConst(trips), ForKind::Vectorize,
-                   {store(buffer, i, unary(OpKind::Exp, load(0, i, ElemKind::F32)))});
-  };
-  program.body = {exp(1, shortTrips, "i"), exp(2, longTrips, "j")};
+  Program program = shortAndLongLoops("short_and_long_exp_loops", longTrips,
+                                      [](Expr x) { return unary(OpKind::Exp, std::move(x)); });
   CodegenOptions options;
   options.expInterleave = 4;
   std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
