@@ -2097,11 +2097,7 @@ private:
     return body;
   }
 
-  // The end of contraction.gather and contraction.ranks: the m blocks of `buildTile(MR, first
-  // row)` in parallel (`work` elements of the nest in all), one shorter tile for the rows MR
-  // leaves over, then each pair's sum, `pairSum` at row vars[m], added to the output (none when
-  // null: the tiles added to it in place). With
-  // `kBlocks` > 1, the m blocks and the shorter tile run once per k block, k_block by k_block.
+  // `rows` in whole tiles of `tileRows`.
   static int64_t roundUp(int64_t rows, int64_t tileRows) {
     return (rows + tileRows - 1) / tileRows * tileRows;
   }
@@ -2123,6 +2119,12 @@ private:
     return rowsRead;
   }
 
+  // The end of contraction.gather and contraction.ranks: the m blocks of `buildTile(MR, first
+  // row)` in parallel (`work` elements of the nest in all), then each pair's sum, `pairSum` at
+  // row vars[m], added to the output. The rows MR leaves over take the last m block, which runs
+  // past the rows (tileRowsToRead) when the sums are in a temporary, or else (`pairSum` null:
+  // the tiles added to the output in place) one shorter tile. With `kBlocks` > 1, the m blocks
+  // and the shorter tile run once per k block, k_block by k_block.
   void emitSlotTiles(GenericView &g, const TensorStorage &result, const Strategy &s,
                      const std::function<Stmt(int, const Expr &)> &buildTile, const Expr &mBlock,
                      int64_t rows, int64_t work, int64_t pairs, const std::vector<Expr> &vars,
