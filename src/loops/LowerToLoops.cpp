@@ -2070,7 +2070,7 @@ private:
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * slots, pairs, vars, overPairs,
                   load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem),
-                  kBlock, 1, stmts);
+                  pastTheEnd, kBlock, 1, stmts);
     return stmts;
   }
 
@@ -2097,10 +2097,8 @@ private:
     return body;
   }
 
-  // `rows` in whole tiles of `tileRows`.
-  static int64_t roundUp(int64_t rows, int64_t tileRows) {
-    return (rows + tileRows - 1) / tileRows * tileRows;
-  }
+  // `n` rounded up to a multiple of `step`.
+  static int64_t roundUp(int64_t n, int64_t step) { return (n + step - 1) / step * step; }
 
   // The rows of `rows` a slot tile of `tileRows` from `firstRow` reads: each its own, but where
   // the nest's last tile runs past the rows (`pastTheEnd`, see emitSlotTiles), the last row again
@@ -2121,20 +2119,19 @@ private:
 
   // The end of contraction.gather and contraction.ranks: the m blocks of `buildTile(MR, first
   // row)` in parallel (`work` elements of the nest in all), then each pair's sum, `pairSum` at
-  // row vars[m], added to the output. The rows MR leaves over take the last m block, which runs
-  // past the rows (tileRowsToRead) when the sums are in a temporary, or else (`pairSum` null:
-  // the tiles added to the output in place) one shorter tile. With `kBlocks` > 1, the m blocks
-  // and the shorter tile run once per k block, k_block by k_block.
+  // row vars[m], added to the output (none when null: the tiles added to it in place). The rows
+  // MR leaves over take the last m block when it may run past the rows (`pastTheEnd`: the
+  // caller's tiles read through tileRowsToRead and store into sums of whole tiles), else one
+  // shorter tile. With `kBlocks` > 1, the m blocks and the shorter tile run once per k block,
+  // k_block by k_block.
   void emitSlotTiles(GenericView &g, const TensorStorage &result, const Strategy &s,
                      const std::function<Stmt(int, const Expr &)> &buildTile, const Expr &mBlock,
                      int64_t rows, int64_t work, int64_t pairs, const std::vector<Expr> &vars,
                      const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs,
-                     const Expr &pairSum, const Expr &kBlock, int64_t kBlocks,
+                     const Expr &pairSum, bool pastTheEnd, const Expr &kBlock, int64_t kBlocks,
                      std::vector<Stmt> &stmts) {
-    // With the sums in a temporary (pairSum), the last tile runs past the rows (see
-    // tileRowsToRead): no tile of its own for the rows left over.
-    const bool wholeTiles = pairSum || rows % s.tileM == 0;
-    const int64_t mTrips = pairSum ? roundUp(rows, s.tileM) / s.tileM : rows / s.tileM;
+    const bool wholeTiles = pastTheEnd || rows % s.tileM == 0;
+    const int64_t mTrips = pastTheEnd ? roundUp(rows, s.tileM) / s.tileM : rows / s.tileM;
     std::vector<Stmt> tiles;
     if (kBlocks > 1 && wholeTiles && mTrips % kRowParts == 0) {
       // The k blocks inside the parallel loop, over parts of the rows: one parallel loop rather
@@ -2463,7 +2460,7 @@ private:
     // The slots: the pairs rounded up to whole tiles of NR vectors; a runtime count of pairs
     // (partial specialization) sizes them at run time.
     const int64_t tileSlots = s.tileN * lanes;
-    Expr width = intConst((pairs + tileSlots - 1) / tileSlots * tileSlots);
+    Expr width = intConst(roundUp(pairs, tileSlots));
     if (!asConstant(pairCount))
       width =
           mul(quotient(add(pairCount, intConst(tileSlots - 1)), tileSlots), intConst(tileSlots));
@@ -2713,8 +2710,8 @@ private:
     Expr o = vars[s.dimM];
     Expr slotOfPair = s.ranksByChoice ? loadIndex(slotOf, pair) : pair;
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
-                  inPlace ? nullptr : load(sums, add(mul(o, width), slotOfPair), elem), kBlock,
-                  s.kBlocksInTile ? 1 : kBlocks, stmts);
+                  inPlace ? nullptr : load(sums, add(mul(o, width), slotOfPair), elem), pastTheEnd,
+                  kBlock, s.kBlocksInTile ? 1 : kBlocks, stmts);
     return stmts;
   }
 
