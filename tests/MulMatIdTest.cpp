@@ -17,6 +17,7 @@
 // modes and with T = 32 in specialized mode. Generic T = 32 is left to the benchmarks: without
 // fusion it materializes the gathered per-slot weight copy, 2 * 32 * 3584 * 1024 floats (940 MB).
 #include "TestSupport.h"
+#include "ToolSupport.h"
 #include "oracles/EmbeddingRopeMoe.h"
 #include "oracles/Oracles.h"
 
@@ -376,6 +377,59 @@ TEST(MulMatIdRowsLeftOver, TheLastTileRunsPastTheRows) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       for (Routing routing : {Routing::Distinct, Routing::Same, Routing::Repeated})
         checkMulMatId(d, routing, Mode::Specialized, fn);
+  }
+}
+
+// The output's fill, when only the contraction reads it: sums read back from slot temporaries
+// add to the fill's value and the output is never filled, while tiles that add to the output in
+// place (ranks in order, whose slots are the pairs where they are) follow its fill. A fill of
+// 0.5 instead of the component's 0, so that a sum read back without it would show.
+TEST(MulMatIdFill, SumsReadBackAddToTheFillInsteadOfTheOutput) {
+  std::string text = readFile(componentPath("moe/mul_mat_id.mlir"));
+  const std::string zero = "%zero = arith.constant 0.0 : f32";
+  ASSERT_NE(text.find(zero), std::string::npos);
+  text.replace(text.find(zero), zero.size(), "%zero = arith.constant 0.5 : f32");
+  const MoeDims d{17, 40, 8, 2, 32};
+  const std::vector<std::string> types = {fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
+                                          fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
+                                          fmt::format("{}x{}xi32", d.used, d.tokens)};
+  const float bound = 1.0f / std::sqrt(static_cast<float>(d.nIn));
+  auto weights = oracle::randomFloats(d.nOut * d.nIn * d.experts, 5, -bound, bound);
+  auto input = oracle::randomFloats(d.nIn * d.used * d.tokens, 6);
+  auto ids = makeIds(Routing::Repeated, d.experts, d.used, d.tokens, 7);
+  auto expected = oracle::mulMatId(weights.data(), input.data(), ids.data(), d.nOut, d.nIn,
+                                   d.experts, d.used, d.tokens);
+  for (double &e : expected)
+    e += 0.5;
+  struct Case {
+    const char *config;
+    bool inPlace;
+  };
+  for (Case c : {Case{"pipeline=contraction.ranks,ranks=by-choice", false},
+                 Case{"pipeline=contraction.gather", false},
+                 Case{"pipeline=contraction.ranks,ranks=in-order", true}}) {
+    SCOPED_TRACE(c.config);
+    Context forced(withConfig(c.config));
+    Function fn = forced.loadString(text, "mul_mat_id_half.mlir").function("mul_mat_id");
+    const std::string loops = fn.emit(Stage::Loops, types);
+    const bool filled = loops.find("] = 0.5f\n") != std::string::npos;
+    EXPECT_EQ(filled, c.inPlace) << loops;
+    EXPECT_EQ(loops.find("(0.5f + by_slot[") != std::string::npos, !c.inPlace) << loops;
+    if (c.inPlace) { // filled before the tiles add to it
+      EXPECT_LT(loops.find("] = 0.5f\n"), loops.find(" parallel")) << loops;
+    }
+    std::vector<Arg> args{Tensor::borrow(weights.data(), DType::F32, {d.nOut, d.nIn, d.experts}),
+                          Tensor::borrow(input.data(), DType::F32, {d.nIn, d.used, d.tokens}),
+                          Tensor::borrow(ids.data(), DType::I32, {d.used, d.tokens})};
+    for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+      Kernel kernel = fn.specialize(args, mode);
+      GuardedOutput out({d.nOut, d.used, d.tokens});
+      std::vector<Tensor> outputs{out.tensor()};
+      kernel.run(args, outputs); // the output holds NaNs before: none may show through
+      EXPECT_EQ(out.guardsIntact(), "");
+      auto cmp = oracle::compare(out.data(), expected, kRtol, kAtol);
+      EXPECT_TRUE(cmp.ok) << modeName(mode) << ": " << cmp.describe();
+    }
   }
 }
 

@@ -627,12 +627,14 @@ private:
     return stmts;
   }
 
-  void emitFill(Expr value, const TensorStorage &t) {
-    const Buffer &b = out_.program.buffers[t.buffer];
-    auto nest = loopNest(t.dims, [&](const std::vector<Expr> &iv) {
+  std::vector<Stmt> fillNest(const Expr &value, const TensorStorage &t) {
+    return loopNest(t.dims, [&](const std::vector<Expr> &iv) {
       return std::vector<Stmt>{store(t.buffer, linearIndex(iv, t.dims), value)};
     });
-    (void)b;
+  }
+
+  void emitFill(Expr value, const TensorStorage &t) {
+    std::vector<Stmt> nest = fillNest(value, t);
     append(nest);
   }
 
@@ -700,17 +702,20 @@ private:
     Strategy strategy = chooseStrategy(g, extents, result);
     if (emitOneTokenBranch(g, result, strategy, extents))
       return;
-    // Only outer tiles run k blocks (their first starts from the fill).
-    const bool tilesStartFromFill =
+    // Only outer tiles run k blocks (their first starts from the fill). The gathers' sums read
+    // back from their slots add to the fill instead of the output.
+    const bool startsFromFill =
         strategy.pipeline == Pipeline::ContractionOuter ||
-        (strategy.pipeline == Pipeline::ContractionDot && !strategy.blockK);
-    Expr fill = takeFillFor(op, tilesStartFromFill);
+        (strategy.pipeline == Pipeline::ContractionDot && !strategy.blockK) ||
+        strategy.pipeline == Pipeline::ContractionRanks ||
+        strategy.pipeline == Pipeline::ContractionGather;
+    Expr fill = takeFillFor(op, startsFromFill);
     if (strategy.pipeline == Pipeline::ContractionRanks) {
-      emitRanksByTokens(g, result, strategy, extents);
+      emitRanksByTokens(g, result, strategy, extents, fill);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionGather) {
-      emitCheckedGather(g, result, strategy, extents);
+      emitCheckedGather(g, result, strategy, extents, fill);
       return;
     }
     if (strategy.pipeline == Pipeline::ContractionChoices) {
@@ -1219,7 +1224,7 @@ private:
     }
     current_ = &otherwise;
     if (general.pipeline == Pipeline::ContractionRanks)
-      emitRanksByTokens(g, result, general, extents);
+      emitRanksByTokens(g, result, general, extents, nullptr);
     else
       emitContraction(g, result, general, extents, nullptr);
     for (auto tier = tiers.rbegin(); tier != tiers.rend(); ++tier)
@@ -1256,14 +1261,14 @@ private:
   // took 12.7-13.3 ms, 16.5-16.9 before, and S9 4.0-4.2, 5.5-5.7 before). Every ranks nest is
   // emitted here, after a branch for one token or not.
   void emitRanksByTokens(GenericView &g, const TensorStorage &result, const Strategy &general,
-                         const std::vector<Expr> &extents) {
+                         const std::vector<Expr> &extents, const Expr &fill) {
     const int tokens = onlyRuntimeDim(extents);
     std::optional<Strategy> few =
         tokens < 0 ? std::nullopt
                    : strategyIfItFits(g, withTokens(extents, tokens, kFewTokens), result);
     if (!few || few->pipeline != Pipeline::ContractionRanks || few->lanes != general.lanes ||
         few->blockK == general.blockK) {
-      emitCheckedGather(g, result, general, extents);
+      emitCheckedGather(g, result, general, extents, fill);
       return;
     }
     Strategy forFew = general;
@@ -1271,9 +1276,9 @@ private:
     std::vector<Stmt> whenFew, otherwise;
     std::vector<Stmt> *enclosing = current_;
     current_ = &whenFew;
-    emitCheckedGather(g, result, forFew, extents);
+    emitCheckedGather(g, result, forFew, extents, fill);
     current_ = &otherwise;
-    emitCheckedGather(g, result, general, extents);
+    emitCheckedGather(g, result, general, extents, fill);
     current_ = enclosing;
     current_->push_back(ifThen(cmp("sle", extents[tokens], intConst(kFewTokens)),
                                std::move(whenFew), std::move(otherwise)));
@@ -1950,7 +1955,7 @@ private:
   // slot (zero in the padding). Then, m blocks in parallel, an MR x 1 tile of accumulators per
   // vector of slots in use, stored by slot; and each pair's output read back from its slot.
   std::vector<Stmt> groupedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
-                                  const std::vector<Expr> &extents) {
+                                  const std::vector<Expr> &extents, const Expr &fill) {
     const Op &op = g.op;
     const int lanes = s.lanes;
     const int numLoops = g.numLoops();
@@ -2069,7 +2074,7 @@ private:
     };
     Expr o = vars[s.dimM];
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * slots, pairs, vars, overPairs,
-                  load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem),
+                  load(sorted, add(mul(o, intConst(slots)), loadIndex(slotOf, pair)), elem), fill,
                   pastTheEnd, kBlock, 1, stmts);
     return stmts;
   }
@@ -2119,7 +2124,10 @@ private:
 
   // The end of contraction.gather and contraction.ranks: the m blocks of `buildTile(MR, first
   // row)` in parallel (`work` elements of the nest in all), then each pair's sum, `pairSum` at
-  // row vars[m], added to the output (none when null: the tiles added to it in place). The rows
+  // row vars[m], added to the output (none when null: the tiles added to it in place). `fill`,
+  // when not null, is what the output holds before the nest (takeFillFor): the sums read back
+  // add to it instead of loading the output, which is then never filled (S9 at 32 tokens filled
+  // 896 KiB on one thread before its tiles), and tiles that add in place follow its fill. The rows
   // MR leaves over take the last m block when it may run past the rows (`pastTheEnd`: the
   // caller's tiles read through tileRowsToRead and store into sums of whole tiles), else one
   // shorter tile. With `kBlocks` > 1, the m blocks and the shorter tile run once per k block,
@@ -2128,8 +2136,8 @@ private:
                      const std::function<Stmt(int, const Expr &)> &buildTile, const Expr &mBlock,
                      int64_t rows, int64_t work, int64_t pairs, const std::vector<Expr> &vars,
                      const std::function<std::vector<Stmt>(std::vector<Stmt>)> &overPairs,
-                     const Expr &pairSum, bool pastTheEnd, const Expr &kBlock, int64_t kBlocks,
-                     std::vector<Stmt> &stmts) {
+                     const Expr &pairSum, const Expr &fill, bool pastTheEnd, const Expr &kBlock,
+                     int64_t kBlocks, std::vector<Stmt> &stmts) {
     const bool wholeTiles = pastTheEnd || rows % s.tileM == 0;
     const int64_t mTrips = pastTheEnd ? roundUp(rows, s.tileM) / s.tileM : rows / s.tileM;
     std::vector<Stmt> tiles;
@@ -2160,13 +2168,18 @@ private:
         tiles[0]->comment = "each m block adds the k block's products to its slots";
       }
     }
+    if (!pairSum && fill) {
+      std::vector<Stmt> filled = fillNest(fill, result);
+      stmts.insert(stmts.end(), filled.begin(), filled.end());
+    }
     stmts.insert(stmts.end(), tiles.begin(), tiles.end());
     if (!pairSum)
       return; // the tiles added to the output in place
     Expr outIndex = accessIndex(g.outputMap(), vars, result.dims);
-    Stmt unpack =
-        forLoop(vars[s.dimM]->name, intConst(rows), ForKind::Parallel,
-                overPairs({addToOutput(result, outIndex, pairSum, g.op.result()->type.elem)}));
+    Stmt readBack = fill ? store(result.buffer, outIndex, binary(OpKind::AddF, fill, pairSum))
+                         : addToOutput(result, outIndex, pairSum, g.op.result()->type.elem);
+    Stmt unpack = forLoop(vars[s.dimM]->name, intConst(rows), ForKind::Parallel,
+                          overPairs({std::move(readBack)}));
     unpack->bound = minChunk(rows * pairs, rows);
     unpack->comment = "read each pair's sum back from its slot";
     stmts.push_back(unpack);
@@ -2262,12 +2275,12 @@ private:
   // contraction.gather or contraction.ranks, its choices checked whatever the bounds checks: a
   // wrong one would count outside the per-choice counts (gather) or pick another lane (ranks).
   void emitCheckedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
-                         const std::vector<Expr> &extents) {
+                         const std::vector<Expr> &extents, const Expr &fill) {
     GatherParts parts = gatherParts(g, extents);
     checkChoices(parts.extract, parts.choices);
     std::vector<Stmt> stmts = s.pipeline == Pipeline::ContractionGather
-                                  ? groupedGather(g, result, s, extents)
-                                  : rankedGather(g, result, s, extents);
+                                  ? groupedGather(g, result, s, extents, fill)
+                                  : rankedGather(g, result, s, extents, fill);
     append(stmts);
   }
 
@@ -2444,7 +2457,7 @@ private:
   // accumulated over the whole k (or one k block), stored by slot; and each pair's output read
   // back from its slot, unless the slots were the output itself.
   std::vector<Stmt> rankedGather(GenericView &g, const TensorStorage &result, const Strategy &s,
-                                 const std::vector<Expr> &extents) {
+                                 const std::vector<Expr> &extents, const Expr &fill) {
     const Op &op = g.op;
     const int numLoops = g.numLoops();
     auto extent = [&](int d) { return *asConstant(extents[d]); };
@@ -2710,8 +2723,8 @@ private:
     Expr o = vars[s.dimM];
     Expr slotOfPair = s.ranksByChoice ? loadIndex(slotOf, pair) : pair;
     emitSlotTiles(g, result, s, buildTile, mBlock, rows, rows * k * pairs, pairs, vars, overPairs,
-                  inPlace ? nullptr : load(sums, add(mul(o, width), slotOfPair), elem), pastTheEnd,
-                  kBlock, s.kBlocksInTile ? 1 : kBlocks, stmts);
+                  inPlace ? nullptr : load(sums, add(mul(o, width), slotOfPair), elem), fill,
+                  pastTheEnd, kBlock, s.kBlocksInTile ? 1 : kBlocks, stmts);
     return stmts;
   }
 
