@@ -459,7 +459,8 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
       "contraction.gather m=d0 n=- k=d3 tile=5x1 lanes=8");
   // Fewer choices than a 256-bit vector, or more than the lanes, are no ranks.
   EXPECT_THAT(error(mulMatIdNest(64, 64, 4, 2, 32), "pipeline=contraction.ranks"),
-              testing::HasSubstr("4 choices are not a vector of 256 bits or more"));
+              testing::HasSubstr("a row's 4 choices take 128 bits, where a vector of them needs "
+                                 "256 bits or more and 8 lanes at most"));
   EXPECT_THAT(error(mulMatIdNest(64, 64, 8, 2, 2), "pipeline=contraction.ranks"),
               testing::HasSubstr("4 pairs fill no vector of 8"));
   EXPECT_EQ(loops::describe(

@@ -561,8 +561,9 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   if (pairs == 0)
     return std::nullopt;
   if (choices > lanes || choices * nest.elemBits < 256) {
-    why = fmt::format("{} choices are not a vector of 256 bits or more, nor at most {} lanes",
-                      choices, lanes);
+    why = fmt::format("a row's {} choices take {} bits, where a vector of them needs 256 bits or "
+                      "more and {} lanes at most",
+                      choices, choices * nest.elemBits, lanes);
     return std::nullopt;
   }
   if (pairs < lanes) {
