@@ -63,13 +63,20 @@ void checkMatmul(Context &ctx, const std::string &function, const Shape &s, Mode
 // A few rows stream a B of 1 MiB or more as one row does (up to 6 with AVX2, 12 with AVX-512):
 // 12 rows with 3 rows left over in each half of k (12x1030), k odd (5x1025, parts of N), fewer
 // rows of B than a step (6x3), each step prefetching the next part's rows (8x4096).
+// Dims that no vector width divides (1001, 29, 77, 9, 11, 103, 13, 259) take whole vectors and
+// their last columns one lane wide, over all of k after the k blocks: B packed and read in
+// place, one row and a leftover tile of rows, k blocks in groups of n blocks (64x512x259,
+// 24x2048x259) and not (64x2048x13).
 // The last three are empty nests: no rows, no columns, and an empty sum (all zeros).
 const Shape kShapes[] = {
-    {1, 1, 1},       {1, 8, 8},    {3, 5, 7},       {7, 16, 24},     {13, 64, 40},   {17, 100, 32},
-    {2, 300, 64},    {6, 512, 96}, {37, 512, 128},  {128, 256, 256}, {33, 1024, 48}, {1, 4096, 64},
-    {64, 2048, 512}, {1, 10, 48},  {1, 2, 16},      {1, 5, 32},      {128, 512, 40}, {9, 36, 20},
-    {1, 520, 36},    {21, 12, 12}, {12, 1030, 256}, {5, 1025, 256},  {6, 3, 87392},  {8, 4096, 64},
-    {0, 8, 16},      {5, 8, 0},    {5, 0, 16},
+    {1, 1, 1},       {1, 8, 8},      {3, 5, 7},       {7, 16, 24},    {13, 64, 40},
+    {17, 100, 32},   {2, 300, 64},   {6, 512, 96},    {37, 512, 128}, {128, 256, 256},
+    {33, 1024, 48},  {1, 4096, 64},  {64, 2048, 512}, {1, 10, 48},    {1, 2, 16},
+    {1, 5, 32},      {128, 512, 40}, {9, 36, 20},     {1, 520, 36},   {21, 12, 12},
+    {12, 1030, 256}, {5, 1025, 256}, {6, 3, 87392},   {8, 4096, 64},  {32, 300, 1001},
+    {37, 53, 29},    {1, 300, 77},   {128, 64, 9},    {5, 7, 11},     {300, 17, 103},
+    {64, 2048, 13},  {64, 512, 259}, {24, 2048, 259}, {0, 8, 16},     {5, 8, 0},
+    {5, 0, 16},
 };
 
 class MatmulTest : public testing::TestWithParam<std::tuple<Shape, std::string, Mode>> {};
@@ -92,7 +99,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
 // Every override that fits gives the oracle's answer; the strategy it asked for is the one the
 // loop IR reports. With k blocks, the next k block's panel is packed a chunk of rows after each
 // m block: 3x1 at k-block 64 over 37 rows packs 8 rows after each of the first 8 of 12 tiles,
-// 6x1 at k-block 128 packs 32 rows (22 would not divide 128) after 4 of 6.
+// 6x1 at k-block 128 packs 32 rows (22 would not divide 128) after 4 of 6. The same with columns
+// left over after the n blocks, which run over all of k.
 class MatmulConfigTest : public testing::TestWithParam<std::string> {};
 
 TEST_P(MatmulConfigTest, OverridesKeepResults) {
@@ -103,6 +111,8 @@ TEST_P(MatmulConfigTest, OverridesKeepResults) {
         GetParam().find("k-block") == std::string::npos)
       checkMatmul(ctx, "matmul_transpose_b", s, Mode::Specialized);
   }
+  // Three columns left over after 16 vectors (NR of 1, 2 and 4 divide them).
+  checkMatmul(ctx, "matmul", Shape{37, 512, 131}, Mode::Specialized);
   std::string loops = ctx.load(componentPath("linear/matmul.mlir"))
                           .function("matmul")
                           .emit(Stage::Loops, {"37x512xf32", "512x128xf32"});
@@ -127,6 +137,24 @@ INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
                                c = '_';
                            return name;
                          });
+
+// A dim of no whole vectors: the columns past its whole vectors run after the parallel loop of
+// groups of n blocks, one lane wide, down every m block, over all 512 of k rather than the k
+// blocks of 256 the n blocks take (the oracle checks the results: kShapes, 64x512x259).
+TEST(MatmulColumnsLeftOver, RunAfterTheNBlocksOverAllOfK) {
+  std::string loops = context()
+                          .load(componentPath("linear/matmul.mlir"))
+                          .function("matmul")
+                          .emit(Stage::Loops, {"64x512xf32", "512x259xf32"});
+  EXPECT_THAT(loops, testing::HasSubstr("tile=2x4 lanes=8 k-block=256 pack=#1 n-group=4"));
+  const size_t groups = loops.find("for n_group in 0..2 parallel");
+  const size_t left = loops.find("\n  for n_left in 0..3 {\n    for m_block_1 in 0..32 {");
+  ASSERT_NE(groups, std::string::npos) << loops;
+  ASSERT_NE(left, std::string::npos) << loops;
+  EXPECT_LT(groups, left);
+  EXPECT_NE(loops.find("for d2 in 0..512 {", left), std::string::npos) << loops;
+  EXPECT_NE(loops.find("w[((256 + n_left) + (d2 * 259))]", left), std::string::npos) << loops;
+}
 
 // `frank.config` on one matmul of two chained ones: it holds for that op alone, wins over
 // --config where both set a field, and the pair still computes x w1 w2 (the oracle chains the

@@ -500,6 +500,23 @@ TEST(Strategy, NarrowerVectorsForDimsOfPartVectors) {
             "contraction.dot m=d0 n=d1 k=d2 tile=4x4 lanes=8");
 }
 
+// A dim that no vector width divides (a vocabulary of 1001) still takes register tiles over
+// its whole vectors, with the strategy of those alone (k blocks, packing, groups of n blocks),
+// its last columns one lane wide, rather than a row reduction reading B down its columns.
+TEST(Strategy, ColumnsLeftOverOfNoWholeVectors) {
+  EXPECT_EQ(choose(matmulNest(32, 1024, 1001)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=8x1 lanes=8 pack=#1");
+  EXPECT_EQ(choose(matmulNest(128, 4096, 1025)), choose(matmulNest(128, 4096, 1024)));
+  EXPECT_EQ(choose(matmulNest(128, 4096, 1025)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=16");
+  EXPECT_EQ(choose(matmulNest(1, 300, 77)), "contraction.outer m=- n=d1 k=d2 tile=1x3 lanes=8");
+  EXPECT_EQ(choose(matmulNest(128, 512, 41), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=8x2 lanes=16 pack=#1");
+  // A whole number of narrower vectors still comes first; fewer columns than a vector stay loops.
+  EXPECT_THAT(choose(matmulNest(128, 512, 36)), testing::HasSubstr(" lanes=4 "));
+  EXPECT_EQ(choose(matmulNest(3, 5, 7)), "row-reduction");
+}
+
 TEST(Strategy, WhyPlainLoops) {
   NestShape rowSum;
   rowSum.extents = {32, 4096};

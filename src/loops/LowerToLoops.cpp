@@ -1421,13 +1421,15 @@ private:
     const Expr nBlockStart = mul(nBlock, intConst(s.tileN * nStep));
     // The loop coordinates of accumulator (r, c) of a tile starting at row `firstRow` and
     // column `firstColumn`.
-    auto coordinates = [&](const Expr &firstRow, const Expr &firstColumn, int r, int c) {
+    // `wholeK`: outer's columns left over, which run over all of k after the k blocks.
+    auto coordinates = [&](const Expr &firstRow, const Expr &firstColumn, int r, int c,
+                           bool wholeK = false) {
       std::vector<Expr> iv = vars;
       if (s.dimM >= 0)
         iv[s.dimM] = add(firstRow, intConst(r));
       if (s.dimN >= 0)
         iv[s.dimN] = add(firstColumn, intConst(c * nStep));
-      if (outer && s.blockK)
+      if (outer && s.blockK && !wholeK)
         iv[s.dimK] = add(mul(kBlock, intConst(s.blockK)), vars[s.dimK]);
       if (!outer)
         iv[s.dimK] = mul(vars[s.dimK], intConst(lanes));
@@ -1623,13 +1625,15 @@ private:
                                 !outMap.results.back().isConstant &&
                                 outMap.results.back().value == s.dimN;
     // A tile of `rows` x `columns` accumulators (NR columns unless n has some left over):
-    // declared, run through the reduction, stored. outer's columns left over over a runtime n
-    // are one lane wide and read B in place (`width` 1): the panels hold whole n blocks.
+    // declared, run through the reduction, stored. outer's columns left over are one lane wide
+    // and read B in place (`width` 1): the panels hold whole n blocks; they run after the n
+    // blocks, outside any k blocks, over all of k.
     auto buildTile = [&](int rows, const Expr &firstRow, int columns = 0,
                          const Expr &firstColumn = nullptr, int width = 0) {
       if (columns == 0)
         columns = s.tileN;
       const int accLanes = outer && width ? width : lanes;
+      const bool wholeK = outer && width != 0;
       const Expr &column0 = firstColumn ? firstColumn : nBlockStart;
       const bool sumRows = rowsContiguous && columns == s.tileN;
       std::vector<Stmt> init, step, fini;
@@ -1637,7 +1641,7 @@ private:
       std::map<std::tuple<int, int, int>, Expr> loaded; // (input, row or -1, column or -1)
       for (int r = 0; r < rows; ++r)
         for (int c = 0; c < columns; ++c) {
-          std::vector<Expr> iv = coordinates(firstRow, column0, r, c);
+          std::vector<Expr> iv = coordinates(firstRow, column0, r, c, wholeK);
           std::unordered_map<const Value *, Expr> values;
           for (int i = 0; i < g.numInputs(); ++i) {
             const Value *arg = g.body().arguments[i].get();
@@ -1671,9 +1675,9 @@ private:
           if (outer) {
             Expr before = load(result.buffer, outIndex, elem, accLanes);
             if (fill)
-              before = s.blockK ? select(cmp("eq", kBlock, intConst(0)), broadcast(fill, accLanes),
-                                         std::move(before))
-                                : broadcast(fill, accLanes);
+              before = s.blockK && !wholeK ? select(cmp("eq", kBlock, intConst(0)),
+                                                    broadcast(fill, accLanes), std::move(before))
+                                           : broadcast(fill, accLanes);
             init.push_back(local(acc, std::move(before)));
             fini.push_back(store(result.buffer, outIndex, var(acc, elem, accLanes)));
           } else if (sumRows) {
@@ -1709,14 +1713,14 @@ private:
       std::vector<Stmt> stmts = std::move(step);
       for (auto d = reductionOrder.rbegin(); d != reductionOrder.rend(); ++d) {
         Expr trips = extents[*d];
-        if (*d == s.dimK && outer && s.blockK)
+        if (*d == s.dimK && outer && s.blockK && !wholeK)
           trips = intConst(s.blockK);
         else if (*d == s.dimK && !outer)
           trips = intConst(extent(*d) / lanes);
         if (*d == s.dimK && visible && visible->key == s.dimK) {
           // The keys from this k block's first up to the last one a row sees.
           Expr seen = add(lastVisibleKey(firstRow, rows), intConst(1));
-          if (s.blockK)
+          if (s.blockK && !wholeK)
             seen = binary(OpKind::SubI, seen, mul(kBlock, intConst(s.blockK)));
           trips = tripsUpTo(trips, seen);
         }
@@ -1769,12 +1773,15 @@ private:
     };
     std::vector<Stmt> leftover = rowsLeftOver();
 
-    // A runtime N: the columns left over after the n blocks, one at a time (outer's one lane
-    // wide), each down the m blocks and the rows those leave over.
+    // A runtime N, or a constant one that is no whole number of n blocks (outer's n that is no
+    // whole number of vectors, Strategy.h): the columns left over after the n blocks, one at a
+    // time (outer's one lane wide), each down the m blocks and the rows those leave over.
     const bool runtimeN = s.dimN >= 0 && !asConstant(extents[s.dimN]);
     Expr nTrips = s.dimN < 0 ? intConst(0) : quotient(extents[s.dimN], s.tileN * nStep);
+    const bool columnsLeftOver =
+        runtimeN || (s.dimN >= 0 && extent(s.dimN) % (s.tileN * nStep) != 0);
     Stmt columnsLeft;
-    if (runtimeN) {
+    if (columnsLeftOver) {
       Expr column = var(freshName("n_left"), ElemKind::Index);
       Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
       Expr firstColumn = add(columnsDone, column);
@@ -1789,8 +1796,9 @@ private:
       }
       for (Stmt &stmt : rowsLeftOver(1, firstColumn, 1))
         down.push_back(stmt);
-      columnsLeft = forLoop(column->name, binary(OpKind::SubI, extents[s.dimN], columnsDone),
-                            ForKind::Serial, std::move(down));
+      Expr columns = runtimeN ? binary(OpKind::SubI, extents[s.dimN], columnsDone)
+                              : intConst(extent(s.dimN) % (s.tileN * nStep));
+      columnsLeft = forLoop(column->name, columns, ForKind::Serial, std::move(down));
       for (auto d = s.blocksOutside.rbegin(); d != s.blocksOutside.rend(); ++d)
         columnsLeft = forLoop(vars[*d]->name, extents[*d], ForKind::Serial, {columnsLeft});
     }
@@ -1829,8 +1837,10 @@ private:
       std::rotate(loops.begin() + outside,
                   loops.begin() + outside + std::ptrdiff_t(s.blocksOutside.size()), loops.end());
     }
-    // The loop the columns left over follow: the outermost block loop.
-    const Expr &outermostBlock = !outer && hasM ? mBlock : nBlock;
+    // The loop the columns left over follow: the outermost block loop (outer's k blocks run
+    // inside its n blocks or groups of them, or outside the blocks-outside dims the columns
+    // left over loop over themselves).
+    const Expr &outermostBlock = !outer && hasM ? mBlock : outer && group ? nGroup : nBlock;
     Expr total = intConst(1);
     for (int d = 0; d < numLoops; ++d)
       total = mul(total, extents[d]);

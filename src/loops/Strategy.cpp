@@ -217,6 +217,13 @@ bool hasRuntimeExtents(const NestShape &nest) {
   return std::find(nest.runtime.begin(), nest.runtime.end(), true) != nest.runtime.end();
 }
 
+// A constant n that is no whole number of outer's vectors: its last n % lanes columns run as a
+// runtime n's left over do (tryOuter).
+bool columnsLeftOver(const NestShape &nest, const Strategy &s) {
+  return s.pipeline == Pipeline::ContractionOuter && s.dimN >= 0 && !isRuntime(nest, s.dimN) &&
+         nest.extents[s.dimN] % s.lanes != 0;
+}
+
 // Runtime extents only along the dims of the gather's choices (the pairs: tokens and slots).
 bool runtimeOnlyInPairs(const NestShape &nest) {
   const auto &choices = nest.strides[nest.gather->indexInput];
@@ -275,14 +282,17 @@ int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t>
   return best;
 }
 
+// `columnsLeft`: a constant n may leave columns over after its whole vectors (at least one),
+// which then run one lane wide, as those of a runtime n do.
 std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target &target,
-                                 std::string &why) {
+                                 std::string &why, bool columnsLeft = false) {
   const auto &out = nest.strides.back();
   int n = -1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && out[d] == 1)
       n = int(d);
-  if (n < 0 || (!isRuntime(nest, n) && nest.extents[n] % lanes != 0)) {
+  if (n < 0 || (!isRuntime(nest, n) && nest.extents[n] % lanes != 0 &&
+                !(columnsLeft && nest.extents[n] > lanes))) {
     why = "the output is not contiguous along a parallel dim of whole vectors";
     return std::nullopt;
   }
@@ -954,6 +964,7 @@ void placeBlocksOutside(const NestShape &nest, Strategy &s, const ConfigOverride
   const bool dot = s.pipeline == Pipeline::ContractionDot;
   if ((!dot && s.pipeline != Pipeline::ContractionOuter) || s.dimN < 0 || s.dimK < 0 ||
       isRuntime(nest, s.dimM) || (!dot && !constantBesidesM(nest, s.dimM)) || s.packInput >= 0 ||
+      columnsLeftOver(nest, s) ||
       !config.blocksOutside.value_or(extentOr1(nest, s.dimM) <= s.tileM))
     return;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
@@ -1224,6 +1235,12 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
       if (!chosen && allows(Pipeline::ContractionDot))
         chosen = tryDot(nest, width, target, whyDot);
     }
+    // No width divides n: full vectors, and the columns left over one lane wide. Read in a
+    // row reduction instead, B went down its columns: 32x1024 by 1024x1001 took 13.7 ms on the
+    // Zen 3, against 0.71 ms for 1024x1000.
+    std::string whyLeft;
+    if (!chosen && allows(Pipeline::ContractionOuter))
+      chosen = tryOuter(nest, lanes, target, whyLeft, /*columnsLeft=*/true);
     if (!chosen && (config.pipeline == Pipeline::ContractionGather ||
                     config.pipeline == Pipeline::ContractionChoices ||
                     config.pipeline == Pipeline::ContractionRanks))
