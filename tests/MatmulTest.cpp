@@ -66,17 +66,19 @@ void checkMatmul(Context &ctx, const std::string &function, const Shape &s, Mode
 // Dims that no vector width divides (1001, 29, 77, 9, 11, 103, 13, 259) take whole vectors and
 // their last columns one lane wide, over all of k after the k blocks: B packed and read in
 // place, one row and a leftover tile of rows, k blocks in groups of n blocks (64x512x259,
-// 24x2048x259) and not (64x2048x13).
+// 24x2048x259) and not (64x2048x13); streamed by a few rows, each part of k adding its rows to
+// the columns left over (1x4096x4097, 3x2048x1027, 1x10x9), or in tiles where k is odd
+// (1x301x77).
 // The last three are empty nests: no rows, no columns, and an empty sum (all zeros).
 const Shape kShapes[] = {
-    {1, 1, 1},       {1, 8, 8},      {3, 5, 7},       {7, 16, 24},    {13, 64, 40},
-    {17, 100, 32},   {2, 300, 64},   {6, 512, 96},    {37, 512, 128}, {128, 256, 256},
-    {33, 1024, 48},  {1, 4096, 64},  {64, 2048, 512}, {1, 10, 48},    {1, 2, 16},
-    {1, 5, 32},      {128, 512, 40}, {9, 36, 20},     {1, 520, 36},   {21, 12, 12},
-    {12, 1030, 256}, {5, 1025, 256}, {6, 3, 87392},   {8, 4096, 64},  {32, 300, 1001},
-    {37, 53, 29},    {1, 300, 77},   {128, 64, 9},    {5, 7, 11},     {300, 17, 103},
-    {64, 2048, 13},  {64, 512, 259}, {24, 2048, 259}, {0, 8, 16},     {5, 8, 0},
-    {5, 0, 16},
+    {1, 1, 1},       {1, 8, 8},      {3, 5, 7},       {7, 16, 24},     {13, 64, 40},
+    {17, 100, 32},   {2, 300, 64},   {6, 512, 96},    {37, 512, 128},  {128, 256, 256},
+    {33, 1024, 48},  {1, 4096, 64},  {64, 2048, 512}, {1, 10, 48},     {1, 2, 16},
+    {1, 5, 32},      {128, 512, 40}, {9, 36, 20},     {1, 520, 36},    {21, 12, 12},
+    {12, 1030, 256}, {5, 1025, 256}, {6, 3, 87392},   {8, 4096, 64},   {32, 300, 1001},
+    {37, 53, 29},    {1, 300, 77},   {128, 64, 9},    {5, 7, 11},      {300, 17, 103},
+    {64, 2048, 13},  {64, 512, 259}, {24, 2048, 259}, {1, 4096, 4097}, {3, 2048, 1027},
+    {1, 10, 9},      {1, 301, 77},   {0, 8, 16},      {5, 8, 0},       {5, 0, 16},
 };
 
 class MatmulTest : public testing::TestWithParam<std::tuple<Shape, std::string, Mode>> {};

@@ -509,7 +509,11 @@ TEST(Strategy, ColumnsLeftOverOfNoWholeVectors) {
   EXPECT_EQ(choose(matmulNest(128, 4096, 1025)), choose(matmulNest(128, 4096, 1024)));
   EXPECT_EQ(choose(matmulNest(128, 4096, 1025)),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=16");
-  EXPECT_EQ(choose(matmulNest(1, 300, 77)), "contraction.outer m=- n=d1 k=d2 tile=1x3 lanes=8");
+  // One row streams B, its parts splitting k, each adding its rows to the columns left over after
+  // its vectors; an odd k (parts of n) takes contraction.outer.
+  EXPECT_EQ(choose(matmulNest(1, 300, 77)),
+            "contraction.stream m=- n=d1 k=d2 tile=4x2 lanes=8 split=k");
+  EXPECT_EQ(choose(matmulNest(1, 301, 77)), "contraction.outer m=- n=d1 k=d2 tile=1x3 lanes=8");
   EXPECT_EQ(choose(matmulNest(128, 512, 41), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=8x2 lanes=16 pack=#1");
   // A whole number of narrower vectors still comes first; fewer columns than a vector stay loops.

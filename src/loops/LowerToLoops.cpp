@@ -2886,20 +2886,28 @@ private:
                               partialAt(part, s.dimM >= 0 ? iv[s.dimM] : intConst(0), iv[s.dimN]));
       return std::make_pair(result.buffer, accessIndex(g.outputMap(), iv, result.dims));
     };
-    // `rows` rows of B from `firstRow`, added to vector v of the part in every output row.
-    auto addRows = [&](int rows, const Expr &firstRow) {
+    // The columns past the whole vectors (an n of no whole vectors, split k): each part adds its
+    // rows to them one lane wide after its vectors.
+    const int64_t columnsLeft = n % lanes;
+    if (columnsLeft && !splitK)
+      internalError("contraction.stream with columns left over and parts of n");
+    // `rows` rows of B from `firstRow`, added to vector v of the part in every output row; with
+    // `tail`, to column n - n % lanes + v, one lane wide.
+    auto addRows = [&](int rows, const Expr &firstRow, bool tail = false) {
+      const int width = tail ? 1 : lanes;
       std::vector<std::vector<Expr>> ivs(size_t(rowsOut), std::vector<Expr>(numLoops, intConst(0)));
       std::vector<Stmt> body;
       std::vector<std::string> accs;
       for (int64_t i = 0; i < rowsOut; ++i) {
         std::vector<Expr> &iv = ivs[size_t(i)];
-        iv[s.dimN] = splitK ? mul(v, intConst(lanes))
-                            : mul(add(mul(part, intConst(partVectors)), v), intConst(lanes));
+        iv[s.dimN] = tail     ? add(intConst(n - columnsLeft), v)
+                     : splitK ? mul(v, intConst(lanes))
+                              : mul(add(mul(part, intConst(partVectors)), v), intConst(lanes));
         if (s.dimM >= 0)
           iv[s.dimM] = intConst(i);
         auto [accBuffer, accIndex] = accumulatorAt(iv);
         accs.push_back(freshName("acc"));
-        body.push_back(local(accs.back(), load(accBuffer, accIndex, elem, lanes)));
+        body.push_back(local(accs.back(), load(accBuffer, accIndex, elem, width)));
       }
       Expr aheadFirstRow = binary(OpKind::MinSI, add(firstRow, intConst(s.prefetchAhead * s.tileM)),
                                   intConst(k - rows));
@@ -2924,25 +2932,26 @@ private:
               continue;
             }
             const TensorStorage &t = storageOf(operand);
-            int width = mapUses(g.map(j), s.dimN) ? lanes : 1;
+            const int loadWidth = mapUses(g.map(j), s.dimN) ? width : 1;
             std::vector<Expr> at = iv;
             if (perRow)
               at[s.dimM] = rowOfA(i);
             values[arg] = bindLet(
-                arg, load(t.buffer, accessIndex(g.map(j), at, t.dims), operand->type.elem, width),
+                arg,
+                load(t.buffer, accessIndex(g.map(j), at, t.dims), operand->type.elem, loadWidth),
                 body);
             shared[arg] = values[arg];
             // B's line at this vector, `prefetchAhead` steps of rows further: after a part's
             // last step, the next part's rows; at the end of B, the step's own rows rather than
             // rows past B (see prefetch in LoopIR.h). One bound for the step's rows: a bound
             // per row made O3 take a third longer on S8.
-            if (s.prefetchAhead && width == lanes && !perRow && mapUses(g.map(j), s.dimK)) {
+            if (s.prefetchAhead && loadWidth == lanes && !perRow && mapUses(g.map(j), s.dimK)) {
               std::vector<Expr> ahead = iv;
               ahead[s.dimK] = add(aheadFirstRow, intConst(r));
               body.push_back(prefetch(t.buffer, accessIndex(g.map(j), ahead, t.dims)));
             }
           }
-          values[outArg] = var(accs[size_t(i)], elem, lanes);
+          values[outArg] = var(accs[size_t(i)], elem, width);
           BodyContext context{iv, extents, outArg, true};
           body.push_back(
               assign(accs[size_t(i)], lowerScalarBlock(g.body(), values, context, body)));
@@ -2950,24 +2959,38 @@ private:
       }
       for (int64_t i = 0; i < rowsOut; ++i) {
         auto [accBuffer, accIndex] = accumulatorAt(ivs[size_t(i)]);
-        body.push_back(store(accBuffer, accIndex, var(accs[size_t(i)], elem, lanes)));
+        body.push_back(store(accBuffer, accIndex, var(accs[size_t(i)], elem, width)));
       }
-      return forLoop(v->name, intConst(partVectors), ForKind::Serial, std::move(body));
+      return forLoop(v->name, intConst(tail ? columnsLeft : partVectors), ForKind::Serial,
+                     std::move(body));
+    };
+    // The step's rows to the vectors, then to any columns left over.
+    auto addRowsToAll = [&](int rows, const Expr &firstRow) {
+      std::vector<Stmt> stmts = {addRows(rows, firstRow)};
+      if (columnsLeft)
+        stmts.push_back(addRows(rows, firstRow, true));
+      return stmts;
     };
     Expr firstK = splitK ? mul(part, intConst(partK)) : intConst(0);
     std::vector<Stmt> perPart;
-    if (splitK) {
+    if (splitK && !columnsLeft) {
       Expr zero = var(freshName("v"), ElemKind::Index);
       perPart.push_back(
           forLoop(zero->name, intConst(rowsOut * partVectors), ForKind::Serial,
                   {store(partial, add(mul(part, intConst(partialSize)), mul(zero, intConst(lanes))),
                          broadcast(floatConst(0, elem), lanes))}));
+    } else if (splitK) { // rows of n that are no whole vectors
+      Expr zero = var(freshName("j"), ElemKind::Index);
+      perPart.push_back(forLoop(
+          zero->name, intConst(partialSize), ForKind::Vectorize,
+          {store(partial, add(mul(part, intConst(partialSize)), zero), floatConst(0, elem))}));
     }
     perPart.push_back(forLoop(step->name, intConst(partK / s.tileM), ForKind::Serial,
-                              {addRows(s.tileM, add(firstK, mul(step, intConst(s.tileM))))}));
-    if (partK % s.tileM)
-      perPart.push_back(
-          addRows(int(partK % s.tileM), add(firstK, intConst(partK - partK % s.tileM))));
+                              addRowsToAll(s.tileM, add(firstK, mul(step, intConst(s.tileM))))));
+    for (Stmt &rest : partK % s.tileM ? addRowsToAll(int(partK % s.tileM),
+                                                     add(firstK, intConst(partK - partK % s.tileM)))
+                                      : std::vector<Stmt>{})
+      perPart.push_back(rest);
     // Parallel only when large (kMinParallelElements), as other nests: a router's few rows of
     // products would otherwise bring in a chunk function and a call to the thread pool.
     const int64_t total = rowsOut * n * k;

@@ -753,9 +753,11 @@ constexpr int64_t kMinStreamedBytes = 1 << 20;
 // and one reduction dim: stream B by rows. The parts split k for the threads, or N in long runs
 // where k cannot split (two: each reads half of every row of B, 8 KiB at S8); each step adds 4
 // rows of B, or 8 (below), to every output row.
+// `columnsLeft` as for tryOuter: only where the parts split k, each then adding its rows to the
+// columns left over one lane wide after its vectors.
 std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target &target,
-                                  std::string &why) {
-  std::optional<Strategy> outer = tryOuter(nest, lanes, target, why);
+                                  std::string &why, bool columnsLeft = false) {
+  std::optional<Strategy> outer = tryOuter(nest, lanes, target, why, columnsLeft);
   if (!outer || outer->dimK < 0)
     return std::nullopt;
   const int64_t rows = extentOr1(nest, outer->dimM);
@@ -789,6 +791,8 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
     s.splitK = true;
     s.tileN = 2;
   }
+  if (!s.splitK && nest.extents[s.dimN] % lanes != 0)
+    return std::nullopt;
   return s;
 }
 
@@ -1239,6 +1243,8 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     // row reduction instead, B went down its columns: 32x1024 by 1024x1001 took 13.7 ms on the
     // Zen 3, against 0.71 ms for 1024x1000.
     std::string whyLeft;
+    if (!chosen && allows(Pipeline::ContractionStream) && !hasRuntimeExtents(nest))
+      chosen = tryStream(nest, lanes, target, whyLeft, /*columnsLeft=*/true);
     if (!chosen && allows(Pipeline::ContractionOuter))
       chosen = tryOuter(nest, lanes, target, whyLeft, /*columnsLeft=*/true);
     if (!chosen && (config.pipeline == Pipeline::ContractionGather ||
