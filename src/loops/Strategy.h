@@ -21,7 +21,10 @@
 //   chunk into L2 before the tile, so reading B overlaps the products (S7: a whole-panel pack
 //   stalls the tiles for 14% of the time); and the n blocks run in groups, each group taking
 //   its k blocks outside its n blocks, so that a k block of A serves the group from L2
-//   (`n-group=8`);
+//   (`n-group=8`). An n that no vector width divides (a vocabulary of 50257) keeps this
+//   strategy for its whole vectors, and its last n % lanes columns run one lane wide after the
+//   n blocks, B read in place, over all of k (as contraction.stream's parts of k add their rows
+//   to them after their vectors);
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
 //   along k, summed across lanes once at the end.
