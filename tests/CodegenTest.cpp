@@ -232,8 +232,9 @@ TEST(Codegen, ShortExpLoopsAreNotInterleaved) {
   for (int64_t k = 0; k < longTrips; ++k) {
     // frank's exp is within about 2 ulp (MathFunctions.cpp); 4 ulp of slack.
     const double want = std::exp(double(x[size_t(k)]));
-    if (k < shortTrips)
+    if (k < shortTrips) {
       EXPECT_NEAR(a[size_t(k)], want, 4 * want * 0x1p-23) << "short loop at " << k;
+    }
     EXPECT_NEAR(b[size_t(k)], want, 4 * want * 0x1p-23) << "long loop at " << k;
   }
 }
