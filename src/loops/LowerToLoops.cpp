@@ -2973,13 +2973,7 @@ private:
     };
     Expr firstK = splitK ? mul(part, intConst(partK)) : intConst(0);
     std::vector<Stmt> perPart;
-    if (splitK && !columnsLeft) {
-      Expr zero = var(freshName("v"), ElemKind::Index);
-      perPart.push_back(
-          forLoop(zero->name, intConst(rowsOut * partVectors), ForKind::Serial,
-                  {store(partial, add(mul(part, intConst(partialSize)), mul(zero, intConst(lanes))),
-                         broadcast(floatConst(0, elem), lanes))}));
-    } else if (splitK) { // rows of n that are no whole vectors
+    if (splitK) { // each part's partial output, rows of n that may be no whole vectors
       Expr zero = var(freshName("j"), ElemKind::Index);
       perPart.push_back(forLoop(
           zero->name, intConst(partialSize), ForKind::Vectorize,
@@ -2987,10 +2981,10 @@ private:
     }
     perPart.push_back(forLoop(step->name, intConst(partK / s.tileM), ForKind::Serial,
                               addRowsToAll(s.tileM, add(firstK, mul(step, intConst(s.tileM))))));
-    for (Stmt &rest : partK % s.tileM ? addRowsToAll(int(partK % s.tileM),
-                                                     add(firstK, intConst(partK - partK % s.tileM)))
-                                      : std::vector<Stmt>{})
-      perPart.push_back(rest);
+    if (partK % s.tileM)
+      for (Stmt &rest :
+           addRowsToAll(int(partK % s.tileM), add(firstK, intConst(partK - partK % s.tileM))))
+        perPart.push_back(rest);
     // Parallel only when large (kMinParallelElements), as other nests: a router's few rows of
     // products would otherwise bring in a chunk function and a call to the thread pool.
     const int64_t total = rowsOut * n * k;

@@ -218,7 +218,8 @@ bool hasRuntimeExtents(const NestShape &nest) {
 }
 
 // A constant n that is no whole number of outer's vectors: its last n % lanes columns run as a
-// runtime n's left over do (tryOuter).
+// runtime n's left over do (tryOuter), after the blocks, so never inside blocks that run
+// outside other parallel dims (placeBlocksOutside).
 bool columnsLeftOver(const NestShape &nest, const Strategy &s) {
   return s.pipeline == Pipeline::ContractionOuter && s.dimN >= 0 && !isRuntime(nest, s.dimN) &&
          nest.extents[s.dimN] % s.lanes != 0;
