@@ -451,9 +451,11 @@ TEST(Partial, ContractionsKeepTheirRegisterTiles) {
   EXPECT_NE(attn.find("  for d0 in 0..8 {\n    for n_left in 0..("), std::string::npos) << attn;
   EXPECT_NE(attn.find("contraction.outer m=d1 n=d2 k=d3"), std::string::npos) << attn;
   // Prefill over a runtime length: Q K^T packs the keys' whole blocks of 32 transposed, as
-  // specialized, then takes the keys they leave over one lane at a time, K read in place.
+  // specialized, then takes the keys they leave over one lane at a time, K read in place. The
+  // AVX2 kernel, on any host.
+  Context avx2(forCpu(kAvx2Cpu));
   std::string prefill =
-      attention()
+      avx2.load(componentPath("attention/attention_gqa.mlir"))
           .function("attention_gqa")
           .emit(Stage::Loops, {"1x?x32x128xf32", "1x?x8x128xf32", "1x?x8x128xf32", "f32"});
   // The query's transpose into [KV head, group member, position] order is forwarded into the
