@@ -69,16 +69,20 @@ void checkMatmul(Context &ctx, const std::string &function, const Shape &s, Mode
 // 24x2048x259) and not (64x2048x13); streamed by a few rows, each part of k adding its rows to
 // the columns left over (1x4096x4097, 3x2048x1027, 1x10x9), or in tiles where k is odd
 // (1x301x77).
+// Whole vectors that only NR = 1 divides (17 at n = 136, 125 at n = 1000) take wider tiles, the
+// vectors those leave over in a narrower tile, over all of k, then any last columns (n = 1001
+// on AVX2).
 // The last three are empty nests: no rows, no columns, and an empty sum (all zeros).
 const Shape kShapes[] = {
-    {1, 1, 1},       {1, 8, 8},      {3, 5, 7},       {7, 16, 24},     {13, 64, 40},
-    {17, 100, 32},   {2, 300, 64},   {6, 512, 96},    {37, 512, 128},  {128, 256, 256},
-    {33, 1024, 48},  {1, 4096, 64},  {64, 2048, 512}, {1, 10, 48},     {1, 2, 16},
-    {1, 5, 32},      {128, 512, 40}, {9, 36, 20},     {1, 520, 36},    {21, 12, 12},
-    {12, 1030, 256}, {5, 1025, 256}, {6, 3, 87392},   {8, 4096, 64},   {32, 300, 1001},
-    {37, 53, 29},    {1, 300, 77},   {128, 64, 9},    {5, 7, 11},      {300, 17, 103},
-    {64, 2048, 13},  {64, 512, 259}, {24, 2048, 259}, {1, 4096, 4097}, {3, 2048, 1027},
-    {1, 10, 9},      {1, 301, 77},   {0, 8, 16},      {5, 8, 0},       {5, 0, 16},
+    {1, 1, 1},       {1, 8, 8},      {3, 5, 7},       {7, 16, 24},       {13, 64, 40},
+    {17, 100, 32},   {2, 300, 64},   {6, 512, 96},    {37, 512, 128},    {128, 256, 256},
+    {33, 1024, 48},  {1, 4096, 64},  {64, 2048, 512}, {1, 10, 48},       {1, 2, 16},
+    {1, 5, 32},      {128, 512, 40}, {9, 36, 20},     {1, 520, 36},      {21, 12, 12},
+    {12, 1030, 256}, {5, 1025, 256}, {6, 3, 87392},   {8, 4096, 64},     {32, 300, 1001},
+    {37, 53, 29},    {1, 300, 77},   {128, 64, 9},    {5, 7, 11},        {300, 17, 103},
+    {64, 2048, 13},  {64, 512, 259}, {24, 2048, 259}, {1, 4096, 4097},   {3, 2048, 1027},
+    {1, 10, 9},      {1, 301, 77},   {29, 512, 136},  {128, 1024, 1000}, {0, 8, 16},
+    {5, 8, 0},       {5, 0, 16},
 };
 
 class MatmulTest : public testing::TestWithParam<std::tuple<Shape, std::string, Mode>> {};
@@ -156,6 +160,28 @@ TEST(MatmulColumnsLeftOver, RunAfterTheNBlocksOverAllOfK) {
   EXPECT_LT(groups, left);
   EXPECT_NE(loops.find("for d2 in 0..512 {", left), std::string::npos) << loops;
   EXPECT_NE(loops.find("w[((256 + n_left) + (d2 * 259))]", left), std::string::npos) << loops;
+}
+
+// The same on AVX2, whatever the host: wider tiles over the vectors only NR = 1 divides, the
+// vectors those leave over after the n blocks (with k blocks and packing, and not), then the
+// last columns; and by hand, a tile that leaves vectors over where a wider one divides them.
+TEST(MatmulVectorsLeftOver, MatchOracleOnAvx2) {
+  Context avx2(forCpu(kAvx2Cpu));
+  for (Shape s : {Shape{29, 512, 136}, Shape{128, 1024, 1000}, Shape{37, 300, 1001}})
+    checkMatmul(avx2, "matmul", s, Mode::Specialized);
+  std::string loops = avx2.load(componentPath("linear/matmul.mlir"))
+                          .function("matmul")
+                          .emit(Stage::Loops, {"29x512xf32", "512x136xf32"});
+  EXPECT_THAT(loops, testing::HasSubstr("tile=4x3 lanes=8 pack=#1"));
+  // 5 n blocks of 3 vectors, then the 2 vectors left over (columns 120 to 135) down the m
+  // blocks, all 512 of k, B read in place.
+  const size_t left = loops.find("\n  for m_block_1 in 0..7 {");
+  ASSERT_NE(left, std::string::npos) << loops;
+  EXPECT_NE(loops.find("w[(120 + (d2 * 136)) : 8]", left), std::string::npos) << loops;
+  EXPECT_NE(loops.find("w[(128 + (d2 * 136)) : 8]", left), std::string::npos) << loops;
+  EXPECT_EQ(loops.find("n_left", left), std::string::npos) << loops;
+  Context byHand(forCpu(kAvx2Cpu, "tile=2x3,k-block=256"));
+  checkMatmul(byHand, "matmul", Shape{64, 1024, 256}, Mode::Specialized);
 }
 
 // `frank.config` on one matmul of two chained ones: it holds for that op alone, wins over

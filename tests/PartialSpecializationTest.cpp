@@ -181,6 +181,9 @@ std::vector<PartialCase> partialCases() {
   // The same with 256 columns: the n blocks in groups (2 of 2 with AVX-512, 2 of 4 with AVX2),
   // each group's (k block, n block) pairs packing the next pair's panel the same way.
   cases.push_back(matmulCase(768, 256, {1, 5, 37, 300}, 47, "matmul_n_groups"));
+  // 1001 columns: 125 vectors of 8 in n blocks of 3 or 4, the vectors they leave over and then
+  // the last column, each down the runtime number of m blocks and the one-row tiles after them.
+  cases.push_back(matmulCase(96, 1001, {1, 5, 37}, 59, "matmul_vectors_left_over"));
 
   // A matmul whose [rows, k] by [k, cols] (W stored [cols, k] when transposed) runtime size n
   // sets, through `shape`.

@@ -505,7 +505,7 @@ TEST(Strategy, NarrowerVectorsForDimsOfPartVectors) {
 // its last columns one lane wide, rather than a row reduction reading B down its columns.
 TEST(Strategy, ColumnsLeftOverOfNoWholeVectors) {
   EXPECT_EQ(choose(matmulNest(32, 1024, 1001)),
-            "contraction.outer m=d0 n=d1 k=d2 tile=8x1 lanes=8 pack=#1");
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x3 lanes=8 k-block=512 pack=#1");
   EXPECT_EQ(choose(matmulNest(128, 4096, 1025)), choose(matmulNest(128, 4096, 1024)));
   EXPECT_EQ(choose(matmulNest(128, 4096, 1025)),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x2 lanes=8 k-block=256 pack=#1 n-group=16");
@@ -519,6 +519,24 @@ TEST(Strategy, ColumnsLeftOverOfNoWholeVectors) {
   // A whole number of narrower vectors still comes first; fewer columns than a vector stay loops.
   EXPECT_THAT(choose(matmulNest(128, 512, 36)), testing::HasSubstr(" lanes=4 "));
   EXPECT_EQ(choose(matmulNest(3, 5, 7)), "row-reduction");
+}
+
+// Whole vectors that only NR = 1 divides (125 at n = 1000, 17 at n = 136): wider tiles, the
+// vectors they leave over after the n blocks in a narrower one, as long as those are at most an
+// eighth of them (n = 40, 5 vectors, keeps 8x1). The AVX-512 target takes 8 lanes at n = 1000,
+// which they divide, and so the same choice with 32 registers.
+TEST(Strategy, VectorsLeftOverWhereOnlyOneDividesThem) {
+  EXPECT_EQ(choose(matmulNest(128, 4096, 1000)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x3 lanes=8 k-block=256 pack=#1");
+  EXPECT_EQ(choose(matmulNest(128, 4096, 1000), Target::avx512()),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=8 k-block=256 pack=#1");
+  EXPECT_EQ(choose(matmulNest(128, 512, 136)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=4x3 lanes=8 pack=#1");
+  EXPECT_THAT(choose(matmulNest(128, 512, 40)), testing::HasSubstr(" tile=8x1 "));
+  // 15 vectors (n = 120): NR = 3 divides them; a transposed B keeps NR dividing them too.
+  EXPECT_THAT(choose(matmulNest(128, 512, 120)), testing::HasSubstr(" tile=4x3 "));
+  EXPECT_EQ(choose(transposedNest(512, 128, 136)),
+            "contraction.outer m=d0 n=d1 k=d2 tile=8x1 lanes=8 pack=#1^T");
 }
 
 TEST(Strategy, WhyPlainLoops) {
@@ -690,7 +708,13 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("blocks-outside=2", mm), testing::HasSubstr("is not 0 or 1"));
   EXPECT_EQ(error("blocks-outside=1", mm), "no error"); // only contraction.dot takes it
   EXPECT_THAT(error("tile", mm), testing::HasSubstr("is not key=value"));
-  EXPECT_THAT(error("tile=2x3", mm), testing::HasSubstr("does not fit"));
+  // N need not divide n's 32 vectors (10 n blocks, then 2 vectors left over), but a transposed
+  // B packs whole n blocks only, and N is at most n's vectors.
+  EXPECT_EQ(error("tile=2x3", mm), "no error");
+  EXPECT_THAT(error("pipeline=contraction.outer,tile=2x3", transposedNest(512, 128, 128)),
+              testing::HasSubstr("(512 rows; N must divide 16 vectors)"));
+  EXPECT_THAT(error("tile=2x5", matmulNest(64, 256, 32)),
+              testing::HasSubstr("(64 rows; N must be at most 4 vectors)"));
   EXPECT_THAT(error("pipeline=contraction.outer,tile=5x1", matmulNest(4, 256, 256)),
               testing::HasSubstr("does not fit"));
   EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));

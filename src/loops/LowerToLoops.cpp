@@ -1625,9 +1625,9 @@ private:
                                 !outMap.results.back().isConstant &&
                                 outMap.results.back().value == s.dimN;
     // A tile of `rows` x `columns` accumulators (NR columns unless n has some left over):
-    // declared, run through the reduction, stored. outer's columns left over are one lane wide
-    // and read B in place (`width` 1): the panels hold whole n blocks; they run after the n
-    // blocks, outside any k blocks, over all of k.
+    // declared, run through the reduction, stored. outer's vectors and columns left over
+    // (`width` lanes or 1) read B in place, as the panels hold whole n blocks; they run after
+    // the n blocks, outside any k blocks, over all of k.
     auto buildTile = [&](int rows, const Expr &firstRow, int columns = 0,
                          const Expr &firstColumn = nullptr, int width = 0) {
       if (columns == 0)
@@ -1656,7 +1656,7 @@ private:
             auto key =
                 std::make_tuple(i, mapUses(map, s.dimM) ? r : -1, mapUses(map, s.dimN) ? c : -1);
             auto &e = loaded[key];
-            if (!e && i == s.packInput && accLanes == lanes) {
+            if (!e && i == s.packInput && !wholeK) {
               Expr at = add(add(panelAt(pairNow), mul(vars[s.dimK], intConst(panelRow))),
                             intConst(c * lanes));
               e = bindLet(arg, load(packed, at, elem, lanes), step);
@@ -1773,34 +1773,47 @@ private:
     };
     std::vector<Stmt> leftover = rowsLeftOver();
 
-    // A runtime N, or a constant one that is no whole number of n blocks (outer's n that is no
-    // whole number of vectors, Strategy.h): the columns left over after the n blocks, one at a
-    // time (outer's one lane wide), each down the m blocks and the rows those leave over.
+    // A runtime N, or a constant one that is no whole number of n blocks (Strategy.h): what the
+    // n blocks leave over. outer's whole vectors of a constant n first, in one tile of as many
+    // vectors; then the columns, one at a time (outer's one lane wide). Each goes down the m
+    // blocks and the rows those leave over.
     const bool runtimeN = s.dimN >= 0 && !asConstant(extents[s.dimN]);
     Expr nTrips = s.dimN < 0 ? intConst(0) : quotient(extents[s.dimN], s.tileN * nStep);
     const bool columnsLeftOver =
         runtimeN || (s.dimN >= 0 && extent(s.dimN) % (s.tileN * nStep) != 0);
-    Stmt columnsLeft;
-    if (columnsLeftOver) {
-      Expr column = var(freshName("n_left"), ElemKind::Index);
-      Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
-      Expr firstColumn = add(columnsDone, column);
+    auto downTheRows = [&](int columns, const Expr &firstColumn, int width) {
       std::vector<Stmt> down;
       if (hasM) {
         Expr block = var(freshName("m_block"), ElemKind::Index);
-        down.push_back(
-            forLoop(block->name, mTrips, ForKind::Serial,
-                    buildTile(s.tileM, mul(block, intConst(s.tileM)), 1, firstColumn, 1)));
+        down.push_back(forLoop(
+            block->name, mTrips, ForKind::Serial,
+            buildTile(s.tileM, mul(block, intConst(s.tileM)), columns, firstColumn, width)));
       } else {
-        down = buildTile(s.tileM, intConst(0), 1, firstColumn, 1); // no m: the one tile
+        down = buildTile(s.tileM, intConst(0), columns, firstColumn, width); // no m: the one tile
       }
-      for (Stmt &stmt : rowsLeftOver(1, firstColumn, 1))
+      for (Stmt &stmt : rowsLeftOver(columns, firstColumn, width))
         down.push_back(stmt);
-      Expr columns = runtimeN ? binary(OpKind::SubI, extents[s.dimN], columnsDone)
-                              : intConst(extent(s.dimN) % (s.tileN * nStep));
-      columnsLeft = forLoop(column->name, columns, ForKind::Serial, std::move(down));
+      return down;
+    };
+    std::vector<Stmt> columnsLeft;
+    if (columnsLeftOver) {
+      Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
+      Expr columns = runtimeN ? binary(OpKind::SubI, extents[s.dimN], columnsDone) : nullptr;
+      if (!runtimeN) {
+        const int64_t width = extent(s.dimN), blocks = width - width % (s.tileN * nStep);
+        const int64_t vectors = outer ? width - width % lanes : blocks; // in whole vectors
+        if (vectors > blocks)
+          columnsLeft = downTheRows(int((vectors - blocks) / lanes), intConst(blocks), lanes);
+        columnsDone = intConst(vectors);
+        columns = intConst(width - vectors);
+      }
+      Expr column = var(freshName("n_left"), ElemKind::Index);
+      if (asConstant(columns).value_or(1) > 0)
+        columnsLeft.push_back(forLoop(column->name, columns, ForKind::Serial,
+                                      downTheRows(1, add(columnsDone, column), 1)));
       for (auto d = s.blocksOutside.rbegin(); d != s.blocksOutside.rend(); ++d)
-        columnsLeft = forLoop(vars[*d]->name, extents[*d], ForKind::Serial, {columnsLeft});
+        columnsLeft = {
+            forLoop(vars[*d]->name, extents[*d], ForKind::Serial, std::move(columnsLeft))};
     }
 
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
@@ -1875,8 +1888,8 @@ private:
         return loop;
       };
       stmts = {wrap(std::move(stmts))};
-      if (columnsLeft && loops[l].first == outermostBlock)
-        stmts.push_back(columnsLeft);
+      if (loops[l].first == outermostBlock)
+        stmts.insert(stmts.end(), columnsLeft.begin(), columnsLeft.end());
       if (loops[l].first == mBlock) {
         insideM = false;
         stmts.insert(stmts.end(), leftover.begin(), leftover.end());

@@ -181,28 +181,43 @@ int rowsDividingTile(int mr, int64_t rows) {
 // Register tiles in order of preference: the most FMAs per load, averaged over the rows (a
 // leftover tile takes the rows MR does not divide), that fit the registers. `extra(mr, nr)`
 // counts the registers a tile needs beyond its accumulators; a load of the m side costs
-// `rowLoadCost` vector loads.
+// `rowLoadCost` vector loads. NR divides `cols`, unless only NR = 1 does (125 vectors, n =
+// 1000) and `columnsLeft` lets the n blocks leave columns over, at most an eighth of them, which
+// run after them in a narrower tile (serially, so their FMAs per load count half). More left
+// over costs more than the wider tile saves: 128x512 by 512x40 (5 vectors) took 57 µs in 4x3
+// tiles and their 2 vectors left over, 53 in 8x1 tiles, on an AVX-512 Xeon with AVX2 code.
 void chooseTile(Strategy &s, int64_t rows, int64_t cols, int registers, int maxN,
                 const std::function<int(int, int)> &extra, double rowLoadCost = 1.0,
-                bool divideRows = true) {
-  double best = -1;
-  auto perLoad = [&](int64_t mr, int nr) {
+                bool divideRows = true, bool columnsLeft = false) {
+  auto perLoad = [&](int64_t mr, int64_t nr) {
     return double(mr * nr) / (rowLoadCost * double(mr) + double(nr));
   };
-  for (int nr = 1; nr <= maxN; ++nr)
-    for (int mr = 1; mr <= std::min<int64_t>(8, rows); ++mr) {
-      if (!divides(nr, cols) || mr * nr + extra(mr, nr) > registers)
-        continue;
-      int64_t left = rows % mr;
-      double score = (perLoad(mr, nr) * double(rows - left) + perLoad(left, nr) * double(left)) /
-                         double(rows) +
-                     1e-3 * mr * nr;
-      if (score > best) {
-        best = score;
-        s.tileM = mr;
-        s.tileN = nr;
+  // Averaged over the rows, in tiles of NR columns.
+  auto perLoadDown = [&](int64_t mr, int64_t nr) {
+    int64_t left = rows % mr;
+    return (perLoad(mr, nr) * double(rows - left) + perLoad(left, nr) * double(left)) /
+           double(rows);
+  };
+  auto pick = [&](bool anyN) {
+    double best = -1;
+    for (int nr = 1; nr <= std::min<int64_t>(maxN, cols); ++nr)
+      for (int mr = 1; mr <= std::min<int64_t>(8, rows); ++mr) {
+        const int64_t left = cols % nr;
+        if ((anyN ? left * 8 > cols : left != 0) || mr * nr + extra(mr, nr) > registers)
+          continue;
+        const double leftOver = left ? 0.5 * perLoadDown(mr, left) * double(left) : 0;
+        double score =
+            (perLoadDown(mr, nr) * double(cols - left) + leftOver) / double(cols) + 1e-3 * mr * nr;
+        if (score > best) {
+          best = score;
+          s.tileM = mr;
+          s.tileN = nr;
+        }
       }
-    }
+  };
+  pick(false);
+  if (columnsLeft && s.tileN == 1 && cols > 1)
+    pick(true);
   if (divideRows)
     s.tileM = rowsDividingTile(s.tileM, rows);
 }
@@ -217,12 +232,12 @@ bool hasRuntimeExtents(const NestShape &nest) {
   return std::find(nest.runtime.begin(), nest.runtime.end(), true) != nest.runtime.end();
 }
 
-// A constant n that is no whole number of outer's vectors: its last n % lanes columns run as a
-// runtime n's left over do (tryOuter), after the blocks, so never inside blocks that run
-// outside other parallel dims (placeBlocksOutside).
+// A constant n that is no whole number of outer's n blocks: the vectors and then the columns
+// left over run as a runtime n's do (tryOuter), after the blocks, so never inside blocks that
+// run outside other parallel dims (placeBlocksOutside).
 bool columnsLeftOver(const NestShape &nest, const Strategy &s) {
   return s.pipeline == Pipeline::ContractionOuter && s.dimN >= 0 && !isRuntime(nest, s.dimN) &&
-         nest.extents[s.dimN] % s.lanes != 0;
+         nest.extents[s.dimN] % (int64_t(s.tileN) * s.lanes) != 0;
 }
 
 // Runtime extents only along the dims of the gather's choices (the pairs: tokens and slots).
@@ -345,11 +360,15 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   // whose Q rows are 16 KiB apart, takes 2x4 so: 3.25 ms against 3.44 with 4x2, the 6x2 that
   // divides its 512 rows), and fewer m blocks would leave B unpacked (7 rows by 4096x4096:
   // 11.7 ms in packed 2x4 tiles against 18.9 in a 6x2 tile and its leftover row).
+  // NR need not divide a constant n's vectors: those the n blocks leave over run after them in
+  // a narrower tile, reading B in place (a transposed B has no vectors to read there). 128x4096
+  // by 4096x1000 (125 vectors) took 12.6 ms in 8x1 tiles, against 8.6 for 1024 columns.
   const int64_t rows = extentOr1(nest, s.dimM), vectors = nest.extents[n] / lanes;
   auto chooseOuterTile = [&](double rowLoadCost) {
     chooseTile(
         s, rows, vectors, target.vectorRegisters, 4, [](int, int nr) { return nr + 1; },
-        rowLoadCost, /*divideRows=*/false);
+        rowLoadCost, /*divideRows=*/false,
+        /*columnsLeft=*/!isRuntime(nest, n) && transposed < 0);
   };
   chooseOuterTile(1.0);
   if (!panelStreams(nest, s) || rows / s.tileM < 4)
@@ -1132,13 +1151,16 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
     s.blockK = *config.blockK;
   bool alongN = s.pipeline == Pipeline::ContractionOuter; // the tile's N counts vectors along n
   int64_t cols = alongN ? nest.extents[s.dimN] / s.lanes : extentOr1(nest, s.dimN);
-  // The columns of a runtime n that the n blocks leave over run in one-column tiles.
+  // The columns of a runtime n that the n blocks leave over run in one-column tiles; the
+  // vectors of a constant one in a narrower tile, unless B is packed transposed.
   const bool anyColumns = isRuntime(nest, s.dimN);
-  if (s.tileM > extentOr1(nest, s.dimM) || (!anyColumns && !divides(s.tileN, cols)))
+  const bool vectorsLeft = alongN && !s.packTransposed && s.tileN <= cols;
+  if (s.tileM > extentOr1(nest, s.dimM) || (!anyColumns && !vectorsLeft && !divides(s.tileN, cols)))
     unfit(config, fmt::format("tile {}x{} does not fit the {} nest "
-                              "({} rows; N must divide {} {})",
+                              "({} rows; N must {} {} {})",
                               s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),
-                              cols, alongN ? "vectors" : "columns"));
+                              alongN && !s.packTransposed ? "be at most" : "divide", cols,
+                              alongN ? "vectors" : "columns"));
   if (s.blockK && (s.dimK < 0 || s.pipeline == Pipeline::ContractionDot ||
                    nest.extents[s.dimK] % s.blockK != 0))
     unfit(config, fmt::format("k-block {} does not divide the nest's one "
