@@ -360,9 +360,10 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   // whose Q rows are 16 KiB apart, takes 2x4 so: 3.25 ms against 3.44 with 4x2, the 6x2 that
   // divides its 512 rows), and fewer m blocks would leave B unpacked (7 rows by 4096x4096:
   // 11.7 ms in packed 2x4 tiles against 18.9 in a 6x2 tile and its leftover row).
-  // NR need not divide a constant n's vectors: those the n blocks leave over run after them in
-  // a narrower tile, reading B in place (a transposed B has no vectors to read there). 128x4096
-  // by 4096x1000 (125 vectors) took 12.6 ms in 8x1 tiles, against 8.6 for 1024 columns.
+  // Where only NR = 1 divides a constant n's vectors, NR may leave some over (chooseTile), to
+  // run after the n blocks in a narrower tile reading B in place (a transposed B has no vectors
+  // to read there): 128x4096 by 4096x1000 (125 vectors) took 12.6 ms in 8x1 tiles on the Zen 3,
+  // against 8.6 for 1024 columns.
   const int64_t rows = extentOr1(nest, s.dimM), vectors = nest.extents[n] / lanes;
   auto chooseOuterTile = [&](double rowLoadCost) {
     chooseTile(

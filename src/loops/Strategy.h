@@ -24,7 +24,9 @@
 //   (`n-group=8`). An n that no vector width divides (a vocabulary of 50257) keeps this
 //   strategy for its whole vectors, and its last n % lanes columns run one lane wide after the
 //   n blocks, B read in place, over all of k (as contraction.stream's parts of k add their rows
-//   to them after their vectors);
+//   to them after their vectors). Whole vectors that only NR = 1 divides (125 at n = 1000)
+//   take wider n blocks, and the vectors those leave over run before those columns, in one
+//   narrower tile;
 // - contraction.dot: register-blocked dot products for contractions whose operands are
 //   contiguous along the reduction dim k (Q x K^T): an MR x NR tile of vector accumulators
 //   along k, summed across lanes once at the end.
