@@ -39,6 +39,14 @@ PeerStatus openblasStatus() {
 #endif
 }
 
+std::string openblasCore() {
+#ifdef FRANK_HAVE_OPENBLAS
+  return openblas_get_corename();
+#else
+  return {};
+#endif
+}
+
 PeerStatus onednnStatus() {
 #ifdef FRANK_HAVE_DNNL
   return {true, {}};

@@ -23,6 +23,9 @@ struct PeerStatus {
 };
 
 PeerStatus openblasStatus();
+/// The kernels OpenBLAS chose for this CPU (its core name), or "" without OpenBLAS. A CPU newer
+/// than the library falls back to "Prescott", SSE3 code (make bench sets OPENBLAS_CORETYPE).
+std::string openblasCore();
 PeerStatus onednnStatus();
 PeerStatus libxsmmStatus();
 PeerStatus ggmlStatus();

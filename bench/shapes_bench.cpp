@@ -599,6 +599,10 @@ int main(int argc, char **argv) {
   benchmark::AddCustomContext("dram_gbps", fmt::format("{:.2f}", machine.dramBytes / 1e9));
   benchmark::AddCustomContext("l3_gbps", fmt::format("{:.2f}", machine.l3Bytes / 1e9));
   benchmark::AddCustomContext("l3_bytes", std::to_string(machine.l3Size));
+  if (std::string core = openblasCore(); !core.empty()) {
+    fmt::print(stderr, "OpenBLAS kernels: {}\n", core);
+    benchmark::AddCustomContext("openblas_core", core);
+  }
   Context ctx;
   for (const Shape &shape : makeShapes(machine))
     registerShape(ctx, shape, machine);
