@@ -184,6 +184,15 @@ TEST(MatmulVectorsLeftOver, MatchOracleOnAvx2) {
   checkMatmul(byHand, "matmul", Shape{64, 1024, 256}, Mode::Specialized);
 }
 
+// A GEMV's parts of k set by hand need not divide n's vectors (127 of them and a column left
+// over, in 4 parts of k = 64; 8 parts of k = 1032 on AVX2's 253 vectors and 3 columns).
+TEST(MatmulStreamParts, OfKNeedNotDivideTheVectors) {
+  Context ctx(withConfig("tile=4x4"));
+  checkMatmul(ctx, "matmul", Shape{1, 64, 1017}, Mode::Specialized);
+  Context eight(withConfig("tile=8x8"));
+  checkMatmul(eight, "matmul", Shape{1, 1032, 2027}, Mode::Specialized);
+}
+
 // `frank.config` on one matmul of two chained ones: it holds for that op alone, wins over
 // --config where both set a field, and the pair still computes x w1 w2 (the oracle chains the
 // two products in double).

@@ -728,7 +728,13 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("pipeline=contraction.outer,pack=1", matmulNest(1, 256, 256)),
               testing::HasSubstr("pack=1 needs"));
   EXPECT_THAT(error("tile=4x3", matmulNest(1, 256, 256)),
-              testing::HasSubstr("contraction.stream takes tile=RxP with P dividing 32 vectors"));
+              testing::HasSubstr("contraction.stream takes tile=RxP with P dividing k (256) or its "
+                                 "32 vectors"));
+  // Parts of k need not divide the vectors; the columns past them take parts of k only.
+  EXPECT_EQ(error("tile=4x2", matmulNest(1, 64, 1017)), "no error");
+  EXPECT_THAT(error("tile=4x3", matmulNest(1, 64, 1015)),
+              testing::HasSubstr("contraction.stream over 1015 columns, 7 past its whole vectors, "
+                                 "takes tile=RxP with P dividing k (64)"));
   EXPECT_THAT(error("pack=1", matmulNest(1, 256, 256)),
               testing::HasSubstr("and no k-block or packing"));
   // A bad config is refused when the context is made.

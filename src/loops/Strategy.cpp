@@ -1081,16 +1081,25 @@ void groupNBlocks(const NestShape &nest, Strategy &s, const ConfigOverride &conf
 
 void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
   if (s.pipeline == Pipeline::ContractionStream) {
-    // M counts rows of B per step, N the parts of the output.
-    int64_t vectors = nest.extents[s.dimN] / s.lanes;
-    if ((config.tileN && !divides(*config.tileN, vectors)) || config.blockK.value_or(0) ||
+    // M counts rows of B per step, N the parts: of k where they divide it (split=k), else of
+    // the output's vectors. The columns past its whole vectors are added to by parts of k only.
+    const int64_t k = nest.extents[s.dimK], n = nest.extents[s.dimN], vectors = n / s.lanes;
+    const int parts = config.tileN.value_or(s.tileN);
+    const bool splitK = s.splitK && k % parts == 0;
+    if ((!splitK && !divides(parts, vectors)) || config.blockK.value_or(0) ||
         config.pack.value_or(false))
-      unfit(config, fmt::format("contraction.stream takes tile=RxP with P "
-                                "dividing {} vectors, and no k-block or packing",
-                                vectors));
+      unfit(config,
+            fmt::format("contraction.stream takes tile=RxP with P dividing {}, and no k-block or "
+                        "packing",
+                        s.splitK ? fmt::format("k ({}) or its {} vectors", k, vectors)
+                                 : fmt::format("{} vectors", vectors)));
+    if (!splitK && n % s.lanes != 0)
+      unfit(config, fmt::format("contraction.stream over {} columns, {} past its whole vectors, "
+                                "takes tile=RxP with P dividing k ({})",
+                                n, n % s.lanes, k));
     s.tileM = config.tileM.value_or(s.tileM);
-    s.tileN = config.tileN.value_or(s.tileN);
-    s.splitK = s.splitK && nest.extents[s.dimK] % s.tileN == 0;
+    s.tileN = parts;
+    s.splitK = splitK;
     s.prefetchAhead = config.prefetchAhead.value_or(s.prefetchAhead);
     return;
   }
