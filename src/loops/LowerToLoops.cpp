@@ -1798,14 +1798,16 @@ private:
     std::vector<Stmt> columnsLeft;
     if (columnsLeftOver) {
       Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
-      Expr columns = runtimeN ? binary(OpKind::SubI, extents[s.dimN], columnsDone) : nullptr;
-      if (!runtimeN) {
-        const int64_t width = extent(s.dimN), blocks = width - width % (s.tileN * nStep);
-        const int64_t vectors = outer ? width - width % lanes : blocks; // in whole vectors
+      Expr columns; // those taken one at a time
+      if (runtimeN) {
+        columns = binary(OpKind::SubI, extents[s.dimN], columnsDone);
+      } else {
+        const int64_t all = extent(s.dimN), blocks = all - all % (s.tileN * nStep);
+        const int64_t vectors = outer ? all - all % lanes : blocks; // in whole vectors
         if (vectors > blocks)
           columnsLeft = downTheRows(int((vectors - blocks) / lanes), intConst(blocks), lanes);
         columnsDone = intConst(vectors);
-        columns = intConst(width - vectors);
+        columns = intConst(all - vectors);
       }
       Expr column = var(freshName("n_left"), ElemKind::Index);
       if (asConstant(columns).value_or(1) > 0)
