@@ -185,9 +185,10 @@ TEST(AttentionPrefill, ManyQueriesRunInBlocks) {
       explain("attention_gqa", {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"}),
       "queries in one piece: the scores of 512 queries by 128 keys fit in 1024 KiB");
   EXPECT_THAT([&] { explain("attention_gqa", s512, "query-blocks=3"); },
-              testing::ThrowsMessage<Error>(testing::HasSubstr(
-                  "query-blocks=3 does not fit this attention: 2048 queries do not split into 3 "
-                  "whole blocks")));
+              testing::ThrowsMessage<Error>(
+                  testing::HasSubstr("error: --config: query-blocks=3 does not fit this attention: "
+                                     "2048 queries do not split into 3 "
+                                     "whole blocks")));
   // The blocks are the parallel loop; the causal tiles count a block's rows from its first.
   Function causal = attentionModule().function("attention_gqa_causal");
   std::string specialized = causal.emit(Stage::Specialized, s512);
@@ -426,12 +427,26 @@ TEST(AttentionDecode, KeyChunksOverrideSetsTheCountWhereTheKeysSplit) {
     return std::string("no error");
   };
   EXPECT_THAT(error("key-chunks=3", "attention_gqa_decode"),
-              testing::MatchesRegex(".*attention_gqa.mlir:[0-9]+:[0-9]+: error: key-chunks=3 does "
-                                    "not fit this attention: 512 keys do not split into 3 whole "
-                                    "chunks.*"));
-  EXPECT_THAT(error("key-chunks=2", "attention_gqa_causal"),
-              testing::HasSubstr("key-chunks=2 does not fit this attention: it has a mask"));
+              testing::MatchesRegex(
+                  ".*attention_gqa.mlir:[0-9]+:[0-9]+: error: --config: key-chunks=3 does "
+                  "not fit this attention: 512 keys do not split into 3 whole "
+                  "chunks.*"));
+  EXPECT_THAT(
+      error("key-chunks=2", "attention_gqa_causal"),
+      testing::HasSubstr("--config: key-chunks=2 does not fit this attention: it has a mask"));
   EXPECT_EQ(error("key-chunks=1", "attention_gqa_causal"), "no error");
+  // Set on the op, the error names the attribute.
+  std::string threeChunks = componentTextWith("attention/attention_gqa.mlir", "#att_out]}",
+                                              "#att_out], frank.config = \"key-chunks=3\"}");
+  EXPECT_THAT(
+      [&] {
+        context()
+            .loadString(threeChunks, "attention_three_chunks.mlir")
+            .function("attention_gqa_decode")
+            .emit(Stage::Loops, types);
+      },
+      testing::ThrowsMessage<Error>(testing::HasSubstr(
+          "error: frank.config: key-chunks=3 does not fit this attention: 512 keys")));
 }
 
 // An attention op without batch dims (Q [M, D], K [J, D], V [J, D]) splits its keys too: the

@@ -302,17 +302,22 @@ struct Pieces {
   std::string explained() const { return count > 1 ? why : "one piece: " + why; }
 };
 
-// One piece because of `why`: an error where `forced` (`<key>=N`) asked for more.
+// One piece because of `why`: an error, naming where it was set (`origin`: --config or the
+// op's attribute), where `forced` (`<key>=N`) asked for more.
 Pieces unsplit(const Op &op, const char *key, std::optional<int64_t> forced,
-               const std::string &why) {
+               const std::string &origin, const std::string &why) {
   if (forced && *forced > 1)
-    fail(op.loc, fmt::format("{}={} does not fit this attention: {}", key, *forced, why));
+    fail(op.loc,
+         fmt::format("{}: {}={} does not fit this attention: {}", origin, key, *forced, why));
   return Pieces{1, why};
 }
 
 // `forced` (`key-chunks=N`) sets the count wherever the keys split into N whole chunks.
-Pieces keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<int64_t> forced) {
-  auto onePiece = [&](const std::string &why) { return unsplit(op, "key-chunks", forced, why); };
+Pieces keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<int64_t> forced,
+                    const std::string &origin) {
+  auto onePiece = [&](const std::string &why) {
+    return unsplit(op, "key-chunks", forced, origin, why);
+  };
   if (forced == 1)
     return {1, "key-chunks=1"};
   bool hasMask = op.attr("num_inputs").integer() == 5;
@@ -359,8 +364,10 @@ Pieces keyChunksFor(const Op &op, const AttentionDims &dims, std::optional<int64
 constexpr int64_t kMaxBlockScoreBytes = 1 << 20;
 
 Pieces queryBlocksFor(const Op &op, const AttentionDims &dims, int64_t keyChunks,
-                      std::optional<int64_t> forced) {
-  auto onePiece = [&](const std::string &why) { return unsplit(op, "query-blocks", forced, why); };
+                      std::optional<int64_t> forced, const std::string &origin) {
+  auto onePiece = [&](const std::string &why) {
+    return unsplit(op, "query-blocks", forced, origin, why);
+  };
   if (forced == 1)
     return {1, "query-blocks=1"};
   if (keyChunks > 1)
@@ -727,8 +734,8 @@ std::pair<int64_t, int64_t> choosePieces(const Op &op, const AttentionChoices &c
   if (op.hasAttr(kConfigAttr))
     config = config.overriddenBy(loops::parseConfig(op.attr(kConfigAttr).string(), kConfigAttr));
   const AttentionDims dims = attentionDims(op);
-  Pieces chunks = keyChunksFor(op, dims, config.keyChunks);
-  Pieces blocks = queryBlocksFor(op, dims, chunks.count, config.queryBlocks);
+  Pieces chunks = keyChunksFor(op, dims, config.keyChunks, config.origin);
+  Pieces blocks = queryBlocksFor(op, dims, chunks.count, config.queryBlocks, config.origin);
   if (choices.explain) {
     choices.explain->push_back(
         fmt::format("{} at {}: queries in {}", op.name(), op.loc.str(), blocks.explained()));
