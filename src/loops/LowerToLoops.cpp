@@ -22,13 +22,13 @@ namespace {
 
 using namespace loops;
 
-// Software prefetches of rows far apart (a panel's rows of B, 16 KiB apart in S7; keys at decode,
-// 4 KiB apart) ask for one line in this many: the L2's own prefetchers bring the rest of a
-// short row (the other line of its 128-byte pair, the next lines of the page) without taking an
-// L1 fill buffer each, which the tile's loads need. On the 2-core Xeon, S7 took 14.4-15.5 ms
-// prefetching each row's first line against 15.1-15.8 prefetching all 4 and 15.6-16.4 with
-// none; attention at decode (S6) 84.2-86.7 µs with one prefetch per 512-byte key against
-// 92.2-96.8 with 8 and 84.2-85.2 with none (alternating runs, one process each).
+// Software prefetches of keys far apart at decode (contraction.dot's B rows, 512 bytes every
+// 4 KiB) ask for one line in this many: the L2's own prefetchers bring the rest of a short row
+// (the other line of its 128-byte pair, the next lines of the page) without taking an L1 fill
+// buffer each, which the tile's loads need. Attention at decode (S6) took 84.2-86.7 µs with one
+// prefetch per 512-byte key against 92.2-96.8 with 8 and 84.2-85.2 with none (the 2-core Xeon,
+// alternating runs, one process each). A packed panel's rows take a prefetch per line instead
+// (emitContraction).
 constexpr int64_t kLinesPerPrefetch = 8;
 // A transposing pack moves square blocks of at most this many lanes through registers. S5's pack
 // of K took 13% of its nest element by element (a scalar store and an extract each); 8 x 8
@@ -1572,12 +1572,21 @@ private:
               binary(OpKind::AndI, hasNext, cmp("slt", mBlock, intConst(panelK / chunkRows)));
           Expr chunk = mul(mBlock, intConst(chunkRows));
           Expr prefetchRow = var(freshName("row"), ElemKind::Index);
-          // The row's first line: its panel row is at most kLinesPerPrefetch lines.
-          std::vector<Expr> iv = vars;
-          iv[s.dimN] = mul(nextN, intConst(panelRow));
-          iv[s.dimK] = kAt(next, add(chunk, prefetchRow));
-          std::vector<Stmt> prefetches = {
-              prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims))};
+          // Every line of the row's run of the panel: the L2's prefetchers follow no run of
+          // 256 bytes every 16 KiB (S7), and with the first line alone the pack after the tile
+          // waited on the rest (15% of a thread's samples in S7). On the 5th-generation Xeon,
+          // one process alternating the two (`--versus`, medians of 10): S7 18.0-23.8 ms against
+          // 20.2-25.2 with the first line, faster in four rounds of four; 512 rows 85.5 against
+          // 118, 32 rows 8.28 against 9.04, 14336 columns 177 against 194. (The earlier 2-core
+          // Xeon, alternating processes: S7 15.1-15.8 against 14.4-15.5.)
+          std::vector<Stmt> prefetches;
+          const int64_t lineElems = lineElemsOf(g.input(s.packInput)->type.elem);
+          for (int64_t column = 0; column < panelRow; column += lineElems) {
+            std::vector<Expr> iv = vars;
+            iv[s.dimN] = add(mul(nextN, intConst(panelRow)), intConst(column));
+            iv[s.dimK] = kAt(next, add(chunk, prefetchRow));
+            prefetches.push_back(prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims)));
+          }
           prefetchChunk.push_back(ifThen(when, {forLoop(prefetchRow->name, intConst(chunkRows),
                                                         ForKind::Serial, std::move(prefetches))}));
           prefetchChunk.back()->comment = fmt::format("prefetch {} rows of the next {} panel",
