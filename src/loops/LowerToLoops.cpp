@@ -27,8 +27,9 @@ using namespace loops;
 // (the other line of its 128-byte pair, the next lines of the page) without taking an L1 fill
 // buffer each, which the tile's loads need. Attention at decode (S6) took 84.2-86.7 µs with one
 // prefetch per 512-byte key against 92.2-96.8 with 8 and 84.2-85.2 with none (the 2-core Xeon,
-// alternating runs, one process each). A packed panel's rows take a prefetch per line instead
-// (emitContraction).
+// alternating runs, one process each); on the 5th-generation Xeon 68.7-83.9 µs against 80.1-91.7
+// with 8, slower in three rounds of three in one process. A packed panel's rows take a prefetch
+// per line instead (emitContraction).
 constexpr int64_t kLinesPerPrefetch = 8;
 // A transposing pack moves square blocks of at most this many lanes through registers. S5's pack
 // of K took 13% of its nest element by element (a scalar store and an extract each); 8 x 8
