@@ -726,7 +726,13 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("pipeline=contraction.dot", mm),
               testing::HasSubstr("pipeline contraction.dot does not apply: no reduction dim"));
   EXPECT_THAT(error("pipeline=contraction.outer,pack=1", matmulNest(1, 256, 256)),
-              testing::HasSubstr("pack=1 needs"));
+              testing::HasSubstr("pack=1 does not apply: too few m blocks read each panel (1 m "
+                                 "block of 1 rows)"));
+  // S7's panels in k blocks of 1024, one region per n block: 16 MiB, over what a pack may use.
+  EXPECT_THAT(error("k-block=1024,pack=1", matmulNest(128, 4096, 4096)),
+              testing::HasSubstr("pack=1 does not apply: its panels of 1024 rows would take 16 "
+                                 "MiB, over the 8 MiB a pack may use"));
+  EXPECT_EQ(error("k-block=512,pack=1", matmulNest(128, 4096, 4096)), "no error");
   EXPECT_THAT(error("tile=4x3", matmulNest(1, 256, 256)),
               testing::HasSubstr("contraction.stream takes tile=RxP with P dividing k (256) or its "
                                  "32 vectors"));

@@ -834,6 +834,8 @@ int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 32 << 
 // chunk of keys, 2 m blocks of 2x4 tiles) ran 167-184 µs packing V in k blocks of 128 and
 // 143-144 without, V read in place (three alternating rounds of `frank-jit bench`).
 constexpr int64_t kTwoBlocksPackBytes = 512 << 10;
+// The most a kernel's packed panels may take, over all their regions.
+constexpr int64_t kMaxPackBytes = 8 << 20;
 constexpr int64_t kASliceBytes = 128 << 10;
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
   if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 ||
@@ -915,19 +917,35 @@ void takeAllRowsWhereBLeavesL1(const NestShape &nest, Strategy &s, const Target 
 // The input to pack: the one operand read along both n and k (B), when it is not read along m
 // or another reduction, several m blocks reuse each panel, and its panels are not contiguous
 // already. Attention's P x V packs V per head: its rows are 4 KiB apart in [S, Hkv, D].
-int choosePackInput(const NestShape &nest, const Strategy &s) {
-  if (!reusesPanels(nest, s))
+// Where none is, `whyNot` (if given) says why, for the error of a `pack=1` that does not fit.
+int choosePackInput(const NestShape &nest, const Strategy &s, std::string *whyNot = nullptr) {
+  auto none = [&](std::string why) {
+    if (whyNot)
+      *whyNot = std::move(why);
     return -1;
+  };
+  if (!reusesPanels(nest, s)) {
+    if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0)
+      return none("it is not a contraction.outer nest");
+    if (!constantBesidesM(nest, s.dimM, s.dimK))
+      return none("its extents besides m are runtime values");
+    const int64_t mBlocks = extentOr1(nest, s.dimM) / std::max(1, s.tileM);
+    return none(fmt::format("too few m blocks read each panel ({} m block{} of {} rows)", mBlocks,
+                            mBlocks == 1 ? "" : "s", s.tileM));
+  }
   // The regions, one per iteration of the other parallel dims (of the chunks of whichever loop
-  // runs in parallel, at most as many): at most 8 MiB.
+  // runs in parallel, at most as many): at most kMaxPackBytes.
   int64_t regions = 1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && int(d) != s.dimM && int(d) != s.dimN)
       regions = saturatingMul(regions, nest.extents[d]);
   int64_t panelK = s.blockK ? s.blockK : nest.extents[s.dimK];
-  if (saturatingMul(saturatingMul(regions, panelK),
-                    saturatingMul(nest.extents[s.dimN], nest.elemBits / 8)) > (8 << 20))
-    return -1;
+  const int64_t packBytes = saturatingMul(saturatingMul(regions, panelK),
+                                          saturatingMul(nest.extents[s.dimN], nest.elemBits / 8));
+  if (packBytes > kMaxPackBytes)
+    return none(fmt::format("its panels of {} rows would take {} MiB, over the {} MiB a pack "
+                            "may use (a smaller k-block takes fewer)",
+                            panelK, (packBytes + (1 << 20) - 1) >> 20, kMaxPackBytes >> 20));
   int found = -1;
   for (size_t i = 0; i + 1 < nest.strides.size(); ++i) {
     const auto &strides = nest.strides[i];
@@ -937,12 +955,14 @@ int choosePackInput(const NestShape &nest, const Strategy &s) {
     for (size_t d = 0; d < strides.size(); ++d)
       if (strides[d] != 0 && int(d) != s.dimN && int(d) != s.dimK &&
           (nest.reduction[d] || int(d) == s.dimM))
-        return -1;
-    if (found >= 0 || strides[s.dimK] <= int64_t(s.tileN) * s.lanes)
-      return -1;
+        return none("its input read along n and k is read along other dims too");
+    if (found >= 0)
+      return none("two of its inputs are read along n and k");
+    if (strides[s.dimK] <= int64_t(s.tileN) * s.lanes)
+      return none("its panels are contiguous already");
     found = int(i);
   }
-  return found;
+  return found >= 0 ? found : none("no input is read along n and k alone");
 }
 
 // The parallel dims outside the tile along which `b` (an input's strides) is read more closely
@@ -1187,12 +1207,10 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
                                 s.packInput));
     return;
   }
-  s.packInput = config.pack.value_or(true) ? choosePackInput(nest, s) : -1;
-  if (config.pack) {
-    if (*config.pack && s.packInput < 0)
-      unfit(config, "pack=1 needs a contraction.outer nest whose one input read "
-                    "along n and k depends on nothing else, with several m blocks");
-  }
+  std::string whyNot;
+  s.packInput = config.pack.value_or(true) ? choosePackInput(nest, s, &whyNot) : -1;
+  if (config.pack.value_or(false) && s.packInput < 0)
+    unfit(config, "pack=1 does not apply: " + whyNot);
 }
 
 } // namespace
