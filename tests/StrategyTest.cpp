@@ -727,7 +727,7 @@ TEST(Strategy, BadConfigsAreErrors) {
               testing::HasSubstr("pipeline contraction.dot does not apply: no reduction dim"));
   EXPECT_THAT(error("pipeline=contraction.outer,pack=1", matmulNest(1, 256, 256)),
               testing::HasSubstr("pack=1 does not apply: too few m blocks read each panel (1 m "
-                                 "block of 1 rows)"));
+                                 "block of 1 row)"));
   // S7's panels in k blocks of 1024, one region per n block: 16 MiB, over what a pack may use.
   EXPECT_THAT(error("k-block=1024,pack=1", matmulNest(128, 4096, 4096)),
               testing::HasSubstr("pack=1 does not apply: its panels of 1024 rows would take 16 "

@@ -930,8 +930,8 @@ int choosePackInput(const NestShape &nest, const Strategy &s, std::string *whyNo
     if (!constantBesidesM(nest, s.dimM, s.dimK))
       return none("its extents besides m are runtime values");
     const int64_t mBlocks = extentOr1(nest, s.dimM) / std::max(1, s.tileM);
-    return none(fmt::format("too few m blocks read each panel ({} m block{} of {} rows)", mBlocks,
-                            mBlocks == 1 ? "" : "s", s.tileM));
+    return none(fmt::format("too few m blocks read each panel ({} m block{} of {} row{})", mBlocks,
+                            mBlocks == 1 ? "" : "s", s.tileM, s.tileM == 1 ? "" : "s"));
   }
   // The regions, one per iteration of the other parallel dims (of the chunks of whichever loop
   // runs in parallel, at most as many): at most kMaxPackBytes.
