@@ -478,8 +478,60 @@ const ApiCase kApiCases[] = {
        m.function("f")({f32({2}), f32({2}), Scalar::f32(1)});
      },
      "t.mlir:4:3",
-     "unsupported: 'scf.if' on tensors whose condition is not known when the kernel is compiled "
-     "(only i1 arguments and constants decide branches)"},
+     "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel "
+     "is compiled (only i1 arguments and constants decide such branches)"},
+    {"scf_if_on_runtime_condition_generic",
+     "util.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>, %x: f32) -> tensor<2xf32> {\n"
+     "  %z = arith.constant 0.0 : f32\n"
+     "  %c = arith.cmpf ogt, %x, %z : f32\n"
+     "  %r = scf.if %c -> (tensor<2xf32>) {\n"
+     "    scf.yield %a : tensor<2xf32>\n"
+     "  } else {\n"
+     "    scf.yield %b : tensor<2xf32>\n"
+     "  }\n"
+     "  util.return %r : tensor<2xf32>\n"
+     "}\n",
+     [](Module &m) {
+       m.function("f")({f32({2}), f32({2}), Scalar::f32(1)}, Mode::Generic);
+     },
+     "t.mlir:4:3",
+     "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel "
+     "is compiled (only i1 arguments and constants decide such branches)"},
+    // Decided by a runtime dim, the branch is as unknown (specialization once refined the
+    // regions' types, and then blamed the yields for disagreeing with the results').
+    {"scf_if_on_runtime_dim",
+     "util.func @f(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {\n"
+     "  %c0 = arith.constant 0 : index\n"
+     "  %c1 = arith.constant 1 : index\n"
+     "  %t = tensor.dim %x, %c0 : tensor<?x?xf32>\n"
+     "  %one = arith.cmpi eq, %t, %c1 : index\n"
+     "  %r = scf.if %one -> (tensor<?x?xf32>) {\n"
+     "    scf.yield %x : tensor<?x?xf32>\n"
+     "  } else {\n"
+     "    scf.yield %x : tensor<?x?xf32>\n"
+     "  }\n"
+     "  util.return %r : tensor<?x?xf32>\n"
+     "}\n",
+     [](Module &m) {
+       m.function("f").withRuntimeDims({{"x", 0}})({f32({3, 4})});
+     },
+     "t.mlir:6:3",
+     "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel "
+     "is compiled (only i1 arguments and constants decide such branches)"},
+    {"scf_if_of_scalars_on_runtime_condition",
+     "util.func @f(%x: f32) -> f32 {\n"
+     "  %z = arith.constant 0.0 : f32\n"
+     "  %c = arith.cmpf ogt, %x, %z : f32\n"
+     "  %r = scf.if %c -> (f32) {\n"
+     "    scf.yield %x : f32\n"
+     "  } else {\n"
+     "    scf.yield %z : f32\n"
+     "  }\n"
+     "  util.return %r : f32\n"
+     "}\n",
+     [](Module &m) { m.function("f")({Scalar::f32(1)}); }, "t.mlir:4:3",
+     "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel "
+     "is compiled (only i1 arguments and constants decide such branches)"},
     {"gather_dimension_map_not_a_permutation",
      "util.func @f(%w: tensor<4x4xf32>, %ids: tensor<2x2xi64>) -> tensor<2xf32> {\n"
      "  %init = tensor.empty() : tensor<2xf32>\n"
@@ -574,6 +626,12 @@ const ApiCase kApiCases[] = {
     {"cast_to_static_dim_generic", kCast,
      [](Module &m) { m.function("f")({f32({5})}, Mode::Generic); }, "t.mlir:2:8",
      "'tensor.cast' to 'tensor<4xf32>' finds 5 where dim 0 is 4"},
+    // Specialization sees only a runtime dim: the kernel checks the cast when it runs.
+    {"cast_to_static_dim_runtime_dim", kCast,
+     [](Module &m) {
+       m.function("f").withRuntimeDims({{"t", 0}})({f32({5})});
+     },
+     "t.mlir:2:8", "'tensor.cast' to 'tensor<4xf32>' finds 5 where dim 0 is 4"},
 };
 
 class ApiDiagnostics : public testing::TestWithParam<ApiCase> {};

@@ -649,6 +649,27 @@ const DiagCase kDiagCases[] = {
      "  util.return\n"
      "}\n",
      "2:36", "integer literal '-1' does not fit in i1"},
+    // A dimension the input lacks is named as such, not as a rank the result would then miss.
+    {"reduce_dimension_out_of_range",
+     "util.func @f(%x: tensor<3x4xf32>, %i: tensor<3xf32>) -> tensor<3xf32> {\n"
+     "  %r = linalg.reduce ins(%x : tensor<3x4xf32>) outs(%i : tensor<3xf32>) dimensions = [2]\n"
+     "    (%a: f32, %b: f32) {\n"
+     "      %s = arith.addf %a, %b : f32\n"
+     "      linalg.yield %s : f32\n"
+     "    }\n"
+     "  util.return %r : tensor<3xf32>\n"
+     "}\n",
+     "2:73", "'linalg.reduce' dimension 2 is out of range for 'tensor<3x4xf32>'"},
+    {"reduce_dimension_twice",
+     "util.func @f(%x: tensor<3x4xf32>, %i: tensor<3xf32>) -> tensor<3xf32> {\n"
+     "  %r = linalg.reduce ins(%x : tensor<3x4xf32>) outs(%i : tensor<3xf32>) dimensions = [1, 1]\n"
+     "    (%a: f32, %b: f32) {\n"
+     "      %s = arith.addf %a, %b : f32\n"
+     "      linalg.yield %s : f32\n"
+     "    }\n"
+     "  util.return %r : tensor<3xf32>\n"
+     "}\n",
+     "2:73", "'linalg.reduce' dimension 1 appears twice"},
 };
 
 class Diagnostics : public ::testing::TestWithParam<DiagCase> {};

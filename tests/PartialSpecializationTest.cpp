@@ -600,6 +600,44 @@ TEST(Partial, BakedInDimsAreStillChecked) {
   }
 }
 
+// A cast to a static dim over a runtime dim: the kernel checks it at each call, and the ops
+// after the cast see the constant (here the 4 rows the reduction sums).
+TEST(Partial, ACastToAStaticDimChecksItsRuntimeDim) {
+  Context ctx(memoryOnly());
+  Module m = ctx.loadString(R"(util.func @column_sums(%x: tensor<?x?xf32>) -> tensor<?xf32> {
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %y = tensor.cast %x : tensor<?x?xf32> to tensor<4x?xf32>
+  %n = tensor.dim %y, %c1 : tensor<4x?xf32>
+  %e = tensor.empty(%n) : tensor<?xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
+  %r = linalg.reduce ins(%y : tensor<4x?xf32>) outs(%f : tensor<?xf32>) dimensions = [0]
+    (%in: f32, %acc: f32) {
+      %s = arith.addf %in, %acc : f32
+      linalg.yield %s : f32
+    }
+  util.return %r : tensor<?xf32>
+}
+)",
+                            "cast.mlir");
+  Function fn = m.function("column_sums").withRuntimeDims({{"x", 0}});
+  std::vector<float> x(4 * 3);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(i);
+  std::vector<Tensor> out = fn({Tensor::borrow(x.data(), DType::F32, {4, 3})});
+  EXPECT_EQ(out[0].shape(), (std::vector<int64_t>{3}));
+  EXPECT_THAT(std::vector<float>(out[0].as<float>(), out[0].as<float>() + 3),
+              testing::ElementsAre(18.0f, 22.0f, 26.0f));
+  try {
+    fn({Tensor::borrow(x.data(), DType::F32, {3, 3})});
+    FAIL() << "a cast to 4 rows took 3";
+  } catch (const Error &e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("cast.mlir:4:3: error: 'tensor.cast' to "
+                                             "'tensor<4x3xf32>' finds 3 where dim 0 is 4"));
+  }
+  EXPECT_EQ(ctx.cacheStats().misses, 1u) << "one kernel serves both calls";
+}
+
 TEST(Partial, RuntimeSizesThatMustAgreeAreCheckedAtTheCall) {
   Function fn =
       attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}, {"value", 1}});

@@ -426,9 +426,7 @@ private:
     case OpKind::TensorExtractSlice:
     case OpKind::TensorInsertSlice: lowerSlice(op); return;
     case OpKind::TopK: lowerTopK(op); return;
-    case OpKind::ScfIf:
-      fail(op.loc, "unsupported: 'scf.if' on tensors whose condition is not known when the kernel "
-                   "is compiled (only i1 arguments and constants decide branches)");
+    case OpKind::ScfIf: fail(op.loc, kUnknownBranchError);
     case OpKind::ScfFor: lowerFor(op); return;
     case OpKind::Return: lowerReturn(op); return;
     default: fail(op.loc, fmt::format("unsupported op '{}' at function scope", op.name()));
@@ -3182,13 +3180,15 @@ private:
     if (op.kind == OpKind::TensorCast) {
       view.dims = src.dims;
       // A cast to a static dim asserts it (specialization checks constants; a runtime extent
-      // is checked when the kernel runs).
+      // is checked when the kernel runs), and the view's users then see the constant.
       const Type &to = op.result()->type;
       for (int64_t d = 0; d < to.rank(); ++d)
-        if (to.shape[d] != kDynamic)
+        if (to.shape[d] != kDynamic) {
           requireEqual(
               op, src.dims[d], intConst(to.shape[d]),
               fmt::format("'tensor.cast' to '{}' finds {{}} where dim {} is {{}}", to.str(), d));
+          view.dims[d] = intConst(to.shape[d]);
+        }
     } else if (op.kind == OpKind::TensorExpandShape) {
       size_t next = 1;
       for (const Attribute &a : op.attr("static_output_shape").list())

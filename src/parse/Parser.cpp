@@ -1602,6 +1602,16 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     AttrList dims = parseIntList("the dimensions");
     op.attrs["dimensions"] = Attribute{dims};
     const Type &in = op.operands[0]->type, &out = op.operands[1]->type;
+    std::vector<bool> reduced(static_cast<size_t>(in.rank()), false);
+    for (const Attribute &dim : dims) {
+      const int64_t d = dim.integer();
+      if (d < 0 || d >= in.rank())
+        failAt(key,
+               fmt::format("'linalg.reduce' dimension {} is out of range for '{}'", d, in.str()));
+      if (reduced[static_cast<size_t>(d)])
+        failAt(key, fmt::format("'linalg.reduce' dimension {} appears twice", d));
+      reduced[static_cast<size_t>(d)] = true;
+    }
     if (in.rank() - static_cast<int64_t>(dims.size()) != out.rank() || in.elem != out.elem)
       failAt(key, fmt::format("reducing dims {} of '{}' cannot give '{}'",
                               fmt::join(

@@ -43,6 +43,12 @@ public:
         i = inlineBranch(block, i, *constantOf(op.operands[0]) != 0);
         continue;
       }
+      // Tensor results say the branch is outside a linalg body, where no kernel can take it;
+      // refining its regions' types would only make them disagree with its results'.
+      if (op.kind == OpKind::ScfIf && shapes_ &&
+          std::any_of(op.results.begin(), op.results.end(),
+                      [](const auto &r) { return r->type.isTensor(); }))
+        fail(op.loc, kUnknownBranchError);
       if (op.kind == OpKind::ScfFor && shapes_)
         for (size_t a = 3; a < op.operands.size(); ++a)
           op.regions[0]->arguments[a - 2]->type = op.operands[a]->type;
@@ -325,7 +331,13 @@ private:
         if (differ(to.shape[d], from.shape[d]))
           fail(op.loc,
                fmt::format("'tensor.cast' to '{}': dim {} is {}", to.str(), d, from.shape[d]));
-      op.result()->type = from;
+      // A dim the cast makes static stays so where its operand's is a runtime dim: the lowering
+      // then checks it when the kernel runs.
+      Type refined = from;
+      for (int64_t d = 0; d < to.rank(); ++d)
+        if (refined.shape[d] == kDynamic)
+          refined.shape[d] = to.shape[d];
+      op.result()->type = refined;
       return;
     }
     case OpKind::TopK: {

@@ -32,6 +32,10 @@ std::unique_ptr<FuncOp> specialize(const FuncOp &fn, const std::vector<ArgSpec> 
 /// both modes) and folds the branches they decide, leaving every shape dynamic.
 std::unique_ptr<FuncOp> bindFlags(const FuncOp &fn, const std::vector<ArgSpec> &args);
 
+/// Why an `scf.if` outside a linalg body whose condition is not a constant cannot compile.
+inline constexpr const char *kUnknownBranchError =
+    "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel is "
+    "compiled (only i1 arguments and constants decide such branches)";
 /// For each loop dim of a generic, the (operand, operand dim) pairs that index it alone.
 std::vector<std::vector<std::pair<int, int>>> loopDimSources(const Op &generic);
 
