@@ -162,6 +162,20 @@ const char *kCast = R"(util.func @f(%t: tensor<?xf32>) -> tensor<4xf32> {
 }
 )";
 
+// Line 4 holds an scf.if on tensors that a float argument decides.
+const char *kIfOnRuntimeCondition =
+    R"(util.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>, %x: f32) -> tensor<2xf32> {
+  %z = arith.constant 0.0 : f32
+  %c = arith.cmpf ogt, %x, %z : f32
+  %r = scf.if %c -> (tensor<2xf32>) {
+    scf.yield %a : tensor<2xf32>
+  } else {
+    scf.yield %b : tensor<2xf32>
+  }
+  util.return %r : tensor<2xf32>
+}
+)";
+
 // Line 7 holds the generic whose loop dims tie %a and %b together.
 const char *kAdd = R"(util.func @add(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
   %c0 = arith.constant 0 : index
@@ -464,16 +478,7 @@ const ApiCase kApiCases[] = {
      [](Module &m) { m.function("f")({Scalar::f32(1)}); }, "t.mlir:2:3",
      "recursive call to '@f' is not supported"},
     {"scf_if_on_runtime_condition",
-     "util.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>, %x: f32) -> tensor<2xf32> {\n"
-     "  %z = arith.constant 0.0 : f32\n"
-     "  %c = arith.cmpf ogt, %x, %z : f32\n"
-     "  %r = scf.if %c -> (tensor<2xf32>) {\n"
-     "    scf.yield %a : tensor<2xf32>\n"
-     "  } else {\n"
-     "    scf.yield %b : tensor<2xf32>\n"
-     "  }\n"
-     "  util.return %r : tensor<2xf32>\n"
-     "}\n",
+     kIfOnRuntimeCondition,
      [](Module &m) {
        m.function("f")({f32({2}), f32({2}), Scalar::f32(1)});
      },
@@ -481,16 +486,7 @@ const ApiCase kApiCases[] = {
      "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel "
      "is compiled (only i1 arguments and constants decide such branches)"},
     {"scf_if_on_runtime_condition_generic",
-     "util.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>, %x: f32) -> tensor<2xf32> {\n"
-     "  %z = arith.constant 0.0 : f32\n"
-     "  %c = arith.cmpf ogt, %x, %z : f32\n"
-     "  %r = scf.if %c -> (tensor<2xf32>) {\n"
-     "    scf.yield %a : tensor<2xf32>\n"
-     "  } else {\n"
-     "    scf.yield %b : tensor<2xf32>\n"
-     "  }\n"
-     "  util.return %r : tensor<2xf32>\n"
-     "}\n",
+     kIfOnRuntimeCondition,
      [](Module &m) {
        m.function("f")({f32({2}), f32({2}), Scalar::f32(1)}, Mode::Generic);
      },

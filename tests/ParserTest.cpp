@@ -80,6 +80,18 @@ void expectDiagnostic(const DiagCase &c) {
   EXPECT_EQ(lines[2], std::string(col - 1, ' ') + "^");
 }
 
+// A sum over the dims given of a 3x4 input into 3 elements.
+#define REDUCE_OVER(dims)                                                                          \
+  "util.func @f(%x: tensor<3x4xf32>, %i: tensor<3xf32>) -> tensor<3xf32> {\n"                      \
+  "  %r = linalg.reduce ins(%x : tensor<3x4xf32>) outs(%i : tensor<3xf32>) dimensions = [" dims     \
+  "]\n"                                                                                             \
+  "    (%a: f32, %b: f32) {\n"                                                                     \
+  "      %s = arith.addf %a, %b : f32\n"                                                           \
+  "      linalg.yield %s : f32\n"                                                                  \
+  "    }\n"                                                                                        \
+  "  util.return %r : tensor<3xf32>\n"                                                             \
+  "}\n"
+
 // A one-dim elementwise generic, used by many cases below with one line changed. Its lines:
 //   1 #id = ...   2 util.func   3 %r = linalg.generic {...}   4 ins(...) outs(...) {
 //   5 ^bb0(...):  6 body        7 } -> T                       8 util.return   9 }
@@ -651,24 +663,10 @@ const DiagCase kDiagCases[] = {
      "2:36", "integer literal '-1' does not fit in i1"},
     // A dimension the input lacks is named as such, not as a rank the result would then miss.
     {"reduce_dimension_out_of_range",
-     "util.func @f(%x: tensor<3x4xf32>, %i: tensor<3xf32>) -> tensor<3xf32> {\n"
-     "  %r = linalg.reduce ins(%x : tensor<3x4xf32>) outs(%i : tensor<3xf32>) dimensions = [2]\n"
-     "    (%a: f32, %b: f32) {\n"
-     "      %s = arith.addf %a, %b : f32\n"
-     "      linalg.yield %s : f32\n"
-     "    }\n"
-     "  util.return %r : tensor<3xf32>\n"
-     "}\n",
+     REDUCE_OVER("2"),
      "2:73", "'linalg.reduce' dimension 2 is out of range for 'tensor<3x4xf32>'"},
     {"reduce_dimension_twice",
-     "util.func @f(%x: tensor<3x4xf32>, %i: tensor<3xf32>) -> tensor<3xf32> {\n"
-     "  %r = linalg.reduce ins(%x : tensor<3x4xf32>) outs(%i : tensor<3xf32>) dimensions = [1, 1]\n"
-     "    (%a: f32, %b: f32) {\n"
-     "      %s = arith.addf %a, %b : f32\n"
-     "      linalg.yield %s : f32\n"
-     "    }\n"
-     "  util.return %r : tensor<3xf32>\n"
-     "}\n",
+     REDUCE_OVER("1, 1"),
      "2:73", "'linalg.reduce' dimension 1 appears twice"},
 };
 
