@@ -388,7 +388,10 @@ std::shared_ptr<const detail::CallShapes> evaluateCall(const detail::KernelImpl 
   for (const auto &c : k.meta.constraints) {
     int64_t a = loops::evaluate(c.a, f.dims.data(), f.scalars.data());
     int64_t b = loops::evaluate(c.b, f.dims.data(), f.scalars.data());
-    if (c.lessOrEqual ? a > b : a != b)
+    const bool broken = c.holds ? loops::evaluate(c.holds, f.dims.data(), f.scalars.data()) == 0
+                        : c.lessOrEqual ? a > b
+                                        : a != b;
+    if (broken)
       throw Error(formatDiagnostic(c.loc, "error", fmt::format(fmt::runtime(c.message), a, b)));
   }
   auto shapes = std::make_shared<detail::CallShapes>();

@@ -176,6 +176,19 @@ const char *kIfOnRuntimeCondition =
 }
 )";
 
+// A slice whose size (lines 4-5) and window (line 6) come from arguments: %t's last %n-th, from
+// %at to its end.
+const char *kSliceFromArguments =
+    R"(util.func @f(%t: tensor<?xf32>, %n: index, %at: index) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %d = tensor.dim %t, %c0 : tensor<?xf32>
+  %part = arith.divui %d, %n : index
+  %size = arith.subi %part, %at : index
+  %r = tensor.extract_slice %t[%at] [%size] [1] : tensor<?xf32> to tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+)";
+
 // Line 7 holds the generic whose loop dims tie %a and %b together.
 const char *kAdd = R"(util.func @add(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
   %c0 = arith.constant 0 : index
@@ -467,7 +480,7 @@ const ApiCase kApiCases[] = {
      [](Module &m) {
        m.function("split")({f32({8}), Scalar::index(0)}, Mode::Generic);
      },
-     "", "division by zero in a shape computation: divui(dims[0], scalars[0]:index)"},
+     "t.mlir:9:3", "division by zero in 'arith.divui'"},
 
     // ---- Constructs that parse but that the later stages do not take.
     {"recursive_call",
@@ -477,16 +490,14 @@ const ApiCase kApiCases[] = {
      "}\n",
      [](Module &m) { m.function("f")({Scalar::f32(1)}); }, "t.mlir:2:3",
      "recursive call to '@f' is not supported"},
-    {"scf_if_on_runtime_condition",
-     kIfOnRuntimeCondition,
+    {"scf_if_on_runtime_condition", kIfOnRuntimeCondition,
      [](Module &m) {
        m.function("f")({f32({2}), f32({2}), Scalar::f32(1)});
      },
      "t.mlir:4:3",
      "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel "
      "is compiled (only i1 arguments and constants decide such branches)"},
-    {"scf_if_on_runtime_condition_generic",
-     kIfOnRuntimeCondition,
+    {"scf_if_on_runtime_condition_generic", kIfOnRuntimeCondition,
      [](Module &m) {
        m.function("f")({f32({2}), f32({2}), Scalar::f32(1)}, Mode::Generic);
      },
@@ -619,6 +630,23 @@ const ApiCase kApiCases[] = {
        m.function("f")({f32({5}), Scalar::index(3), Scalar::index(4)}, Mode::Generic);
      },
      "t.mlir:2:8", "the slice window ends at 6 in dim 0, which has size 5"},
+    // The host evaluates the output's shape before the kernel runs: it checks what the shape
+    // is built from first, and names the op (its shapes had failed without a location).
+    {"division_by_zero_in_a_shape_generic", kSliceFromArguments,
+     [](Module &m) {
+       m.function("f")({f32({5}), Scalar::index(0), Scalar::index(0)}, Mode::Generic);
+     },
+     "t.mlir:4:3", "division by zero in 'arith.divui'"},
+    {"slice_of_negative_size_generic", kSliceFromArguments,
+     [](Module &m) {
+       m.function("f")({f32({5}), Scalar::index(1), Scalar::index(7)}, Mode::Generic);
+     },
+     "t.mlir:6:3", "the slice window starts at 7 in dim 0, which has size 5"},
+    {"slice_of_negative_size_runtime_dim", kSliceFromArguments,
+     [](Module &m) {
+       m.function("f").withRuntimeDims({{"t", 0}})({f32({5}), Scalar::index(1), Scalar::index(7)});
+     },
+     "t.mlir:6:3", "the slice window starts at 7 in dim 0, which has size 5"},
     {"cast_to_static_dim_generic", kCast,
      [](Module &m) { m.function("f")({f32({5})}, Mode::Generic); }, "t.mlir:2:8",
      "'tensor.cast' to 'tensor<4xf32>' finds 5 where dim 0 is 4"},

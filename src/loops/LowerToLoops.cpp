@@ -245,6 +245,22 @@ private:
     return false;
   }
 
+  // Whether the host can evaluate `e` from a call's dims and scalars (loops::evaluate).
+  static bool hostEvaluable(const Expr &e) {
+    switch (e->kind) {
+    case ExprKind::IntConst:
+    case ExprKind::DimParam:
+    case ExprKind::ScalarParam: return true;
+    case ExprKind::Binary:
+    case ExprKind::Cmp:
+    case ExprKind::Select:
+    case ExprKind::Cast:
+      return std::all_of(e->args.begin(), e->args.end(),
+                         [](const Expr &a) { return hostEvaluable(a); });
+    default: return false;
+    }
+  }
+
   int bufferForRoot(const Value *root, const std::vector<Expr> &dims) {
     auto it = outputOfRoot_.find(root);
     Expr count = numElements(dims);
@@ -316,17 +332,29 @@ private:
     if (!isIntegerDivision(op.kind) || divisionCannotTrap(op, args[1]))
       return;
     const ElemKind type = op.result()->type.elem;
+    checkInKernel(op, cmp("ne", args[1], intConst(0, type)), args[0], args[1],
+                  fmt::format("division by zero in '{}'", op.name()), into);
+    if (isSigned(op.kind))
+      checkInKernel(op,
+                    binary(OpKind::OrI, cmp("ne", args[0], smallestInteger(type)),
+                           cmp("ne", args[1], intConst(-1, type))),
+                    args[0], args[1],
+                    fmt::format("'{}' of {{}} by {{}} overflows {}", op.name(), elemName(type)),
+                    into);
+  }
+
+  // Stops the kernel at `op` unless `holds`, with `message` formatted with `a` and `b`. A check
+  // the kernel's entry always runs on values the host knows from the call's dims and scalars is
+  // made on the host too, before the call: the host evaluates the output shapes first, and a
+  // shape built from a value that breaks the check (a division by zero, a slice past its
+  // tensor's end) would fail there without naming the op.
+  void checkInKernel(const Op &op, const Expr &holds, const Expr &a, const Expr &b,
+                     const std::string &message, std::vector<Stmt> &into) {
     auto &checks = out_.program.checks;
-    checks.push_back({op.loc, fmt::format("division by zero in '{}'", op.name())});
-    into.push_back(check(cmp("ne", args[1], intConst(0, type)), static_cast<int>(checks.size()) - 1,
-                         args[0], args[1]));
-    if (!isSigned(op.kind))
-      return;
-    checks.push_back(
-        {op.loc, fmt::format("'{}' of {{}} by {{}} overflows {}", op.name(), elemName(type))});
-    into.push_back(check(binary(OpKind::OrI, cmp("ne", args[0], smallestInteger(type)),
-                                cmp("ne", args[1], intConst(-1, type))),
-                         static_cast<int>(checks.size()) - 1, args[0], args[1]));
+    checks.push_back({op.loc, message});
+    into.push_back(check(holds, static_cast<int>(checks.size()) - 1, a, b));
+    if (&into == &out_.program.body && hostEvaluable(holds) && hostEvaluable(a) && hostEvaluable(b))
+      out_.constraints.push_back({a, b, op.loc, message, false, holds});
   }
 
   // arith and math ops on already-lowered operands.
@@ -3273,27 +3301,24 @@ private:
       Expr lastStep = asConstant(w.sizes[d]) ? intConst(*asConstant(w.sizes[d]) - 1)
                                              : binary(OpKind::SubI, w.sizes[d], intConst(1));
       Expr extent = add(w.offsets[d], mul(lastStep, intConst(w.strides[d])));
-      auto &checks = out_.program.checks;
       // The start, then the end, compared without overflow: an offset near 2^63 would wrap
       // offset + size past the check.
       Expr empty = cmp("eq", w.sizes[d], intConst(0));
-      checks.push_back({op.loc, fmt::format("the slice window starts at {{}} in dim {}, which "
-                                            "has size {{}}",
-                                            d)});
       Expr starts = binary(OpKind::AndI, cmp("sge", w.offsets[d], intConst(0)),
                            cmp("slt", w.offsets[d], full.dims[d]));
-      current_->push_back(check(binary(OpKind::OrI, empty, starts),
-                                static_cast<int>(checks.size()) - 1, w.offsets[d], full.dims[d]));
-      checks.push_back({op.loc, fmt::format("the slice window ends at {{}} in dim {}, which has "
-                                            "size {{}}",
-                                            d)});
+      checkInKernel(
+          op, binary(OpKind::OrI, empty, starts), w.offsets[d], full.dims[d],
+          fmt::format("the slice window starts at {{}} in dim {}, which has size {{}}", d),
+          *current_);
       Expr room = binary(
           OpKind::DivSI,
           binary(OpKind::SubI, binary(OpKind::SubI, full.dims[d], intConst(1)), w.offsets[d]),
           intConst(w.strides[d]));
       Expr fits = binary(OpKind::AndI, cmp("sge", w.sizes[d], intConst(0)),
                          binary(OpKind::OrI, empty, cmp("sle", lastStep, room)));
-      current_->push_back(check(fits, static_cast<int>(checks.size()) - 1, extent, full.dims[d]));
+      checkInKernel(op, fits, extent, full.dims[d],
+                    fmt::format("the slice window ends at {{}} in dim {}, which has size {{}}", d),
+                    *current_);
     }
   }
 

@@ -30,6 +30,9 @@ struct LoweredKernel {
     Location loc;
     std::string message;      // with {} for the two extents, in order
     bool lessOrEqual = false; // a <= b instead of a == b
+    // When set, the condition the call must meet instead (non-zero); a and b then only fill in
+    // the message.
+    loops::Expr holds = nullptr;
   };
   std::vector<Constraint> constraints;
 };
