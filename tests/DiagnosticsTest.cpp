@@ -189,6 +189,45 @@ const char *kSliceFromArguments =
 }
 )";
 
+// A division at line 7 by a float argument made an integer, whose result a body adds.
+const char *kDivisorFromFloat = R"(#id = affine_map<(d0) -> (d0)>
+util.func @f(%t: tensor<?xf32>, %x: f32) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %d = tensor.dim %t, %c0 : tensor<?xf32>
+  %i = arith.fptosi %x : f32 to i64
+  %n = arith.index_cast %i : i64 to index
+  %q = arith.divui %d, %n : index
+  %qi = arith.index_cast %q : index to i64
+  %qf = arith.sitofp %qi : i64 to f32
+  %e = tensor.empty(%d) : tensor<?xf32>
+  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%t : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %a, %qf : f32
+    linalg.yield %s : f32
+  } -> tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+)";
+
+// Sizes the host cannot know before the call: from a float argument (line 4) and from tensor
+// data (line 8). They had stopped the call with an internal compiler error.
+const char *kSizesFromValues =
+    R"(util.func @from_float(%t: tensor<?xf32>, %x: f32) -> tensor<?xf32> {
+  %i = arith.fptosi %x : f32 to i64
+  %n = arith.index_cast %i : i64 to index
+  %r = tensor.extract_slice %t[0] [%n] [1] : tensor<?xf32> to tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+util.func @from_data(%lens: tensor<2xi64>) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %l = tensor.extract %lens[%c0] : tensor<2xi64>
+  %n = arith.index_cast %l : i64 to index
+  %r = tensor.empty(%n) : tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+)";
+
 // Line 7 holds the generic whose loop dims tie %a and %b together.
 const char *kAdd = R"(util.func @add(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
   %c0 = arith.constant 0 : index
@@ -647,6 +686,26 @@ const ApiCase kApiCases[] = {
        m.function("f").withRuntimeDims({{"t", 0}})({f32({5}), Scalar::index(1), Scalar::index(7)});
      },
      "t.mlir:6:3", "the slice window starts at 7 in dim 0, which has size 5"},
+    // A divisor from a float is checked by the kernel alone: the host cannot evaluate it.
+    {"divisor_from_a_float", kDivisorFromFloat,
+     [](Module &m) {
+       m.function("f")({f32({4}), Scalar::f32(0.5f)});
+     },
+     "t.mlir:7:3", "division by zero in 'arith.divui'"},
+    {"size_from_a_float", kSizesFromValues,
+     [](Module &m) {
+       m.function("from_float")({f32({4}), Scalar::f32(2)});
+     },
+     "t.mlir:4:3",
+     "unsupported: the size %n is known only when the kernel runs (sizes come from dims, integer "
+     "arguments and constants, not from floats, tensor data or loop results)"},
+    {"size_from_tensor_data_generic", kSizesFromValues,
+     [](Module &m) {
+       m.function("from_data")({i64({2}, {3, 1})}, Mode::Generic);
+     },
+     "t.mlir:11:3",
+     "unsupported: the size %n is known only when the kernel runs (sizes come from dims, integer "
+     "arguments and constants, not from floats, tensor data or loop results)"},
     {"cast_to_static_dim_generic", kCast,
      [](Module &m) { m.function("f")({f32({5})}, Mode::Generic); }, "t.mlir:2:8",
      "'tensor.cast' to 'tensor<4xf32>' finds 5 where dim 0 is 4"},

@@ -245,8 +245,11 @@ private:
     return false;
   }
 
-  // Whether the host can evaluate `e` from a call's dims and scalars (loops::evaluate).
+  // Whether the host can evaluate `e` from a call's dims and scalars (loops::evaluate): integer
+  // arithmetic on them, nothing that reads a float.
   static bool hostEvaluable(const Expr &e) {
+    if (isFloatElem(e->type))
+      return false;
     switch (e->kind) {
     case ExprKind::IntConst:
     case ExprKind::DimParam:
@@ -261,11 +264,28 @@ private:
     }
   }
 
+  static constexpr const char *kSizeChangesInLoop =
+      "unsupported: a tensor whose size changes across 'scf.for' iterations";
+
+  // A dynamic size of `op`'s result. The host evaluates sizes before each call, from the
+  // call's dims and integer scalars alone.
+  Expr sizeOperand(const Op &op, const Value *size) {
+    Expr e = scalarOf(size);
+    if (hostEvaluable(e))
+      return e;
+    if (current_ != &out_.program.body && readsVariable(e))
+      fail(op.loc, kSizeChangesInLoop);
+    fail(op.loc, fmt::format("unsupported: the size %{} is known only when the kernel runs "
+                             "(sizes come from dims, integer arguments and constants, not from "
+                             "floats, tensor data or loop results)",
+                             size->name));
+  }
+
   int bufferForRoot(const Value *root, const std::vector<Expr> &dims) {
     auto it = outputOfRoot_.find(root);
     Expr count = numElements(dims);
     if (readsVariable(count))
-      fail(root->loc, "unsupported: a tensor whose size changes across 'scf.for' iterations");
+      fail(root->loc, kSizeChangesInLoop);
     if (it != outputOfRoot_.end())
       return addBuffer({freshName("out" + std::to_string(it->second)), root->type.elem,
                         BufferRole::Output, it->second, count, nullptr});
@@ -430,7 +450,7 @@ private:
           continue;
         }
         const Value *size = op.operands[next++];
-        t.dims.push_back(scalarOf(size));
+        t.dims.push_back(sizeOperand(op, size));
         // Specialization rejects a negative size when it folds; a runtime size is checked per
         // call, with the same message.
         requireEqual(
@@ -3220,7 +3240,7 @@ private:
     } else if (op.kind == OpKind::TensorExpandShape) {
       size_t next = 1;
       for (const Attribute &a : op.attr("static_output_shape").list())
-        view.dims.push_back(a.integer() == kDynamic ? scalarOf(op.operands[next++])
+        view.dims.push_back(a.integer() == kDynamic ? sizeOperand(op, op.operands[next++])
                                                     : intConst(a.integer()));
       size_t dim = 0;
       const AttrList &groups = op.attr("reassociation").list();
@@ -3277,11 +3297,12 @@ private:
   Window windowOf(const Op &op, int64_t sliceRank) {
     Window w;
     size_t next = op.kind == OpKind::TensorInsertSlice ? 2 : 1;
-    for (const char *list : {"static_offsets", "static_sizes"})
-      for (const Attribute &a : op.attr(list).list())
-        (std::string(list) == "static_offsets" ? w.offsets : w.sizes)
-            .push_back(a.integer() == kDynamic ? scalarOf(op.operands[next++])
-                                               : intConst(a.integer()));
+    for (const Attribute &a : op.attr("static_offsets").list())
+      w.offsets.push_back(a.integer() == kDynamic ? scalarOf(op.operands[next++])
+                                                  : intConst(a.integer()));
+    for (const Attribute &a : op.attr("static_sizes").list())
+      w.sizes.push_back(a.integer() == kDynamic ? sizeOperand(op, op.operands[next++])
+                                                : intConst(a.integer()));
     for (const Attribute &a : op.attr("static_strides").list())
       w.strides.push_back(a.integer());
     int64_t toDrop = static_cast<int64_t>(w.sizes.size()) - sliceRank;
