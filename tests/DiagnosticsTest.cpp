@@ -228,6 +228,16 @@ util.func @from_data(%lens: tensor<2xi64>) -> tensor<?xf32> {
 }
 )";
 
+// A gather (line 2) into slices of a width the caller chooses: they must be the rows' width.
+const char *kRowsOfWidth =
+    R"(util.func @rows(%w: tensor<?x?xf32>, %ids: tensor<?xi64>, %out: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %rows = iree_linalg_ext.gather dimension_map = [0]
+      ins(%w, %ids : tensor<?x?xf32>, tensor<?xi64>)
+      outs(%out : tensor<?x?xf32>) -> tensor<?x?xf32>
+  util.return %rows : tensor<?x?xf32>
+}
+)";
+
 // Line 7 holds the generic whose loop dims tie %a and %b together.
 const char *kAdd = R"(util.func @add(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
   %c0 = arith.constant 0 : index
@@ -622,6 +632,24 @@ const ApiCase kApiCases[] = {
        m.function("lookup")({f32({3, 4}), i64({2}, {-1, 0})});
      },
      "t.mlir:7:3", "index -1 is out of bounds for dim 0 of '%w', which has size 3"},
+    // A gather writes whole slices of its source (IREE verifies it): narrower ones had
+    // silently dropped the source's last columns.
+    {"gather_slices_narrower_than_the_source", kRowsOfWidth,
+     [](Module &m) {
+       m.function("rows")({f32({3, 5}), i64({2}, {1, 2}), f32({2, 4})});
+     },
+     "t.mlir:2:3", "the gather's output has slices of 4 along dim 1 of '%w', which has size 5"},
+    {"gather_slices_narrower_than_the_source_generic", kRowsOfWidth,
+     [](Module &m) {
+       m.function("rows")({f32({3, 5}), i64({2}, {1, 2}), f32({2, 4})}, Mode::Generic);
+     },
+     "t.mlir:2:3", "the gather's output has slices of 4 along dim 1 of '%w', which has size 5"},
+    {"gather_slices_narrower_than_the_source_runtime_dims", kRowsOfWidth,
+     [](Module &m) {
+       m.function("rows").withRuntimeDims({{"w", 1}, {"out", 1}})(
+           {f32({3, 5}), i64({2}, {1, 2}), f32({2, 4})});
+     },
+     "t.mlir:2:3", "the gather's output has slices of 4 along dim 1 of '%w', which has size 5"},
     {"gather_index_generic", kLookup,
      [](Module &m) {
        m.function("lookup")({f32({3, 4}), i64({1}, {1 << 20})}, Mode::Generic);

@@ -3,6 +3,7 @@
 #include "ir/Clone.h"
 #include "ir/Ops.h"
 #include "loops/Polynomial.h"
+#include "transforms/Generalize.h"
 #include "transforms/Specialize.h"
 
 #include <algorithm>
@@ -3177,15 +3178,20 @@ private:
     for (size_t i = 1; i < op.operands.size(); ++i) {
       Expr c = lookupBody(values, op.operands[i]);
       coords.push_back(c);
-      // A loop index stays in bounds if its loop does: one check per kernel, always on.
+      // A loop index stays in bounds if its loop does: one check per kernel, always on. A
+      // gather's slice loops must span the source's dims (kWholeSliceAttr).
       if (body) {
         auto loop = std::find(body->iv.begin(), body->iv.end(), c);
         if (loop != body->iv.end()) {
+          const bool whole = op.attrs.count(kWholeSliceAttr) != 0;
           requireEqual(op, body->extents[loop - body->iv.begin()], t.dims[i - 1],
-                       fmt::format("a loop of extent {{}} indexes dim {} of '%{}', which has "
-                                   "size {{}}",
-                                   i - 1, op.operands[0]->name),
-                       true);
+                       whole ? fmt::format("the gather's output has slices of {{}} along dim {} "
+                                           "of '%{}', which has size {{}}",
+                                           i - 1, op.operands[0]->name)
+                             : fmt::format("a loop of extent {{}} indexes dim {} of '%{}', which "
+                                           "has size {{}}",
+                                           i - 1, op.operands[0]->name),
+                       !whole);
           continue;
         }
       }

@@ -202,7 +202,11 @@ Value *gather(Builder &b, Op &op) {
         }
         for (int64_t s = 0; s < sliceRank; ++s)
           coords[depth + s] = bb.linalgIndex(batchRank + s);
-        return bb.extract(src, coords);
+        Value *element = bb.extract(src, coords);
+        // The output's slices are the source's whole slices (as IREE verifies): its slice
+        // loops must span the source's dims, not only fit in them.
+        element->definingOp->attrs[kWholeSliceAttr] = Attribute{int64_t{1}};
+        return element;
       },
       op.result()->name);
 }

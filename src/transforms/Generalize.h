@@ -25,6 +25,10 @@ namespace loops {
 struct ConfigOverride;
 } // namespace loops
 
+/// Marks the `tensor.extract` of a generalized gather: the loop indices it reads the source's
+/// slice dims at must span those dims exactly (the lowering checks each extent equals its dim).
+inline constexpr const char *kWholeSliceAttr = "frank.whole_slice";
+
 /// Every named op, or (`attention` false) all but attention, which specialized kernels
 /// generalize once their shapes are known.
 void generalizeNamedOps(FuncOp &fn, bool attention = true);
