@@ -36,6 +36,7 @@ std::unique_ptr<FuncOp> bindFlags(const FuncOp &fn, const std::vector<ArgSpec> &
 inline constexpr const char *kUnknownBranchError =
     "unsupported: 'scf.if' outside a linalg body whose condition is not known when the kernel is "
     "compiled (only i1 arguments and constants decide such branches)";
+
 /// For each loop dim of a generic, the (operand, operand dim) pairs that index it alone.
 std::vector<std::vector<std::pair<int, int>>> loopDimSources(const Op &generic);
 
