@@ -162,6 +162,32 @@ const char *kCast = R"(util.func @f(%t: tensor<?xf32>) -> tensor<4xf32> {
 }
 )";
 
+// Slices whose sizes come from an argument: the inserted tensor and the declared slice type
+// must agree with them (line 4 and line 8).
+const char *kSlicesOfGivenSize =
+    R"(util.func @insert(%a: tensor<?x?xf32>, %z: tensor<?x?xf32>, %n: index) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %a, %c0 : tensor<?x?xf32>
+  %r = tensor.insert_slice %a into %z[0, 0] [%t, %n] [1, 1] : tensor<?x?xf32> into tensor<?x?xf32>
+  util.return %r : tensor<?x?xf32>
+}
+util.func @extract(%a: tensor<?xf32>, %n: index) -> tensor<4xf32> {
+  %s = tensor.extract_slice %a[0] [%n] [1] : tensor<?xf32> to tensor<4xf32>
+  util.return %s : tensor<4xf32>
+}
+)";
+
+// Reshapes to static dims from runtime ones (line 2 and line 6).
+const char *kReshapesToStaticDims = R"(util.func @collapse(%a: tensor<?x?xf32>) -> tensor<6xf32> {
+  %s = tensor.collapse_shape %a [[0, 1]] : tensor<?x?xf32> into tensor<6xf32>
+  util.return %s : tensor<6xf32>
+}
+util.func @expand(%a: tensor<?xf32>, %n: index) -> tensor<3x2xf32> {
+  %s = tensor.expand_shape %a [[0, 1]] output_shape [%n, 2] : tensor<?xf32> into tensor<3x2xf32>
+  util.return %s : tensor<3x2xf32>
+}
+)";
+
 // Line 4 holds an scf.if on tensors that a float argument decides.
 const char *kIfOnRuntimeCondition =
     R"(util.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>, %x: f32) -> tensor<2xf32> {
@@ -743,6 +769,36 @@ const ApiCase kApiCases[] = {
        m.function("f").withRuntimeDims({{"t", 0}})({f32({5})});
      },
      "t.mlir:2:8", "'tensor.cast' to 'tensor<4xf32>' finds 5 where dim 0 is 4"},
+    // A slice's sizes known only at the call: an inserted tensor narrower than its window had
+    // left the rest of the window as it was and read past its own rows, and an extracted slice
+    // returned 3 elements for a declared 'tensor<4xf32>'.
+    {"inserted_tensor_narrower_than_its_window_generic", kSlicesOfGivenSize,
+     [](Module &m) {
+       m.function("insert")({f32({2, 3}), f32({2, 5}), Scalar::index(4)}, Mode::Generic);
+     },
+     "t.mlir:4:3", "dim 1 of the inserted '%a' is 3 but the slice size is 4"},
+    {"inserted_tensor_narrower_than_its_window_runtime_dims", kSlicesOfGivenSize,
+     [](Module &m) {
+       m.function("insert").withRuntimeDims({{"a", 1}})(
+           {f32({2, 3}), f32({2, 5}), Scalar::index(4)});
+     },
+     "t.mlir:4:3", "dim 1 of the inserted '%a' is 3 but the slice size is 4"},
+    {"extracted_slice_smaller_than_its_type_generic", kSlicesOfGivenSize,
+     [](Module &m) {
+       m.function("extract")({f32({6}), Scalar::index(3)}, Mode::Generic);
+     },
+     "t.mlir:8:3", "dim 0 of 'tensor<4xf32>' is 4 but the slice size is 3"},
+    // Likewise reshapes: a 2x2 collapsed into a 'tensor<6xf32>' returned 4 elements.
+    {"collapse_to_a_static_dim_generic", kReshapesToStaticDims,
+     [](Module &m) {
+       m.function("collapse")({f32({2, 2})}, Mode::Generic);
+     },
+     "t.mlir:2:3", "dim 0 of 'tensor<6xf32>' is 6 but the reshape gives 4"},
+    {"expand_to_a_static_dim_generic", kReshapesToStaticDims,
+     [](Module &m) {
+       m.function("expand")({f32({4}), Scalar::index(2)}, Mode::Generic);
+     },
+     "t.mlir:6:3", "dim 0 of 'tensor<3x2xf32>' is 3 but the reshape gives 2"},
 };
 
 class ApiDiagnostics : public testing::TestWithParam<ApiCase> {};

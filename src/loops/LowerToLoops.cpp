@@ -3268,6 +3268,8 @@ private:
         view.dims.push_back(product);
       }
     }
+    if (op.kind != OpKind::TensorCast)
+      requireDeclaredDims(op, view.dims, "the reshape gives");
     tensors_[op.result()] = view;
   }
 
@@ -3382,6 +3384,7 @@ private:
       for (size_t d = 0; d < w.sizes.size(); ++d)
         if (!w.dropped[d])
           slice.dims.push_back(w.sizes[d]);
+      requireDeclaredDims(op, slice.dims, "the slice size is");
       slice.buffer = bufferForRoot(storageRoot(op.result()), slice.dims);
       tensors_[op.result()] = slice;
       checkWindow(op, w, src);
@@ -3397,7 +3400,30 @@ private:
     tensors_[op.result()] = result;
     Window w = windowOf(op, op.operands[0]->type.rank());
     checkWindow(op, w, result);
-    emitWindowCopy(w, result, storageOf(op.operands[0]), true);
+    const TensorStorage &inserted = storageOf(op.operands[0]);
+    std::vector<Expr> sliceDims;
+    for (size_t d = 0; d < w.sizes.size(); ++d)
+      if (!w.dropped[d])
+        sliceDims.push_back(w.sizes[d]);
+    for (size_t d = 0; d < sliceDims.size(); ++d)
+      requireEqual(op, inserted.dims[d], sliceDims[d],
+                   fmt::format("dim {} of the inserted '%{}' is {{}} but the slice size is {{}}", d,
+                               op.operands[0]->name));
+    emitWindowCopy(w, result, inserted, true);
+  }
+
+  // The static dims of `op`'s result type must be the `dims` it computes (specialization checks
+  // constants; runtime values are checked when the kernel is called), and its users then see
+  // the constants.
+  void requireDeclaredDims(const Op &op, std::vector<Expr> &dims, const char *computed) {
+    const Type &declared = op.result()->type;
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (declared.shape[d] != kDynamic) {
+        requireEqual(
+            op, intConst(declared.shape[d]), dims[d],
+            fmt::format("dim {} of '{}' is {{}} but {} {{}}", d, declared.str(), computed));
+        dims[d] = intConst(declared.shape[d]);
+      }
   }
 
   // topk: per slice along `dimension`, K selection passes. Pass j keeps the best element that
