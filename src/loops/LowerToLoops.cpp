@@ -188,6 +188,23 @@ private:
     return !isView(def) || canWriteInPlace(def->operands[0], def);
   }
 
+  // Whether `writer`, writing into `v`, reads `v` only where it writes, each element before
+  // it overwrites it: as an input of an all-parallel generic through the output's own map.
+  // Any other read (a matmul accumulating into its own input, a transpose into its source,
+  // an insert of a tensor into itself) would see elements it has already written.
+  static bool readsOnlyWhereItWrites(const Op &writer, const Value *destination) {
+    GenericView g{const_cast<Op &>(writer)};
+    for (size_t i = 0; i < writer.operands.size(); ++i) {
+      if (writer.operands[i] != destination || &writer.operands[i] == &writer.operands.back() ||
+          (writer.kind == OpKind::TensorInsertSlice && i == 1))
+        continue;
+      if (writer.kind != OpKind::LinalgGeneric || !g.allParallel() ||
+          g.map(static_cast<int>(i)) != g.outputMap())
+        return false;
+    }
+    return true;
+  }
+
   static size_t positionOf(const Op &op) {
     const auto &ops = op.parentBlock->ops;
     for (size_t i = 0; i < ops.size(); ++i)
@@ -204,7 +221,8 @@ private:
     if (def && def->kind == OpKind::ScfFor) // a loop result lives in its carry
       return def->regions[0]->arguments[v->index + 1].get();
     const Value *destination = destinationOf(def);
-    if (!destination || !canWriteInPlace(destination, def))
+    if (!destination || !readsOnlyWhereItWrites(*def, destination) ||
+        !canWriteInPlace(destination, def))
       return v;
     const Value *root = storageRoot(destination);
     return isArgument(root) ? v : root;
