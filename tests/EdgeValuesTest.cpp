@@ -342,6 +342,46 @@ TEST(EdgeValues, GuardedIntegerDivisionDoesNotTrap) {
   }
 }
 
+// True is -1 as a signed i1 (LLVM's reading): an i1 flag sign-extended to an all-ones mask,
+// from an argument, a constant at function scope and a constant in a body, and a signed
+// comparison of flags. Folded constants had read true as +1 (masks of 1, true < false false).
+TEST(EdgeValues, SignedReadingsOfI1) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xi32>, %flag: i1) -> (tensor<?xi32>, i32, i1, index) {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xi32>
+      %e = tensor.empty(%n) : tensor<?xi32>
+      %mask = arith.extsi %flag : i1 to i32
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%x : tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%v: i32, %o: i32):
+        %t = arith.constant true
+        %minus1 = arith.extsi %t : i1 to i32
+        %masked = arith.andi %v, %mask : i32
+        %s = arith.addi %masked, %minus1 : i32
+        linalg.yield %s : i32
+      } -> tensor<?xi32>
+      %true = arith.constant true
+      %false = arith.constant false
+      %wide = arith.extsi %true : i1 to i32
+      %less = arith.cmpi slt, %flag, %false : i1
+      %index = arith.index_cast %flag : i1 to index
+      return %r, %wide, %less, %index : tensor<?xi32>, i32, i1, index
+    })";
+  std::vector<int32_t> x = {255, -6, 7};
+  Function fn = context().loadString(text, "edge.mlir").function("f");
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    std::vector<Tensor> r = fn({Tensor::borrow(x.data(), DType::I32, {3}), Scalar::i1(true)}, mode);
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(r[0].as<int32_t>()[i], x[i] - 1);
+    EXPECT_EQ(r[1].as<int32_t>()[0], -1);
+    EXPECT_EQ(r[2].as<uint8_t>()[0], 1);
+    EXPECT_EQ(r[3].as<int64_t>()[0], -1);
+  }
+}
+
 TEST(EdgeValues, TruncfAndExtfKeepSpecialValues) {
   const char *text = R"(
     func.func @f(%x: tensor<?xf64>) -> tensor<?xf64> {

@@ -214,6 +214,14 @@ TEST(IntegerSemantics, WrapsDividesAndComparesLikeTheHardware) {
   EXPECT_EQ(foldInteger(OpKind::CmpI, E::I32, E::I1, {-1, 1}, "ult"), 0);
   EXPECT_EQ(foldInteger(OpKind::CmpI, E::I32, E::I1, {-1, 1}, "slt"), 1);
   EXPECT_EQ(foldInteger(OpKind::Select, E::Index, E::Index, {0, 4, 9}), 9);
+  // i1 holds true as 1, which signed ops read as -1.
+  EXPECT_EQ(foldInteger(OpKind::ExtSI, E::I1, E::I32, {1}), -1);
+  EXPECT_EQ(foldInteger(OpKind::IndexCast, E::I1, E::Index, {1}), -1);
+  EXPECT_EQ(foldInteger(OpKind::ExtUI, E::I1, E::I32, {1}), 1);
+  EXPECT_EQ(foldInteger(OpKind::CmpI, E::I1, E::I1, {1, 0}, "slt"), 1);
+  EXPECT_EQ(foldInteger(OpKind::CmpI, E::I1, E::I1, {1, 0}, "ult"), 0);
+  EXPECT_EQ(foldInteger(OpKind::MaxSI, E::I1, E::I1, {1, 0}), 0);
+  EXPECT_EQ(foldInteger(OpKind::MinSI, E::I1, E::I1, {1, 0}), 1);
   EXPECT_EQ(foldInteger(OpKind::AddF, E::F32, E::F32, {1, 2}), std::nullopt);
 }
 

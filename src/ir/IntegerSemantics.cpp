@@ -1,6 +1,8 @@
 // Integer op semantics on constants.
 #include "ir/IntegerSemantics.h"
 
+#include <array>
+
 namespace frank {
 
 int64_t wrapToType(int64_t v, ElemKind type) {
@@ -26,24 +28,29 @@ bool isIntegerDivision(OpKind op) {
 std::optional<int64_t> foldInteger(OpKind op, ElemKind operandType, ElemKind resultType,
                                    llvm::ArrayRef<int64_t> v, const std::string &predicate) {
   auto u = [&](size_t i) { return unsignedOf(v[i], operandType); };
+  // i1 holds 0 and 1, but signed ops read true as -1, as LLVM's would.
+  std::array<int64_t, 3> signedValues{};
+  for (size_t i = 0; i < v.size() && i < signedValues.size(); ++i)
+    signedValues[i] = operandType == ElemKind::I1 ? -(v[i] & 1) : v[i];
+  auto s = [&](size_t i) { return signedValues[i]; };
   auto wrapped = [&](uint64_t r) { return wrapToType(static_cast<int64_t>(r), resultType); };
   switch (op) {
   case OpKind::AddI: return wrapped(u(0) + u(1));
   case OpKind::SubI: return wrapped(u(0) - u(1));
   case OpKind::MulI: return wrapped(u(0) * u(1));
   // The most negative value divided by -1 wraps to itself, as the hardware's would overflow.
-  case OpKind::DivSI: return v[1] == -1 ? wrapped(0 - u(0)) : wrapToType(v[0] / v[1], resultType);
-  case OpKind::RemSI: return v[1] == -1 ? 0 : v[0] % v[1];
+  case OpKind::DivSI: return s(1) == -1 ? wrapped(0 - u(0)) : wrapToType(s(0) / s(1), resultType);
+  case OpKind::RemSI: return s(1) == -1 ? 0 : wrapToType(s(0) % s(1), resultType);
   case OpKind::DivUI: return wrapped(u(0) / u(1));
   case OpKind::RemUI: return wrapped(u(0) % u(1));
-  case OpKind::MaxSI: return std::max(v[0], v[1]);
-  case OpKind::MinSI: return std::min(v[0], v[1]);
+  case OpKind::MaxSI: return wrapToType(std::max(s(0), s(1)), resultType);
+  case OpKind::MinSI: return wrapToType(std::min(s(0), s(1)), resultType);
   case OpKind::AndI: return v[0] & v[1];
   case OpKind::OrI: return v[0] | v[1];
   case OpKind::XOrI: return wrapToType(v[0] ^ v[1], resultType);
   case OpKind::IndexCast:
   case OpKind::ExtSI:
-  case OpKind::TruncI: return wrapToType(v[0], resultType);
+  case OpKind::TruncI: return wrapToType(s(0), resultType);
   case OpKind::ExtUI: return static_cast<int64_t>(u(0));
   case OpKind::Select: return v[0] ? v[1] : v[2];
   case OpKind::CmpI: {
@@ -53,13 +60,13 @@ std::optional<int64_t> foldInteger(OpKind op, ElemKind operandType, ElemKind res
     if (p == "ne")
       return v[0] != v[1];
     if (p == "slt")
-      return v[0] < v[1];
+      return s(0) < s(1);
     if (p == "sle")
-      return v[0] <= v[1];
+      return s(0) <= s(1);
     if (p == "sgt")
-      return v[0] > v[1];
+      return s(0) > s(1);
     if (p == "sge")
-      return v[0] >= v[1];
+      return s(0) >= s(1);
     if (p == "ult")
       return u(0) < u(1);
     if (p == "ule")
