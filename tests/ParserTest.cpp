@@ -662,12 +662,17 @@ const DiagCase kDiagCases[] = {
      "}\n",
      "2:36", "integer literal '-1' does not fit in i1"},
     // A dimension the input lacks is named as such, not as a rank the result would then miss.
-    {"reduce_dimension_out_of_range",
-     REDUCE_OVER("2"),
-     "2:73", "'linalg.reduce' dimension 2 is out of range for 'tensor<3x4xf32>'"},
-    {"reduce_dimension_twice",
-     REDUCE_OVER("1, 1"),
-     "2:73", "'linalg.reduce' dimension 1 appears twice"},
+    {"reduce_dimension_out_of_range", REDUCE_OVER("2"), "2:73",
+     "'linalg.reduce' dimension 2 is out of range for 'tensor<3x4xf32>'"},
+    {"reduce_dimension_twice", REDUCE_OVER("1, 1"), "2:73",
+     "'linalg.reduce' dimension 1 appears twice"},
+    // It had reached the lowering, which stopped with an internal compiler error.
+    {"select_of_tensors",
+     "util.func @f(%c: i1, %a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {\n"
+     "  %r = arith.select %c, %a, %b : tensor<3xf32>\n"
+     "  util.return %r : tensor<3xf32>\n"
+     "}\n",
+     "2:34", "'arith.select' works on scalars, found 'tensor<3xf32>'"},
 };
 
 class Diagnostics : public ::testing::TestWithParam<DiagCase> {};

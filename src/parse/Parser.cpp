@@ -1186,6 +1186,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token b = cur_;
     Value *y = parseOperand();
     Type type = colonType();
+    if (!type.isScalar())
+      failAt(typeTok, fmt::format("'{}' works on scalars, found '{}'", op.name(), type.str()));
     expectType(a, x, type);
     expectType(b, y, type);
     op.operands = {c, x, y};
