@@ -415,6 +415,8 @@ struct IndexMask {
   const char *body; // computes %keep from %m and %j
   bool recognized;
   bool (*keep)(int64_t m, int64_t j);
+  // Sized by the query's extent along both dims (70 keys), which the body also reads.
+  bool squareMask = false;
 };
 
 // V as [B, N, J] (`keysInner`) as well as [B, J, N]: P·V then packs V transposed.
@@ -431,11 +433,12 @@ TEST_P(IndexMaskTest, MatchesPlainLoops) {
       %c3 = arith.constant 3 : index
       %c20 = arith.constant 20 : index
       %c21 = arith.constant 21 : index
+      %c50 = arith.constant 50 : index
       %b = tensor.dim %q, %c0 : tensor<?x?x?xf32>
       %rows = tensor.dim %q, %c1 : tensor<?x?x?xf32>
       %keys = tensor.dim %k, %c1 : tensor<?x?x?xf32>
       %n = tensor.dim %v, {1} : tensor<?x?x?xf32>
-      %mi = tensor.empty(%b, %rows, %keys) : tensor<?x?x?xi1>
+      %mi = tensor.empty(%b, %rows, {3}) : tensor<?x?x?xi1>
       %mask = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
                                iterator_types = ["parallel", "parallel", "parallel"]}}
           outs(%mi : tensor<?x?x?xi1>) {{
@@ -457,8 +460,9 @@ TEST_P(IndexMaskTest, MatchesPlainLoops) {
       }} -> tensor<?x?x?xf32>
       return %o : tensor<?x?x?xf32>
     }})",
-                  mask.body, keysInner ? "%c1" : "%c2", keysInner ? "(b, n, j)" : "(b, j, n)");
-  const int64_t B = 2, M = 70, K = 32, J = 90, N = 48;
+                  mask.body, keysInner ? "%c1" : "%c2", keysInner ? "(b, n, j)" : "(b, j, n)",
+                  mask.squareMask ? "%rows" : "%keys");
+  const int64_t B = 2, M = 70, K = 32, J = mask.squareMask ? M : 90, N = 48;
   auto valueAt = [&](int64_t b, int64_t j, int64_t n) {
     return keysInner ? (b * N + n) * J + j : (b * J + j) * N + n;
   };
@@ -489,8 +493,10 @@ TEST_P(IndexMaskTest, MatchesPlainLoops) {
   std::vector<Arg> args{borrow(q, {B, M, K}), borrow(k, {B, J, K}), borrow(v, valueShape),
                         Scalar::f32(scale)};
   expectBoth(text, args, expected, 1e-4, 1e-5);
-  const std::vector<std::string> types{"2x70x32xf32", "2x90x32xf32",
-                                       keysInner ? "2x48x90xf32" : "2x90x48xf32", "f32"};
+  const std::string keys = std::to_string(J);
+  const std::vector<std::string> types{
+      "2x70x32xf32", "2x" + keys + "x32xf32",
+      keysInner ? "2x48x" + keys + "xf32" : "2x" + keys + "x48xf32", "f32"};
   Function fn = context().loadString(text, "ops.mlir").function("f");
   EXPECT_EQ(count(fn.emit(Stage::Specialized, types), "frank.visible_keys"),
             mask.recognized ? 6 : 0);
@@ -510,6 +516,12 @@ const IndexMask kIndexMasks[] = {
      "%a = arith.addi %m, %c20 : index\n %last = arith.subi %a, %c3 : index\n"
      " %keep = arith.cmpi sge, %last, %j : index",
      true, [](int64_t m, int64_t j) { return j <= m + 17; }},
+    // A bound from the one extent that sizes both dims: counted twice, it had let every query
+    // see every key in generic mode.
+    {"extent_sizing_both_dims",
+     "%a = arith.addi %m, %rows : index\n %last = arith.subi %a, %c50 : index\n"
+     " %keep = arith.cmpi sle, %j, %last : index",
+     true, [](int64_t m, int64_t j) { return j <= m + 20; }, true},
     // The keys from the query's on: a bound below, not above.
     {"from_query_on", "%keep = arith.cmpi sge, %j, %m : index", false,
      [](int64_t m, int64_t j) { return j >= m; }},

@@ -20,8 +20,11 @@ struct IndexTerm {
 };
 
 std::optional<IndexTerm> indexTermOf(const Value *v, const ExtentValues &extents) {
-  if (v == extents.query || v == extents.key)
-    return IndexTerm{-1, 0, v == extents.query ? 1 : 0, v == extents.key ? 1 : 0};
+  // One value that sizes both dims is one extent, counted once (as the query's).
+  if (v == extents.query)
+    return IndexTerm{-1, 0, 1, 0};
+  if (v == extents.key)
+    return IndexTerm{-1, 0, 0, 1};
   const Op *op = v->definingOp;
   if (!op || !v->type.isIndex())
     return std::nullopt;
