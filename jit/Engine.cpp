@@ -6,6 +6,7 @@
 #include "codegen/MaximumReductions.h"
 #include "codegen/SplitKernel.h"
 #include "ir/Diagnostics.h"
+#include "runtime/Bfloat16.h"
 #include "runtime/Parallel.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
@@ -260,10 +261,16 @@ struct Engine::Impl {
         linker->addPlugin(std::make_unique<PerfMapWriter>());
     findVectorMath();
     fingerprint += "passes=" + kernelPasses();
-    // The parallel runtime, by name, so that kernels (and cached objects) hold no host address.
+    // The parallel runtime, by name, so that kernels (and cached objects) hold no host address,
+    // and the conversions to bfloat16 LLVM calls where the CPU has no instruction for them.
     llvm::orc::SymbolMap runtime;
-    runtime[lljit->mangleAndIntern("frank_parallel_for")] = llvm::orc::ExecutorSymbolDef(
-        llvm::orc::ExecutorAddr::fromPtr(&frank_parallel_for), llvm::JITSymbolFlags::Exported);
+    auto define = [&](const char *name, auto *function) {
+      runtime[lljit->mangleAndIntern(name)] = llvm::orc::ExecutorSymbolDef(
+          llvm::orc::ExecutorAddr::fromPtr(function), llvm::JITSymbolFlags::Exported);
+    };
+    define("frank_parallel_for", &frank_parallel_for);
+    define("__truncsfbf2", &frank_truncsfbf2);
+    define("__truncdfbf2", &frank_truncdfbf2);
     if (auto error = lljit->getMainJITDylib().define(llvm::orc::absoluteSymbols(runtime)))
       internalError("defining the runtime's symbols: " + llvm::toString(std::move(error)));
   }

@@ -9,12 +9,14 @@
 #include "TestSupport.h"
 #include "oracles/AttentionMoe.h"
 #include "oracles/Oracles.h"
+#include "runtime/Bfloat16.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -415,6 +417,134 @@ TEST(EdgeValues, TruncfAndExtfKeepSpecialValues) {
             << "truncf/extf(" << x[i] << ") = " << got << ", expected " << want;
     }
   }
+}
+
+// 16-bit floats on the host and on a CPU without AVX512-FP16 and AVX512-BF16 (LLVM widens
+// their ops itself there): truncf to bf16 rounds to nearest even with subnormals kept (the
+// host's instruction flushes them; the other CPU had no function to call), and maximumf and
+// minimumf of f16 keep NaN against zeros (LLVM's widened vector forms returned the zero).
+TEST(EdgeValues, SixteenBitFloatsAgreeAcrossCpus) {
+  // One elementwise generic of x and y per result, its body computing %r.
+  auto generic = [](const char *result, const char *body) {
+    return fmt::format(R"(
+      %{0} = linalg.generic {{indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>,
+                                               affine_map<(i) -> (i)>],
+                              iterator_types = ["parallel"]}}
+          ins(%x, %y : tensor<?xf32>, tensor<?xf32>) outs(%e : tensor<?xf32>) {{
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %ha = arith.truncf %a : f32 to f16
+        %hb = arith.truncf %b : f32 to f16
+        {1}
+        linalg.yield %r : f32
+      }} -> tensor<?xf32>)",
+                       result, body);
+  };
+  const std::string text =
+      R"(func.func @f(%x: tensor<?xf32>, %y: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xf32>
+      %e = tensor.empty(%n) : tensor<?xf32>)" +
+      generic("rounded",
+              "%bf = arith.truncf %a : f32 to bf16\n %r = arith.extf %bf : bf16 to f32") +
+      generic("max", "%m = arith.maximumf %ha, %hb : f16\n %r = arith.extf %m : f16 to f32") +
+      generic("min", "%m = arith.minimumf %ha, %hb : f16\n %r = arith.extf %m : f16 to f32") + R"(
+      return %rounded, %max, %min : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>
+    })";
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie to 1, 1 + 3·2^-8 a tie to 1 + 2^-6.
+  std::vector<float> x = {0.0f,     kNaN,    -0.0f,   kNaN,  1.0f + 0x1p-8f, 1.0f + 0x3p-8f,
+                          1e-40f,   -1e-39f, 3.4e38f, -kInf, 0.5f,           2.0f,
+                          1.4e-45f, -2.5f,   kNaN,    0.0f};
+  std::vector<float> y = {kNaN,  0.0f, kNaN,  -0.0f, 1.0f, -1.0f, 0.0f, -0.0f,
+                          -0.0f, 1.0f, -0.0f, 0.0f,  0.0f, -3.0f, kNaN, -0.0f};
+  const int64_t n = static_cast<int64_t>(x.size());
+  auto bfloat16 = [](float v) { // nearest even, by hand
+    if (std::isnan(v))
+      return v;
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bits = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000u;
+    float r;
+    std::memcpy(&r, &bits, 4);
+    return r;
+  };
+  auto same = [](float got, float want) {
+    return std::isnan(want) ? std::isnan(got)
+                            : got == want && std::signbit(got) == std::signbit(want);
+  };
+  for (const char *cpu : {"", "x86-64-v3"}) {
+    ContextOptions options;
+    options.cpu = cpu;
+    options.diskCache = false;
+    Context ctx(options);
+    Function fn = ctx.loadString(text, "edge.mlir").function("f");
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(fmt::format("{} {}", *cpu ? cpu : "host", modeName(mode)));
+      std::vector<Tensor> r =
+          fn({Tensor::borrow(x.data(), DType::F32, {n}), Tensor::borrow(y.data(), DType::F32, {n})},
+             mode);
+      for (int64_t i = 0; i < n; ++i) {
+        float a = static_cast<float>(static_cast<_Float16>(x[i]));
+        float b = static_cast<float>(static_cast<_Float16>(y[i]));
+        bool nan = std::isnan(a) || std::isnan(b);
+        bool bothZero = a == 0 && b == 0;
+        float max = nan ? kNaN : bothZero ? (std::signbit(a) ? b : a) : std::max(a, b);
+        float min = nan ? kNaN : bothZero ? (std::signbit(a) ? a : b) : std::min(a, b);
+        EXPECT_TRUE(same(r[0].as<float>()[i], bfloat16(x[i])))
+            << "bf16(" << x[i] << ") = " << r[0].as<float>()[i];
+        EXPECT_TRUE(same(r[1].as<float>()[i], max))
+            << "max(" << a << ", " << b << ") = " << r[1].as<float>()[i];
+        EXPECT_TRUE(same(r[2].as<float>()[i], min))
+            << "min(" << a << ", " << b << ") = " << r[2].as<float>()[i];
+      }
+    }
+  }
+}
+
+// The conversions LLVM calls for bf16 results on CPUs without bf16 instructions (after
+// arithmetic in bf16, or from f64): nearest even, from a double in one rounding (through a
+// float rounded to nearest first, 1 + 2^-8 + 2^-40 would tie and go down to 1).
+TEST(EdgeValues, Bfloat16RuntimeConversionsRoundOnce) {
+  using runtime::bfloat16Bits;
+  EXPECT_EQ(bfloat16Bits(1.0f), 0x3f80);
+  EXPECT_EQ(bfloat16Bits(1.0f + 0x1p-8f), 0x3f80); // a tie, to even
+  EXPECT_EQ(bfloat16Bits(1.0f + 0x3p-8f), 0x3f82); // a tie, to even
+  EXPECT_EQ(bfloat16Bits(1e-40f), 0x0001);         // subnormal (2^-133), kept
+  EXPECT_EQ(bfloat16Bits(3.4e38f), 0x7f80);        // past the largest bf16
+  EXPECT_EQ(bfloat16Bits(-kInf), 0xff80);
+  EXPECT_EQ(bfloat16Bits(-kNaN) & 0xffc0, 0xffc0); // quiet, signed
+  EXPECT_EQ(bfloat16Bits(1.0 + 0x1p-8 + 0x1p-40), 0x3f81);
+  EXPECT_EQ(bfloat16Bits(-(1.0 + 0x1p-8)), 0xbf80);
+  EXPECT_EQ(bfloat16Bits(1e300), 0x7f80);
+  EXPECT_EQ(bfloat16Bits(1e-300), 0x0000);
+  EXPECT_EQ(bfloat16Bits(-0.0), 0x8000);
+  // In a kernel for such a CPU: a sum in bf16, rounded by the runtime's conversion.
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf32>) -> tensor<?xf32> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xf32>
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%x : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+      ^bb0(%a: f32, %o: f32):
+        %h = arith.truncf %a : f32 to bf16
+        %one = arith.constant 1.0 : bf16
+        %s = arith.addf %h, %one : bf16
+        %w = arith.extf %s : bf16 to f32
+        linalg.yield %w : f32
+      } -> tensor<?xf32>
+      return %r : tensor<?xf32>
+    })";
+  ContextOptions options;
+  options.cpu = "x86-64-v3";
+  options.diskCache = false;
+  Context ctx(options);
+  std::vector<float> x = {0x1p-8f, 0x3p-8f, 0x1p-7f, 2.0f, -1.0f};
+  std::vector<float> want = {1.0f, 1.015625f, 1.0078125f, 3.0f, 0.0f};
+  Tensor y = ctx.loadString(text, "edge.mlir")
+                 .function("f")({Tensor::borrow(x.data(), DType::F32, {5})})[0];
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_EQ(y.as<float>()[i], want[i]) << "1 + " << x[i];
 }
 
 // ---- Reductions, softmax, contractions ----------------------------------------------------

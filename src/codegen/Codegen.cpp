@@ -328,6 +328,28 @@ private:
     }
   }
 
+  // maximum and minimum of 16-bit floats by comparisons and selects: LLVM's x86 lowering of the
+  // 16-bit vector intrinsics, where it widens them itself (no AVX512-FP16), returns a zero
+  // operand for NaN, and the optimizer narrows the same intrinsics done in f32 back to them.
+  llvm::Value *minMax(llvm::Intrinsic::ID id, llvm::Value *a, llvm::Value *b) {
+    llvm::Type *t = a->getType();
+    if (!t->getScalarType()->isHalfTy() && !t->getScalarType()->isBFloatTy())
+      return intrinsic(id, {a, b});
+    const bool maximum = id == llvm::Intrinsic::maximum;
+    llvm::Value *aFirst =
+        b_.CreateFCmp(maximum ? llvm::CmpInst::FCMP_OGT : llvm::CmpInst::FCMP_OLT, a, b);
+    llvm::Value *bFirst =
+        b_.CreateFCmp(maximum ? llvm::CmpInst::FCMP_OLT : llvm::CmpInst::FCMP_OGT, a, b);
+    // Equal operands differ only as zeros: -0 < +0.
+    llvm::Type *bits = t->getWithNewType(b_.getInt16Ty());
+    llvm::Value *aNegative =
+        b_.CreateICmpSLT(b_.CreateBitCast(a, bits), llvm::Constant::getNullValue(bits));
+    llvm::Value *equal =
+        maximum ? b_.CreateSelect(aNegative, b, a) : b_.CreateSelect(aNegative, a, b);
+    llvm::Value *ordered = b_.CreateSelect(aFirst, a, b_.CreateSelect(bFirst, b, equal));
+    return b_.CreateSelect(b_.CreateFCmpUNO(a, b), llvm::ConstantFP::getNaN(t), ordered);
+  }
+
   llvm::Value *emitBinary(const ExprNode &e, llvm::Value *a, llvm::Value *b) {
     using BO = llvm::Instruction::BinaryOps;
     switch (e.op) {
@@ -336,8 +358,8 @@ private:
     case OpKind::MulF: return floatBinary(BO::FMul, a, b, e.reassoc);
     case OpKind::DivF: return floatBinary(BO::FDiv, a, b, false);
     case OpKind::RemF: return floatBinary(BO::FRem, a, b, false);
-    case OpKind::MaximumF: return intrinsic(llvm::Intrinsic::maximum, {a, b});
-    case OpKind::MinimumF: return intrinsic(llvm::Intrinsic::minimum, {a, b});
+    case OpKind::MaximumF: return minMax(llvm::Intrinsic::maximum, a, b);
+    case OpKind::MinimumF: return minMax(llvm::Intrinsic::minimum, a, b);
     case OpKind::PowF: return intrinsic(llvm::Intrinsic::pow, {a, b});
     case OpKind::AddI: return b_.CreateAdd(a, b);
     case OpKind::SubI: return b_.CreateSub(a, b);
@@ -384,9 +406,28 @@ private:
     case OpKind::ExtSI: return b_.CreateSExt(x, to);
     case OpKind::ExtUI: return b_.CreateZExt(x, to);
     case OpKind::ExtF: return b_.CreateFPExt(x, to);
-    case OpKind::TruncF: return b_.CreateFPTrunc(x, to);
+    case OpKind::TruncF:
+      if (to->getScalarType()->isBFloatTy() && x->getType()->getScalarType()->isFloatTy())
+        return truncToBfloat16(x, to);
+      return b_.CreateFPTrunc(x, to);
     default: internalError(std::string("no codegen for cast ") + opName(e.op));
     }
+  }
+
+  // f32 to bf16, rounded to nearest even in integer arithmetic (as runtime::bfloat16Bits), alike
+  // on every CPU: AVX512-BF16's instruction flushes subnormals to zero, and CPUs without one
+  // would call a runtime function per element.
+  llvm::Value *truncToBfloat16(llvm::Value *x, llvm::Type *to) {
+    llvm::Type *i32 = x->getType()->getWithNewType(b_.getInt32Ty());
+    auto c = [&](uint32_t v) { return llvm::ConstantInt::get(i32, v); };
+    llvm::Value *bits = b_.CreateBitCast(x, i32);
+    llvm::Value *lowestKept = b_.CreateAnd(b_.CreateLShr(bits, c(16)), c(1));
+    llvm::Value *rounded = b_.CreateAdd(bits, b_.CreateAdd(lowestKept, c(0x7fff)));
+    llvm::Value *quietNaN = b_.CreateOr(bits, c(0x400000));
+    llvm::Value *chosen = b_.CreateSelect(b_.CreateFCmpUNO(x, x), quietNaN, rounded);
+    llvm::Value *high =
+        b_.CreateTrunc(b_.CreateLShr(chosen, c(16)), to->getWithNewType(b_.getInt16Ty()));
+    return b_.CreateBitCast(high, to);
   }
 
   llvm::Value *emitExpr(const Expr &e) {
