@@ -177,6 +177,18 @@ util.func @extract(%a: tensor<?xf32>, %n: index) -> tensor<4xf32> {
 }
 )";
 
+// Concats of runtime extents (line 2 and line 6).
+const char *kConcats =
+    R"(util.func @rows(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %r = tensor.concat dim(1) %a, %b : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
+  util.return %r : tensor<?x?xf32>
+}
+util.func @three(%a: tensor<?x4xf32>, %b: tensor<?x4xf32>) -> tensor<3x4xf32> {
+  %r = tensor.concat dim(0) %a, %b : (tensor<?x4xf32>, tensor<?x4xf32>) -> tensor<3x4xf32>
+  util.return %r : tensor<3x4xf32>
+}
+)";
+
 // Reshapes to static dims from runtime ones (line 2 and line 6).
 const char *kReshapesToStaticDims = R"(util.func @collapse(%a: tensor<?x?xf32>) -> tensor<6xf32> {
   %s = tensor.collapse_shape %a [[0, 1]] : tensor<?x?xf32> into tensor<6xf32>
@@ -788,6 +800,16 @@ const ApiCase kApiCases[] = {
        m.function("extract")({f32({6}), Scalar::index(3)}, Mode::Generic);
      },
      "t.mlir:8:3", "dim 0 of 'tensor<4xf32>' is 4 but the slice size is 3"},
+    {"concat_operands_disagree_generic", kConcats,
+     [](Module &m) {
+       m.function("rows")({f32({2, 1}), f32({3, 3})}, Mode::Generic);
+     },
+     "t.mlir:2:3", "'tensor.concat' operand #1 (%b) has 3 along dim 0 where the others have 2"},
+    {"concat_into_a_static_dim_runtime_dims", kConcats,
+     [](Module &m) {
+       m.function("three").withRuntimeDims({{"a", 0}, {"b", 0}})({f32({2, 4}), f32({2, 4})});
+     },
+     "t.mlir:6:3", "dim 0 of 'tensor<3x4xf32>' is 3 but the operands give 4"},
     // Likewise reshapes: a 2x2 collapsed into a 'tensor<6xf32>' returned 4 elements.
     {"collapse_to_a_static_dim_generic", kReshapesToStaticDims,
      [](Module &m) {

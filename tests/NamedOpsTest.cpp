@@ -128,6 +128,40 @@ TEST(NamedOps, TransposedReadsOfTheOutputsOwnTensor) {
   }
 }
 
+// tensor.concat along a middle and an outer dim, of operands with static and runtime extents,
+// in both modes and with the joined extent a runtime dim.
+TEST(NamedOps, ConcatJoinsAlongAnyDim) {
+  const char *text = R"(
+    func.func @f(%a: tensor<?x?x3xf32>, %b: tensor<?x2x3xf32>, %c: tensor<?x?x?xf32>) -> (tensor<?x?x3xf32>, tensor<?x?x3xf32>) {
+      %mid = tensor.concat dim(1) %a, %b, %c : (tensor<?x?x3xf32>, tensor<?x2x3xf32>, tensor<?x?x?xf32>) -> tensor<?x?x3xf32>
+      %outer = tensor.concat dim(0) %mid, %mid : (tensor<?x?x3xf32>, tensor<?x?x3xf32>) -> tensor<?x?x3xf32>
+      return %mid, %outer : tensor<?x?x3xf32>, tensor<?x?x3xf32>
+    })";
+  const int64_t n = 2, la = 5, lb = 2, lc = 4, l = la + lb + lc;
+  auto a = values(n * la * 3, 7), b = values(n * lb * 3, 8), c = values(n * lc * 3, 9);
+  std::vector<float> mid(n * l * 3);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < l; ++j)
+      for (int64_t k = 0; k < 3; ++k)
+        mid[(i * l + j) * 3 + k] = j < la        ? a[(i * la + j) * 3 + k]
+                                   : j < la + lb ? b[(i * lb + j - la) * 3 + k]
+                                                 : c[(i * lc + j - la - lb) * 3 + k];
+  Function fn = context().loadString(text, "ops.mlir").function("f");
+  std::vector<Arg> args{borrow(a, {n, la, 3}), borrow(b, {n, lb, 3}), borrow(c, {n, lc, 3})};
+  for (Function f : {fn, fn.withRuntimeDims({{"a", 1}, {"c", 1}})})
+    for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+      SCOPED_TRACE(mode == Mode::Specialized ? "specialized" : "generic");
+      std::vector<Tensor> r = f(args, mode);
+      ASSERT_EQ(r[0].shape(), (std::vector<int64_t>{n, l, 3}));
+      ASSERT_EQ(r[1].shape(), (std::vector<int64_t>{2 * n, l, 3}));
+      for (size_t i = 0; i < mid.size(); ++i) {
+        ASSERT_EQ(r[0].as<float>()[i], mid[i]) << i;
+        ASSERT_EQ(r[1].as<float>()[i], mid[i]) << i;
+        ASSERT_EQ(r[1].as<float>()[mid.size() + i], mid[i]) << i;
+      }
+    }
+}
+
 TEST(NamedOps, BatchMatmulAsBatchedMatVec) {
   const char *text = R"(
     func.func @f(%a: tensor<?x?x?xf32>, %b: tensor<?x?x1xf32>) -> tensor<?x?x1xf32> {

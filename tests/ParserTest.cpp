@@ -666,6 +666,32 @@ const DiagCase kDiagCases[] = {
      "'linalg.reduce' dimension 2 is out of range for 'tensor<3x4xf32>'"},
     {"reduce_dimension_twice", REDUCE_OVER("1, 1"), "2:73",
      "'linalg.reduce' dimension 1 appears twice"},
+    {"concat_operands_disagree",
+     "util.func @f(%a: tensor<2x4xf32>, %b: tensor<3x5xf32>) -> tensor<5x4xf32> {\n"
+     "  %r = tensor.concat dim(0) %a, %b : (tensor<2x4xf32>, tensor<3x5xf32>) -> tensor<5x4xf32>\n"
+     "  util.return %r : tensor<5x4xf32>\n"
+     "}\n",
+     "2:3", "'tensor.concat' operand #1 (%b) has 5 along dim 1 where the others have 4"},
+    {"concat_result_size",
+     "util.func @f(%a: tensor<2x4xf32>, %b: tensor<1x4xf32>) -> tensor<4x4xf32> {\n"
+     "  %r = tensor.concat dim(0) %a, %b : (tensor<2x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>\n"
+     "  util.return %r : tensor<4x4xf32>\n"
+     "}\n",
+     "2:3", "dim 0 of 'tensor<4x4xf32>' is 4 but the operands give 3"},
+    {"concat_dim_out_of_range",
+     "util.func @f(%a: tensor<2x4xf32>, %b: tensor<1x4xf32>) -> tensor<3x4xf32> {\n"
+     "  %r = tensor.concat dim(2) %a, %b : (tensor<2x4xf32>, tensor<1x4xf32>) -> tensor<3x4xf32>\n"
+     "  util.return %r : tensor<3x4xf32>\n"
+     "}\n",
+     "2:26", "concat dim 2 is out of range for 'tensor<3x4xf32>'"},
+    {"concat_element_types",
+     "util.func @f(%a: tensor<2x4xf32>, %b: tensor<1x4xi32>) -> tensor<3x4xf32> {\n"
+     "  %r = tensor.concat dim(0) %a, %b : (tensor<2x4xf32>, tensor<1x4xi32>) -> tensor<3x4xf32>\n"
+     "  util.return %r : tensor<3x4xf32>\n"
+     "}\n",
+     "2:76",
+     "'tensor.concat' joins tensors of one rank and element type, not 'tensor<1x4xi32>' into "
+     "'tensor<3x4xf32>'"},
     // It had reached the lowering, which stopped with an internal compiler error.
     {"select_of_tensors",
      "util.func @f(%c: i1, %a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {\n"

@@ -869,11 +869,12 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
   // A prefetch for every line of each row of the panel: 4 of 64 columns, 1 of 16.
   EXPECT_EQ(count(loops, "prefetch w["), wide ? 4 : 1) << loops;
-  if (wide)
+  if (wide) {
     EXPECT_THAT(loops,
                 testing::HasSubstr(
                     "prefetch w[(((((n_group * 8) + remui((kn_pair + 1), 8)) * 64) + 48) + "
                     "(((((kn_pair + 1) / 8) * 256) + ((m_block * 16) + row_1)) * 4096))]\n"));
+  }
 
   // GEMV: each part of the output adds four rows of the weights at a time; eight with 16-lane
   // vectors, each load prefetching the line eight rows further, its own at the end.

@@ -1,4 +1,5 @@
 // Types, maps and the op name table.
+#include "ir/Diagnostics.h"
 #include "ir/Ops.h"
 
 #include <algorithm>
@@ -165,6 +166,32 @@ bool lookupOpKind(std::string_view name, OpKind &kind) {
       return true;
     }
   return false;
+}
+
+std::vector<int64_t> concatShape(const Op &op, const Type &result) {
+  const int64_t dim = concatDim(op);
+  std::vector<int64_t> shape = op.operands[0]->type.shape;
+  for (size_t i = 1; i < op.operands.size(); ++i) {
+    const Type &t = op.operands[i]->type;
+    for (int64_t d = 0; d < t.rank(); ++d) {
+      if (d == dim) {
+        shape[d] =
+            shape[d] == kDynamic || t.shape[d] == kDynamic ? kDynamic : shape[d] + t.shape[d];
+        continue;
+      }
+      if (shape[d] == kDynamic)
+        shape[d] = t.shape[d];
+      else if (t.shape[d] != kDynamic && t.shape[d] != shape[d])
+        fail(op.loc, fmt::format("'tensor.concat' operand #{} (%{}) has {} along dim {} where the "
+                                 "others have {}",
+                                 i, op.operands[i]->name, t.shape[d], d, shape[d]));
+    }
+  }
+  for (int64_t d = 0; d < result.rank(); ++d)
+    if (result.shape[d] != kDynamic && shape[d] != kDynamic && result.shape[d] != shape[d])
+      fail(op.loc, fmt::format("dim {} of '{}' is {} but the operands give {}", d, result.str(),
+                               result.shape[d], shape[d]));
+  return shape;
 }
 
 bool GenericView::allParallel() const {

@@ -72,6 +72,13 @@ inline std::string displayName(const Op &op) {
   return op.hasAttr("origin") ? op.attr("origin").string() : std::string(op.name());
 }
 
+/// tensor.concat: the dim its operands join along.
+inline int64_t concatDim(const Op &op) { return op.attr("dimension").integer(); }
+/// tensor.concat's result shape from its operands' types (kDynamic where one is unknown). Fails
+/// at the op where two operands' known extents differ along another dim, or where the result
+/// type's static dims differ from the operands'.
+std::vector<int64_t> concatShape(const Op &op, const Type &result);
+
 bool isTerminator(OpKind kind);
 /// Scalar ops whose result depends only on their operands (arith and math).
 bool isPureScalarOp(OpKind kind);

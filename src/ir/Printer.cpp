@@ -356,6 +356,16 @@ private:
       out += fmt::format(" {} : {} to {}", ref(op.operands[0]), op.operands[0]->type.str(),
                          resultType.str());
       return;
+    case OpKind::TensorConcat: {
+      std::vector<std::string> refs, types;
+      for (const Value *v : op.operands) {
+        refs.push_back(ref(v));
+        types.push_back(v->type.str());
+      }
+      out += fmt::format(" dim({}) {} : ({}) -> {}", concatDim(op), fmt::join(refs, ", "),
+                         fmt::join(types, ", "), resultType.str());
+      return;
+    }
     case OpKind::LinalgMatmul:
     case OpKind::LinalgBatchMatmul:
       if (op.hasAttr(kConfigAttr))

@@ -118,6 +118,7 @@ bool isTensorOp(OpKind kind) {
   case OpKind::TensorExtractSlice:
   case OpKind::TensorInsertSlice:
   case OpKind::TensorCast:
+  case OpKind::TensorConcat:
   case OpKind::LinalgMatmul:
   case OpKind::LinalgBatchMatmul:
   case OpKind::LinalgTranspose:

@@ -492,6 +492,7 @@ private:
     case OpKind::TensorCast: lowerView(op); return;
     case OpKind::TensorExtractSlice:
     case OpKind::TensorInsertSlice: lowerSlice(op); return;
+    case OpKind::TensorConcat: lowerConcat(op); return;
     case OpKind::TopK: lowerTopK(op); return;
     case OpKind::ScfIf: fail(op.loc, kUnknownBranchError);
     case OpKind::ScfFor: lowerFor(op); return;
@@ -3442,6 +3443,41 @@ private:
             fmt::format("dim {} of '{}' is {{}} but {} {{}}", d, declared.str(), computed));
         dims[d] = intConst(declared.shape[d]);
       }
+  }
+
+  // Each operand copied into its window of the result, one after another along the concat dim.
+  // Runtime extents along the other dims are checked against the first operand's when the
+  // kernel is called (specialization checks known ones).
+  void lowerConcat(const Op &op) {
+    const int64_t dim = concatDim(op);
+    TensorStorage result;
+    result.dims = storageOf(op.operands[0]).dims;
+    for (size_t i = 1; i < op.operands.size(); ++i) {
+      const TensorStorage &t = storageOf(op.operands[i]);
+      for (size_t d = 0; d < t.dims.size(); ++d)
+        if (static_cast<int64_t>(d) == dim)
+          result.dims[d] = add(result.dims[d], t.dims[d]);
+        else
+          requireEqual(op, t.dims[d], result.dims[d],
+                       fmt::format("'tensor.concat' operand #{} (%{}) has {{}} along dim {} where "
+                                   "the others have {{}}",
+                                   i, op.operands[i]->name, d));
+    }
+    requireDeclaredDims(op, result.dims, "the operands give");
+    result.buffer = bufferForRoot(storageRoot(op.result()), result.dims);
+    tensors_[op.result()] = result;
+    Expr offset = intConst(0);
+    for (const Value *operand : op.operands) {
+      const TensorStorage &t = storageOf(operand);
+      Window w;
+      w.sizes = t.dims;
+      w.offsets.assign(t.dims.size(), intConst(0));
+      w.offsets[dim] = offset;
+      w.strides.assign(t.dims.size(), 1);
+      w.dropped.assign(t.dims.size(), false);
+      emitWindowCopy(w, result, t, true);
+      offset = add(offset, t.dims[dim]);
+    }
   }
 
   // topk: per slice along `dimension`, K selection passes. Pass j keeps the best element that

@@ -1494,6 +1494,43 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     resultTypes.push_back(insert ? to : slice);
     return;
   }
+  case OpKind::TensorConcat: {
+    expectKeyword("dim", "in 'tensor.concat'");
+    expect(Tok::LParen, "after 'dim'");
+    Token d = expect(Tok::Integer, "as the dim of 'tensor.concat'");
+    expect(Tok::RParen, "to close 'dim('");
+    op.attrs["dimension"] = Attribute{integerValue(d, 64)};
+    std::vector<Token> toks;
+    do {
+      toks.push_back(cur_);
+      op.operands.push_back(parseOperand());
+    } while (consumeIf(Tok::Comma));
+    expect(Tok::Colon, "before the types of 'tensor.concat'");
+    expect(Tok::LParen, "to open the operand types of 'tensor.concat'");
+    std::vector<Type> types;
+    do
+      types.push_back(parseType());
+    while (consumeIf(Tok::Comma));
+    expect(Tok::RParen, "to close the operand types of 'tensor.concat'");
+    if (types.size() != op.operands.size())
+      failAt(nameTok, fmt::format("'tensor.concat' has {} operands but {} types",
+                                  op.operands.size(), types.size()));
+    for (size_t i = 0; i < toks.size(); ++i)
+      expectType(toks[i], op.operands[i], types[i]);
+    expect(Tok::Arrow, "before the result type of 'tensor.concat'");
+    Token toTok = cur_;
+    Type to = parseType();
+    for (const Type &t : types)
+      if (!t.isTensor() || !to.isTensor() || t.elem != to.elem || t.rank() != to.rank())
+        failAt(toTok, fmt::format("'tensor.concat' joins tensors of one rank and element type, not "
+                                  "'{}' into '{}'",
+                                  t.str(), to.str()));
+    if (op.attr("dimension").integer() >= to.rank())
+      failAt(d, fmt::format("concat dim {} is out of range for '{}'", d.text, to.str()));
+    concatShape(op, to);
+    resultTypes.push_back(to);
+    return;
+  }
   case OpKind::TensorCast: {
     Token a = cur_;
     Value *t = parseOperand();

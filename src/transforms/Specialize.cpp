@@ -325,6 +325,17 @@ private:
     case OpKind::TensorCollapseShape: refineView(op); return;
     case OpKind::TensorExtractSlice:
     case OpKind::TensorInsertSlice: refineSlice(op); return;
+    case OpKind::TensorConcat: {
+      // Static dims the result declares stay where the operands' are runtime dims: the
+      // lowering checks them when the kernel runs.
+      Type refined = op.result()->type;
+      std::vector<int64_t> shape = concatShape(op, refined);
+      for (int64_t d = 0; d < refined.rank(); ++d)
+        if (shape[d] != kDynamic)
+          refined.shape[d] = shape[d];
+      op.result()->type = refined;
+      return;
+    }
     case OpKind::TensorCast: {
       const Type &from = op.operands[0]->type, &to = op.result()->type;
       for (int64_t d = 0; d < to.rank(); ++d)
