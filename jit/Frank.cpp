@@ -339,8 +339,22 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
     if (spec.type.isTensor() != (t != nullptr))
       throw Error(fmt::format("error: kernel for '@{}': argument #{} must be {}", k.functionName, i,
                               spec.type.isTensor() ? "a tensor" : "a scalar"));
-    if (!t)
+    if (!t) {
+      // A value baked into the kernel (an index or integer when specialized, a flag always)
+      // must be the one it was compiled for: the kernel never reads the argument.
+      if (spec.intValue) {
+        ArgSpec given = spec;
+        given.intValue =
+            coerceScalar(std::get<Scalar>(args[i]), spec.type,
+                         fmt::format("kernel for '@{}': argument #{}", k.functionName, i))
+                .i;
+        if (given.intValue != spec.intValue)
+          throw Error(fmt::format("error: kernel for '@{}' was compiled for argument #{} as {} but "
+                                  "was given {}",
+                                  k.functionName, i, spec.str(), given.str()));
+      }
       continue;
+    }
     bool ok = elemOf(t->dtype()) == spec.type.elem && t->rank() == spec.type.rank();
     for (int64_t d = 0; ok && k.mode == Mode::Specialized && d < t->rank(); ++d)
       ok = spec.type.shape[d] == kDynamic || spec.type.shape[d] == t->shape()[d];

@@ -515,6 +515,23 @@ const ApiCase kApiCases[] = {
        k({f32({2, 4}), f32({2, 4})});
      },
      "", "kernel for '@add' was compiled for argument #0 as 2x3xf32 but was given 2x4xf32"},
+    // Values baked into a kernel: it had run with the values it was compiled for, a slice of
+    // 2 at 1 where 3 at 2 was asked for, a flag's other branch.
+    {"kernel_called_with_other_baked_index", kSliceAt,
+     [](Module &m) {
+       Kernel k = m.function("f").specialize({f32({5}), Scalar::index(1), Scalar::index(2)});
+       k({f32({5}), Scalar::index(1), Scalar::index(2)});
+       k({f32({5}), Scalar::index(2), Scalar::index(3)});
+     },
+     "", "kernel for '@f' was compiled for argument #1 as index=1 but was given index=2"},
+    {"kernel_called_with_other_flag_generic", kSized,
+     [](Module &m) {
+       Kernel k =
+           m.function("narrow").specialize({Scalar::i64(3), Scalar::i1(true)}, Mode::Generic);
+       k({Scalar::i64(4), Scalar::i1(true)});
+       k({Scalar::i64(4), Scalar::i1(false)});
+     },
+     "", "kernel for '@narrow' was compiled for argument #1 as i1=1 but was given i1=0"},
     {"output_count", kAdd,
      [](Module &m) {
        Kernel k = m.function("add").specialize({f32({2, 3}), f32({2, 3})});
