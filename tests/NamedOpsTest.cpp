@@ -759,6 +759,60 @@ TEST(ScfFor, CarriesTensorsAndScalarsAndUpdatesInPlace) {
   EXPECT_THAT(loops, testing::Not(HasSubstr("f32[20] at workspace")));
 }
 
+// A dispatch region inside an scf.for and an scf.if runs inline as it does at function scope
+// (the fused rms_norm in a loop over layers): it had been inlined at function scope only, and
+// failed inside loops with a type error of its own region, or as an unsupported op.
+TEST(ScfFor, DispatchRegionsInLoopsAndBranchesRunInline) {
+  const char *text = R"(
+    #id = affine_map<(i) -> (i)>
+    func.func @f(%x0: tensor<?xf32>, %n: index, %flag: i1) -> tensor<?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %r = scf.for %i = %c0 to %n step %c1 iter_args(%x = %x0) -> (tensor<?xf32>) {
+        %d = tensor.dim %x, %c0 : tensor<?xf32>
+        %y = flow.dispatch.region -> (tensor<?xf32>{%d}) {
+          %e = tensor.empty(%d) : tensor<?xf32>
+          %g = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+              ins(%x : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+          ^bb0(%a: f32, %o: f32):
+            %s = arith.addf %a, %a : f32
+            linalg.yield %s : f32
+          } -> tensor<?xf32>
+          flow.return %g : tensor<?xf32>
+        }
+        scf.yield %y : tensor<?xf32>
+      }
+      %t = scf.if %flag -> (tensor<?xf32>) {
+        %d = tensor.dim %r, %c0 : tensor<?xf32>
+        %y = flow.dispatch.region -> (tensor<?xf32>{%d}) {
+          %e = tensor.empty(%d) : tensor<?xf32>
+          %g = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+              ins(%r : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+          ^bb0(%a: f32, %o: f32):
+            %one = arith.constant 1.0 : f32
+            %s = arith.addf %a, %one : f32
+            linalg.yield %s : f32
+          } -> tensor<?xf32>
+          flow.return %g : tensor<?xf32>
+        }
+        scf.yield %y : tensor<?xf32>
+      } else {
+        scf.yield %r : tensor<?xf32>
+      }
+      return %t : tensor<?xf32>
+    })";
+  std::vector<float> x = {1, 2, 3};
+  Function fn = context().loadString(text, "ops.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic})
+    for (bool flag : {false, true}) {
+      SCOPED_TRACE(
+          fmt::format("{} {}", mode == Mode::Specialized ? "specialized" : "generic", flag));
+      Tensor y = fn({borrow(x, {3}), Scalar::index(2), Scalar::i1(flag)}, mode)[0];
+      for (int64_t i = 0; i < 3; ++i)
+        EXPECT_EQ(y.as<float>()[i], 4 * x[i] + (flag ? 1 : 0));
+    }
+}
+
 } // namespace
 } // namespace frank::test
 

@@ -73,18 +73,12 @@ void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string
   }
 }
 
-} // namespace
-
-void inlineCalls(FuncOp &fn, const ModuleOp &module) {
-  if (!fn.body)
-    return;
-  std::vector<std::string> stack{fn.name};
-  inlineCallsIn(*fn.body, module, stack);
-}
-
-void inlineDispatchRegions(FuncOp &fn) {
-  Block &block = *fn.body;
+// Inlines the dispatch regions of `block` and of the blocks nested in it (an scf.for's body, an
+// scf.if's branches, a region in a region).
+void inlineDispatchRegionsIn(Block &block) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
+    for (auto &region : block.ops[i]->regions)
+      inlineDispatchRegionsIn(*region);
     if (block.ops[i]->kind != OpKind::DispatchRegion)
       continue;
     Op &regionOp = *block.ops[i];
@@ -96,6 +90,20 @@ void inlineDispatchRegions(FuncOp &fn) {
     body.ops.pop_back();
     i = splice(block, i, body.ops);
   }
+}
+
+} // namespace
+
+void inlineCalls(FuncOp &fn, const ModuleOp &module) {
+  if (!fn.body)
+    return;
+  std::vector<std::string> stack{fn.name};
+  inlineCallsIn(*fn.body, module, stack);
+}
+
+void inlineDispatchRegions(FuncOp &fn) {
+  if (fn.body)
+    inlineDispatchRegionsIn(*fn.body);
 }
 
 } // namespace frank
