@@ -173,7 +173,8 @@ TEST(MoeFfnBlock, MoreExpertsUsedThanExistIsAnError) {
   EXPECT_THROW(fn.specialize(args), Error);
 }
 
-// n_expert and n_embd restate gate_inp_w's X and input's E (§8): a disagreement is reported.
+// n_expert, n_embd and n_ff restate gate_inp_w's X, input's E and the experts' F (§8): a
+// disagreement is reported (n_ff had been ignored).
 TEST(MoeFfnBlock, IndexArgumentsMustAgreeWithExtents) {
   Function fn = moeModule().function("moe_ffn_block");
   MoeData data(MoeShape{3, 8, 4, 4, 2});
@@ -183,6 +184,18 @@ TEST(MoeFfnBlock, IndexArgumentsMustAgreeWithExtents) {
   args = data.args(true);
   args[7] = Scalar::index(9); // n_embd
   EXPECT_THROW(fn.specialize(args), Error);
+  args = data.args(true);
+  args[8] = Scalar::index(12); // n_ff
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    try {
+      fn(args, mode);
+      ADD_FAILURE() << "n_ff = 12 for F = 4 was accepted in " << modeName(mode) << " mode";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("splits dim 0 of size 4 into 12 elements"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 } // namespace

@@ -7,7 +7,8 @@
 // Dynamic dims: T (tokens, batch * sequence flattened), E, X, F. k = n_expert_used (at most X,
 // checked by topk) sizes the top-k. n_expert and n_embd restate X and E: the temporaries they
 // size meet input and gate_inp_w in the router, whose extent checks reject a disagreement.
-// n_ff is not read: F comes with the expert weights, and mul_mat_id checks that they agree.
+// n_ff restates F, which comes with the expert weights (mul_mat_id checks that they agree): a
+// view of the activations as [n_ff, k, T] checks it.
 //
 // Maths, in this order:
 //   1. logits[x,t] = sum_e Wr[x,e] * in[t,e]                         [X, T]  (router matmul)
@@ -127,8 +128,10 @@ module @moe_ffn_components {
         : (tensor<?x?x?xf32>, tensor<?x?x?xf32>, tensor<?x?xi32>) -> tensor<?x?x?xf32>
 
     // 5. SwiGLU: gate * silu(up).
-    %act = util.call @activation_components.swiglu(%gate, %up)
+    %act_any = util.call @activation_components.swiglu(%gate, %up)
         : (tensor<?x?x?xf32>, tensor<?x?x?xf32>) -> tensor<?x?x?xf32>
+    %act = tensor.expand_shape %act_any [[0], [1], [2]]
+        output_shape [%n_ff, %n_expert_used, %tokens] : tensor<?x?x?xf32> into tensor<?x?x?xf32>
 
     // 6. Down projection, then the weighted sum over the k experts, stored as [T, E].
     %down = util.call @moe_components.mul_mat_id(%down_exps_w, %act, %ids)
