@@ -20,6 +20,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 namespace frank {
@@ -794,9 +795,20 @@ static Module makeModule(std::unique_ptr<ModuleOp> ir, const std::string &text,
   verifyModule(*ir);
   auto impl = std::make_shared<detail::ModuleImpl>();
   impl->ir = std::move(ir);
-  // The printed IR, not the file bytes: comments and layout do not change kernels.
-  impl->contentHash =
-      fmt::format("{:016x}", llvm::xxh3_64bits(llvm::StringRef(printModule(*impl->ir))));
+  // The printed IR, and the source files its locations point into: a kernel's errors quote
+  // its source (file, line and text), so a module from other text gets kernels of its own.
+  std::string content = printModule(*impl->ir);
+  std::set<const SourceFile *> files;
+  auto noteFile = [&](const Location &loc) {
+    if (loc.file && files.insert(loc.file.get()).second)
+      content += fmt::format("\n// {}\n{}", loc.file->name, loc.file->text);
+  };
+  for (auto &fn : impl->ir->functions) {
+    noteFile(fn->loc);
+    if (fn->body)
+      walk(*fn->body, [&](Op &op) { noteFile(op.loc); });
+  }
+  impl->contentHash = fmt::format("{:016x}", llvm::xxh3_64bits(llvm::StringRef(content)));
   (void)text;
   impl->context = ctx;
   return detail::Access::makeModule(impl);

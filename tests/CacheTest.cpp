@@ -54,6 +54,31 @@ TEST(KernelCache, OtherShapesGetOtherKernels) {
                   "was compiled for argument #0 as 4x64xf32 but was given 5x64xf32")));
 }
 
+// A kernel's errors quote its source: a module of the same IR from other text (here two blank
+// lines before it) gets kernels of its own, which quote that text. It had reused the first
+// module's kernel and named the first file's line. The same text loaded again shares them.
+TEST(KernelCache, ModulesFromOtherTextGetKernelsQuotingTheirOwnSource) {
+  const std::string text = R"(util.func @f(%t: tensor<?xf32>, %at: index) -> tensor<?xf32> {
+  %r = tensor.extract_slice %t[%at] [2] [1] : tensor<?xf32> to tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+)";
+  Context ctx;
+  std::vector<float> t(5, 1.0f);
+  auto call = [&](Module m) {
+    m.function("f")({Tensor::borrow(t.data(), DType::F32, {5}), Scalar::index(4)}, Mode::Generic);
+  };
+  auto failsAt = [](const std::string &where) {
+    return testing::ThrowsMessage<Error>(testing::StartsWith(
+        where + ": error: the slice window ends at 5 in dim 0, which has size 5"));
+  };
+  EXPECT_THAT([&] { call(ctx.loadString(text, "a.mlir")); }, failsAt("a.mlir:2:3"));
+  EXPECT_THAT([&] { call(ctx.loadString("\n\n" + text, "b.mlir")); }, failsAt("b.mlir:4:3"));
+  EXPECT_EQ(ctx.cacheStats().misses, 2u);
+  EXPECT_THAT([&] { call(ctx.loadString(text, "a.mlir")); }, failsAt("a.mlir:2:3"));
+  EXPECT_EQ(ctx.cacheStats().misses, 2u);
+}
+
 TEST(KernelCache, GenericKernelServesEveryShapeOfItsRank) {
   Context ctx;
   Function fn = ctx.load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");
