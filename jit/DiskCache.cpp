@@ -196,10 +196,11 @@ DiskCacheSettings resolveDiskCacheSettings(std::optional<bool> enable, const std
     if (!s.enabled)
       s.status = "disabled by the caller (--no-disk-cache or ContextOptions::diskCache)";
   } else if (std::string value = getEnv("FRANK_CACHE"); !value.empty()) {
-    if (value == "off" || value == "0" || value == "false" || value == "no") {
+    const std::string word = llvm::StringRef(value).lower();
+    if (word == "off" || word == "0" || word == "false" || word == "no") {
       s.enabled = false;
       s.status = fmt::format("disabled by FRANK_CACHE={}", value);
-    } else if (value != "on" && value != "1" && value != "true" && value != "yes") {
+    } else if (word != "on" && word != "1" && word != "true" && word != "yes") {
       warnOnce(fmt::format("ignoring FRANK_CACHE='{}': expected on or off", value));
     }
   }
@@ -386,15 +387,19 @@ std::vector<DiskCacheEntry> DiskCache::list() const {
 size_t DiskCache::clear() {
   size_t removed = 0;
   std::error_code ec;
-  std::vector<std::string> paths;
-  for (fs::directory_iterator it(directory_, ec), end; !ec && it != end; it.increment(ec)) {
+  // Everything named like an entry goes; only regular files count, as `list` shows only them.
+  std::vector<std::pair<std::string, bool>> paths; // path, counted
+  for (fs::directory_iterator it(directory_, ec, /*FollowSymlinks=*/false), end; !ec && it != end;
+       it.increment(ec)) {
     llvm::StringRef name = llvm::sys::path::filename(it->path());
-    if (isEntryName(name) || isTempName(name))
-      paths.push_back(it->path());
+    if (!isEntryName(name) && !isTempName(name))
+      continue;
+    auto st = it->status();
+    paths.emplace_back(it->path(),
+                       isEntryName(name) && st && st->type() == fs::file_type::regular_file);
   }
-  for (const std::string &path : paths)
-    if (!fs::remove(path, /*IgnoreNonExisting=*/false) &&
-        isEntryName(llvm::sys::path::filename(path)))
+  for (const auto &[path, counted] : paths)
+    if (!fs::remove(path, /*IgnoreNonExisting=*/false) && counted)
       ++removed;
   return removed;
 }

@@ -363,6 +363,10 @@ TEST(DiskCacheEntries, ClearRemovesEntriesAndLeftoverTemporaries) {
   ASSERT_TRUE(cache.store(keyOf("b"), "d", "o"));
   writeFile(cache.pathOf(keyOf("c")) + ".tmp-12345678", "partial");
   writeFile(dir / "notes.txt", "not ours");
+  // Named like entries but no regular files: removed, and not counted, as `list` skips them.
+  ASSERT_FALSE(llvm::sys::fs::create_directory(cache.pathOf(keyOf("d"))));
+  ASSERT_FALSE(llvm::sys::fs::create_link("/dev/null", cache.pathOf(keyOf("e"))));
+  EXPECT_EQ(cache.list().size(), 2u);
   EXPECT_EQ(cache.clear(), 2u);
   EXPECT_EQ(filesIn(dir.path()), std::vector<std::string>{"notes.txt"});
 }
@@ -416,6 +420,8 @@ TEST(DiskCacheSettings, OnAndOff) {
     auto s = jit::resolveDiskCacheSettings(std::nullopt, "", 0);
     EXPECT_FALSE(s.enabled);
     EXPECT_EQ(s.status, "disabled by FRANK_CACHE=off");
+    ScopedEnv upper("FRANK_CACHE", "OFF");
+    EXPECT_FALSE(jit::resolveDiskCacheSettings(std::nullopt, "", 0).enabled);
     // An explicit choice wins over the environment.
     EXPECT_TRUE(jit::resolveDiskCacheSettings(true, "", 0).enabled);
   }
