@@ -1483,6 +1483,50 @@ INSTANTIATE_TEST_SUITE_P(Flags, FlagDiagnostics, testing::ValuesIn(kFlagCases),
                            return std::string(info.param.name);
                          });
 
+// ---- Errors inside called functions ---------------------------------------------------------
+
+// An error at an op of a called function (a component, a helper) names each call it was
+// inlined through, innermost first, each with its line and caret: the author sees where their
+// own code led there. Here @main calls @middle (line 11), which calls @inner (line 7), whose
+// slice (line 3) runs past the tensor.
+TEST(CallSites, ErrorsInCalledFunctionsNameTheCalls) {
+  const char *text = R"(util.func private @inner(%t: tensor<?xf32>, %at: index) -> tensor<?xf32> {
+  %c2 = arith.constant 2 : index
+  %r = tensor.extract_slice %t[%at] [%c2] [1] : tensor<?xf32> to tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+util.func private @middle(%t: tensor<?xf32>, %at: index) -> tensor<?xf32> {
+  %r = util.call @inner(%t, %at) : (tensor<?xf32>, index) -> tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+util.func public @main(%t: tensor<?xf32>, %at: index) -> tensor<?xf32> {
+  %r = util.call @middle(%t, %at) : (tensor<?xf32>, index) -> tensor<?xf32>
+  util.return %r : tensor<?xf32>
+}
+)";
+  std::vector<std::string> source = splitLines(text);
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(modeName(mode));
+    Outcome out = runIsolated([&] {
+      Context ctx;
+      ctx.loadString(text, "t.mlir").function("main")({f32({5}), Scalar::index(4)}, mode);
+      return std::string();
+    });
+    ASSERT_EQ(out.kind, Outcome::Threw) << out.text;
+    std::vector<std::string> lines = splitLines(out.text);
+    ASSERT_EQ(lines.size(), 9u) << out.text;
+    EXPECT_THAT(lines[0], testing::StartsWith("t.mlir:3:3: error: "));
+    EXPECT_EQ(lines[1], source[2]);
+    EXPECT_EQ(lines[2], "  ^");
+    EXPECT_EQ(lines[3], "t.mlir:7:3: note: in the function called here");
+    EXPECT_EQ(lines[4], source[6]);
+    EXPECT_EQ(lines[5], "  ^");
+    EXPECT_EQ(lines[6], "t.mlir:11:3: note: in the function called here");
+    EXPECT_EQ(lines[7], source[10]);
+    EXPECT_EQ(lines[8], "  ^");
+  }
+}
+
 // ---- The tables themselves --------------------------------------------------------------------
 
 TEST(DiagnosticsTables, AreLargeAndNamesAreUnique) {

@@ -23,15 +23,16 @@ static std::string_view sourceLine(const SourceFile &file, uint32_t line) {
 std::string formatDiagnostic(const Location &loc, std::string_view severity,
                              std::string_view message) {
   std::string out = fmt::format("{}: {}: {}", loc.str(), severity, message);
-  if (!loc.known())
-    return out;
-  std::string_view line = sourceLine(*loc.file, loc.line);
-  if (line.empty())
-    return out;
-  std::string caret;
-  for (uint32_t i = 1; i < loc.col && i <= line.size(); ++i)
-    caret += line[i - 1] == '\t' ? '\t' : ' ';
-  return fmt::format("{}\n{}\n{}^", out, line, caret);
+  std::string_view line = loc.known() ? sourceLine(*loc.file, loc.line) : std::string_view();
+  if (!line.empty()) {
+    std::string caret;
+    for (uint32_t i = 1; i < loc.col && i <= line.size(); ++i)
+      caret += line[i - 1] == '\t' ? '\t' : ' ';
+    out += fmt::format("\n{}\n{}^", line, caret);
+  }
+  if (loc.caller)
+    out += "\n" + formatDiagnostic(*loc.caller, "note", "in the function called here");
+  return out;
 }
 
 void fail(const Location &loc, const std::string &message) {

@@ -22,13 +22,16 @@ struct Location {
   std::shared_ptr<const SourceFile> file;
   uint32_t line = 0; // 1-based; 0 means unknown
   uint32_t col = 0;
+  /// The call an inlined op came from (its own caller, for calls inlined in turn), if any.
+  std::shared_ptr<const Location> caller;
 
   bool known() const { return file && line > 0; }
   /// "file:line:col"
   std::string str() const;
 };
 
-/// Formats `file:line:col: error: message`, then the source line and a caret under the column.
+/// Formats `file:line:col: error: message`, then the source line and a caret under the column,
+/// then a note with its own line and caret for each call the op was inlined from.
 std::string formatDiagnostic(const Location &loc, std::string_view severity,
                              std::string_view message);
 

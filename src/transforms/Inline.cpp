@@ -20,6 +20,14 @@ size_t splice(Block &block, size_t at, std::vector<std::unique_ptr<Op>> &ops) {
   return at + count - 1;
 }
 
+// `loc` as reached through `call`: the call ends its chain of callers.
+Location calledFrom(const Location &loc, const std::shared_ptr<const Location> &call) {
+  Location through = loc;
+  through.caller =
+      loc.caller ? std::make_shared<const Location>(calledFrom(*loc.caller, call)) : call;
+  return through;
+}
+
 void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string> &stack) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
     Op &op = *block.ops[i];
@@ -65,6 +73,9 @@ void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string
     stack.push_back(name);
     inlineCallsIn(scratch, module, stack);
     stack.pop_back();
+    // Errors at the callee's ops name the call too.
+    auto call = std::make_shared<const Location>(op.loc);
+    walk(scratch, [&](Op &inlined) { inlined.loc = calledFrom(inlined.loc, call); });
     std::unique_ptr<Op> ret = std::move(scratch.ops.back());
     scratch.ops.pop_back();
     for (size_t r = 0; r < op.results.size(); ++r)
