@@ -70,7 +70,7 @@ TEST(KernelCache, ModulesFromOtherTextGetKernelsQuotingTheirOwnSource) {
   };
   auto failsAt = [](const std::string &where) {
     return testing::ThrowsMessage<Error>(testing::StartsWith(
-        where + ": error: the slice window ends at 5 in dim 0, which has size 5"));
+        where + ": error: the slice window reaches index 5 in dim 0, which has size 5"));
   };
   EXPECT_THAT([&] { call(ctx.loadString(text, "a.mlir")); }, failsAt("a.mlir:2:3"));
   EXPECT_THAT([&] { call(ctx.loadString("\n\n" + text, "b.mlir")); }, failsAt("b.mlir:4:3"));

@@ -189,6 +189,33 @@ util.func @three(%a: tensor<?x4xf32>, %b: tensor<?x4xf32>) -> tensor<3x4xf32> {
 }
 )";
 
+// A loop whose carried tensor grows by a row each iteration (the yield on line 5).
+const char *kGrowingCarry =
+    R"(util.func @grow(%h0: tensor<?x4xf32>, %t: tensor<1x4xf32>, %k: index) -> tensor<?x4xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %r = scf.for %i = %c0 to %k step %c1 iter_args(%h = %h0) -> (tensor<?x4xf32>) {
+    %c = tensor.concat dim(0) %h, %t : (tensor<?x4xf32>, tensor<1x4xf32>) -> tensor<?x4xf32>
+    scf.yield %c : tensor<?x4xf32>
+  }
+  util.return %r : tensor<?x4xf32>
+}
+)";
+
+// A slice and a collapse to static dims of sizes that tensor.dim reads (lines 3 and 6).
+const char *kStaticFromDims =
+    R"(util.func @rows(%a: tensor<?x4xf32>) -> tensor<2x4xf32> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?x4xf32>
+       %r = tensor.extract_slice %a[0, 0] [%n, 4] [1, 1] : tensor<?x4xf32> to tensor<2x4xf32>
+  util.return %r : tensor<2x4xf32>
+}
+util.func @flat(%a: tensor<?x?xf32>) -> tensor<6xf32> {
+  %r = tensor.collapse_shape %a [[0, 1]] : tensor<?x?xf32> into tensor<6xf32>
+  util.return %r : tensor<6xf32>
+}
+)";
+
 // Reshapes to static dims from runtime ones (line 2 and line 6).
 const char *kReshapesToStaticDims = R"(util.func @collapse(%a: tensor<?x?xf32>) -> tensor<6xf32> {
   %s = tensor.collapse_shape %a [[0, 1]] : tensor<?x?xf32> into tensor<6xf32>
@@ -751,7 +778,7 @@ const ApiCase kApiCases[] = {
      [](Module &m) {
        m.function("f")({f32({5}), Scalar::index(3), Scalar::index(4)}, Mode::Generic);
      },
-     "t.mlir:2:8", "the slice window ends at 6 in dim 0, which has size 5"},
+     "t.mlir:2:8", "the slice window reaches index 6 in dim 0, which has size 5"},
     // The host evaluates the output's shape before the kernel runs: it checks what the shape
     // is built from first, and names the op (its shapes had failed without a location).
     {"division_by_zero_in_a_shape_generic", kSliceFromArguments,
@@ -827,6 +854,30 @@ const ApiCase kApiCases[] = {
        m.function("three").withRuntimeDims({{"a", 0}, {"b", 0}})({f32({2, 4}), f32({2, 4})});
      },
      "t.mlir:6:3", "dim 0 of 'tensor<3x4xf32>' is 3 but the operands give 4"},
+    // Partly specialized, the static dims the types state had given way to the runtime ones
+    // (a 'tensor<2x4xf32>' slice of 3 rows returned).
+    {"extracted_slice_smaller_than_its_type_runtime_dim", kStaticFromDims,
+     [](Module &m) {
+       m.function("rows").withRuntimeDims({{"a", 0}})({f32({3, 4})});
+     },
+     "t.mlir:4:8", "dim 0 of 'tensor<2x4xf32>' is 2 but the slice size is 3"},
+    {"collapse_to_a_static_dim_runtime_dim", kStaticFromDims,
+     [](Module &m) {
+       m.function("flat").withRuntimeDims({{"a", 1}})({f32({2, 4})});
+     },
+     "t.mlir:8:3", "dim 0 of 'tensor<6xf32>' is 6 but the reshape gives 8"},
+    // A carry that changes size: it had been read at its first size each iteration.
+    {"loop_carry_grows_generic", kGrowingCarry,
+     [](Module &m) {
+       m.function("grow")({f32({2, 4}), f32({1, 4}), Scalar::index(3)}, Mode::Generic);
+     },
+     "t.mlir:6:5", "'scf.yield' operand #0 has 3 along dim 0 where the 'scf.for' carries 2"},
+    {"loop_carry_grows_runtime_dim", kGrowingCarry,
+     [](Module &m) {
+       m.function("grow").withRuntimeDims({{"h0", 0}})(
+           {f32({2, 4}), f32({1, 4}), Scalar::index(3)});
+     },
+     "t.mlir:6:5", "'scf.yield' operand #0 has 3 along dim 0 where the 'scf.for' carries 2"},
     // Likewise reshapes: a 2x2 collapsed into a 'tensor<6xf32>' returned 4 elements.
     {"collapse_to_a_static_dim_generic", kReshapesToStaticDims,
      [](Module &m) {

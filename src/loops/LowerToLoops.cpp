@@ -3364,9 +3364,10 @@ private:
           intConst(w.strides[d]));
       Expr fits = binary(OpKind::AndI, cmp("sge", w.sizes[d], intConst(0)),
                          binary(OpKind::OrI, empty, cmp("sle", lastStep, room)));
-      checkInKernel(op, fits, extent, full.dims[d],
-                    fmt::format("the slice window ends at {{}} in dim {}, which has size {{}}", d),
-                    *current_);
+      checkInKernel(
+          op, fits, extent, full.dims[d],
+          fmt::format("the slice window reaches index {{}} in dim {}, which has size {{}}", d),
+          *current_);
     }
   }
 
@@ -3619,6 +3620,13 @@ private:
           continue;
         }
         const TensorStorage &yielded = storageOf(v);
+        // A carry keeps its size (specialization checks known ones): the next iteration reads
+        // it as the size it came in with.
+        for (size_t d = 0; d < yielded.dims.size(); ++d)
+          requireEqual(*inner, yielded.dims[d], carries[r].dims[d],
+                       fmt::format("'scf.yield' operand #{} has {{}} along dim {} where the "
+                                   "'scf.for' carries {{}}",
+                                   r, d));
         if (yielded.buffer != carries[r].buffer)
           emitCopy(yielded, carries[r]);
       }

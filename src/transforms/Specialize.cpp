@@ -139,8 +139,17 @@ public:
       if (differ(to.shape[d], shape[d]))
         fail(op.loc, fmt::format("dim {} of '{}' is {} but the reshape gives {}", d, to.str(),
                                  to.shape[d], shape[d]));
-    to.shape = shape;
-    op.result()->type = to;
+    op.result()->type.shape = keepDeclaredDims(to.shape, shape);
+  }
+
+  // The computed shape, with the static dims the type declares where the computed ones are
+  // runtime values: the lowering checks those when the kernel is called.
+  static std::vector<int64_t> keepDeclaredDims(const std::vector<int64_t> &declared,
+                                               std::vector<int64_t> computed) {
+    for (size_t d = 0; d < computed.size(); ++d)
+      if (computed[d] == kDynamic)
+        computed[d] = declared[d];
+    return computed;
   }
 
   void refineSlice(Op &op) {
@@ -178,7 +187,7 @@ public:
                                    op.operands[0]->type.str(), fmt::join(sizes, ", ")));
       op.result()->type = full;
     } else {
-      op.result()->type.shape = sliceShape;
+      op.result()->type.shape = keepDeclaredDims(declared.shape, sliceShape);
     }
   }
 
@@ -326,14 +335,8 @@ private:
     case OpKind::TensorExtractSlice:
     case OpKind::TensorInsertSlice: refineSlice(op); return;
     case OpKind::TensorConcat: {
-      // Static dims the result declares stay where the operands' are runtime dims: the
-      // lowering checks them when the kernel runs.
-      Type refined = op.result()->type;
-      std::vector<int64_t> shape = concatShape(op, refined);
-      for (int64_t d = 0; d < refined.rank(); ++d)
-        if (shape[d] != kDynamic)
-          refined.shape[d] = shape[d];
-      op.result()->type = refined;
+      const Type &declared = op.result()->type;
+      op.result()->type.shape = keepDeclaredDims(declared.shape, concatShape(op, declared));
       return;
     }
     case OpKind::TensorCast: {
@@ -342,13 +345,7 @@ private:
         if (differ(to.shape[d], from.shape[d]))
           fail(op.loc,
                fmt::format("'tensor.cast' to '{}': dim {} is {}", to.str(), d, from.shape[d]));
-      // A dim the cast makes static stays so where its operand's is a runtime dim: the lowering
-      // then checks it when the kernel runs.
-      Type refined = from;
-      for (int64_t d = 0; d < to.rank(); ++d)
-        if (refined.shape[d] == kDynamic)
-          refined.shape[d] = to.shape[d];
-      op.result()->type = refined;
+      op.result()->type.shape = keepDeclaredDims(to.shape, from.shape);
       return;
     }
     case OpKind::TopK: {
