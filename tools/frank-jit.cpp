@@ -40,12 +40,15 @@ cl::opt<std::string> cacheAction(cl::Positional, cl::desc("<stats|ls|clear>"), c
 cl::opt<std::string> file(cl::Positional, cl::desc("<component.mlir>"), cl::Required,
                           cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd), cl::sub(linkCmd),
                           cl::cat(category));
-cl::list<std::string> linkFiles("link", cl::desc("A module to link against (repeatable)"),
+cl::list<std::string> linkFiles("link",
+                                cl::desc("A module to link against (repeatable; it wins over a "
+                                         "module of its symbol on the search path)"),
                                 cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
                                 cl::sub(linkCmd), cl::cat(category));
 cl::list<std::string> linkPaths("link-path",
                                 cl::desc("A directory searched for modules by symbol (repeatable; "
-                                         "the component library is always searched last)"),
+                                         "the component library is always on the path, and a "
+                                         "symbol that two of its files define is an error)"),
                                 cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
                                 cl::sub(linkCmd), cl::cat(category));
 cl::opt<std::string> linkOutput("o",
