@@ -54,19 +54,26 @@ TEST(NamedOps, MatmulAccumulatesIntoOuts) {
   expectBoth(text, {borrow(a, {m, k}), borrow(b, {k, n}), borrow(c, {m, n})}, expected, 1e-4, 1e-5);
 }
 
+// `%name = 2 * %x`, elementwise over a 2-D %x, in place: an intermediate tensor.
+std::string doubled(const char *name) {
+  return fmt::format(R"(
+      %{} = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                           iterator_types = ["parallel", "parallel"]}}
+          ins(%x : tensor<?x?xf32>) outs(%x : tensor<?x?xf32>) {{
+      ^bb0(%a: f32, %o: f32):
+        %t = arith.addf %a, %a : f32
+        linalg.yield %t : f32
+      }} -> tensor<?x?xf32>)",
+                     name);
+}
+
 // h + h·W with h computed in the function: the matmul accumulates into the tensor it also
 // reads as its left operand, so it cannot write there in place (it had read rows it had
 // already overwritten: 28 for 16 at 3x3).
 TEST(NamedOps, MatmulIntoItsOwnOperandKeepsTheOperand) {
-  const char *text = R"(
-    func.func @f(%x: tensor<?x?xf32>, %w: tensor<?x?xf32>) -> tensor<?x?xf32> {
-      %h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
-                           iterator_types = ["parallel", "parallel"]}
-          ins(%x : tensor<?x?xf32>) outs(%x : tensor<?x?xf32>) {
-      ^bb0(%a: f32, %o: f32):
-        %t = arith.addf %a, %a : f32
-        linalg.yield %t : f32
-      } -> tensor<?x?xf32>
+  const std::string text =
+      "func.func @f(%x: tensor<?x?xf32>, %w: tensor<?x?xf32>) -> tensor<?x?xf32> {" + doubled("h") +
+      R"(
       %r = linalg.matmul ins(%h, %w : tensor<?x?xf32>, tensor<?x?xf32>) outs(%h : tensor<?x?xf32>) -> tensor<?x?xf32>
       return %r : tensor<?x?xf32>
     })";
@@ -87,29 +94,17 @@ TEST(NamedOps, MatmulIntoItsOwnOperandKeepsTheOperand) {
 
 // y + yᵀ and a transpose of y into y itself: reads through another map than the write's.
 TEST(NamedOps, TransposedReadsOfTheOutputsOwnTensor) {
-  const char *text = R"(
-    func.func @f(%x: tensor<?x?xf32>) -> (tensor<?x?xf32>, tensor<?x?xf32>) {
-      %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
-                           iterator_types = ["parallel", "parallel"]}
-          ins(%x : tensor<?x?xf32>) outs(%x : tensor<?x?xf32>) {
-      ^bb0(%a: f32, %o: f32):
-        %t = arith.addf %a, %a : f32
-        linalg.yield %t : f32
-      } -> tensor<?x?xf32>
+  const std::string text =
+      "func.func @f(%x: tensor<?x?xf32>) -> (tensor<?x?xf32>, tensor<?x?xf32>) {" + doubled("y") +
+      R"(
       %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0, d1)>],
                            iterator_types = ["parallel", "parallel"]}
           ins(%y, %y : tensor<?x?xf32>, tensor<?x?xf32>) outs(%y : tensor<?x?xf32>) {
       ^bb0(%a: f32, %b: f32, %o: f32):
         %t = arith.addf %a, %b : f32
         linalg.yield %t : f32
-      } -> tensor<?x?xf32>
-      %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
-                           iterator_types = ["parallel", "parallel"]}
-          ins(%x : tensor<?x?xf32>) outs(%x : tensor<?x?xf32>) {
-      ^bb0(%a: f32, %o: f32):
-        %t = arith.addf %a, %a : f32
-        linalg.yield %t : f32
-      } -> tensor<?x?xf32>
+      } -> tensor<?x?xf32>)" +
+      doubled("z") + R"(
       %t = linalg.transpose ins(%z : tensor<?x?xf32>) outs(%z : tensor<?x?xf32>) permutation = [1, 0]
       return %s, %t : tensor<?x?xf32>, tensor<?x?xf32>
     })";
