@@ -93,6 +93,10 @@ private:
   Type parseType();
   Type parseTensorType(const Token &start);
   std::vector<Type> parseTypeList(); // T or (T, T) after '->'
+  // `%a, %b, ...` as the op's operands (none when `allowNone` and at `)`, which it then closes),
+  // then after ':' their types, `(Ta, Tb, ...)`: the operands' tokens and the types.
+  std::pair<std::vector<Token>, std::vector<Type>> parseOperandsAndTypes(Op &op, bool allowNone,
+                                                                         const std::string &what);
   AffineMap parseAffineMap();
   AffineMap parseMapAttr();
   Literal parseLiteral(const Type &type, const Token &at);
@@ -520,6 +524,23 @@ Value *Parser::lookupValue(const Token &t) {
 }
 
 Value *Parser::parseOperand() { return lookupValue(expect(Tok::PercentId, "as an operand")); }
+
+std::pair<std::vector<Token>, std::vector<Type>>
+Parser::parseOperandsAndTypes(Op &op, bool allowNone, const std::string &what) {
+  std::vector<Token> toks;
+  if (!allowNone || !at(Tok::RParen)) {
+    do {
+      toks.push_back(cur_);
+      op.operands.push_back(parseOperand());
+    } while (consumeIf(Tok::Comma));
+  }
+  if (allowNone)
+    expect(Tok::RParen, fmt::format("to close {}", what));
+  expect(Tok::Colon, fmt::format("before the types of {}", what));
+  if (!at(Tok::LParen))
+    expect(Tok::LParen, fmt::format("to open the types of {}", what));
+  return {toks, parseTypeList()};
+}
 
 void Parser::expectType(const Token &at, const Value *v, const Type &type) {
   if (v->type != type)
@@ -1349,31 +1370,13 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token callee = expect(Tok::AtId, "as the callee of 'util.call'");
     op.attrs["callee"] = Attribute{std::string(callee.text)};
     expect(Tok::LParen, "to open the call arguments");
-    std::vector<Token> toks;
-    if (!at(Tok::RParen)) {
-      do {
-        toks.push_back(cur_);
-        op.operands.push_back(parseOperand());
-      } while (consumeIf(Tok::Comma));
-    }
-    expect(Tok::RParen, "to close the call arguments");
-    expect(Tok::Colon, "before the call's function type");
-    expect(Tok::LParen, "to open the call's argument types");
-    std::vector<Type> argTypes;
-    if (!at(Tok::RParen)) {
-      do
-        argTypes.push_back(parseType());
-      while (consumeIf(Tok::Comma));
-    }
-    expect(Tok::RParen, "to close the call's argument types");
+    auto [toks, argTypes] = parseOperandsAndTypes(op, true, "the call arguments");
     if (argTypes.size() != op.operands.size())
       failAt(callee,
              fmt::format("call passes {} argument{} but its type lists {}", op.operands.size(),
                          op.operands.size() == 1 ? "" : "s", argTypes.size()));
     for (size_t i = 0; i < toks.size(); ++i)
-      if (op.operands[i]->type != argTypes[i])
-        failAt(toks[i], fmt::format("'%{}' has type '{}' but is used as '{}'", op.operands[i]->name,
-                                    op.operands[i]->type.str(), argTypes[i].str()));
+      expectType(toks[i], op.operands[i], argTypes[i]);
     expect(Tok::Arrow, "before the call's result types");
     resultTypes = parseTypeList();
     return;
@@ -1500,18 +1503,7 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     Token d = expect(Tok::Integer, "as the dim of 'tensor.concat'");
     expect(Tok::RParen, "to close 'dim('");
     op.attrs["dimension"] = Attribute{integerValue(d, 64)};
-    std::vector<Token> toks;
-    do {
-      toks.push_back(cur_);
-      op.operands.push_back(parseOperand());
-    } while (consumeIf(Tok::Comma));
-    expect(Tok::Colon, "before the types of 'tensor.concat'");
-    expect(Tok::LParen, "to open the operand types of 'tensor.concat'");
-    std::vector<Type> types;
-    do
-      types.push_back(parseType());
-    while (consumeIf(Tok::Comma));
-    expect(Tok::RParen, "to close the operand types of 'tensor.concat'");
+    auto [toks, types] = parseOperandsAndTypes(op, false, "'tensor.concat'");
     if (types.size() != op.operands.size())
       failAt(nameTok, fmt::format("'tensor.concat' has {} operands but {} types",
                                   op.operands.size(), types.size()));
