@@ -462,56 +462,80 @@ void execute(const detail::KernelImpl &k, const std::vector<Arg> &args, const Ca
 
 // ---- Kernel --------------------------------------------------------------------------------
 
+// A Kernel, Function or Module that holds nothing (default-constructed or moved from)
+// refuses to be used.
+template <class Impl> const Impl &held(const std::shared_ptr<const Impl> &impl, const char *what) {
+  if (!impl)
+    throw Error(fmt::format("error: this {} holds nothing (it was default-constructed or moved "
+                            "from)",
+                            what));
+  return *impl;
+}
+
 std::vector<Tensor> Kernel::operator()(const std::vector<Arg> &args) const {
-  CallFrame frame = prepare(*impl_, args);
+  const detail::KernelImpl &k = held(impl_, "Kernel");
+  CallFrame frame = prepare(k, args);
   std::vector<Tensor> outputs;
-  auto shapes = callShapes(*impl_, frame);
+  auto shapes = callShapes(k, frame);
   for (size_t i = 0; i < shapes->outputs.size(); ++i)
-    outputs.push_back(Tensor::zeros(dtypeOf(impl_->meta.outputTypes[i]), shapes->outputs[i]));
-  execute(*impl_, args, frame, shapes->workspaceBytes, outputs);
+    outputs.push_back(Tensor::zeros(dtypeOf(k.meta.outputTypes[i]), shapes->outputs[i]));
+  execute(k, args, frame, shapes->workspaceBytes, outputs);
   return outputs;
 }
 
 void Kernel::run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) const {
-  CallFrame frame = prepare(*impl_, args);
-  std::shared_ptr<const detail::CallShapes> evaluated = callShapes(*impl_, frame);
+  const detail::KernelImpl &k = held(impl_, "Kernel");
+  CallFrame frame = prepare(k, args);
+  std::shared_ptr<const detail::CallShapes> evaluated = callShapes(k, frame);
   const std::vector<std::vector<int64_t>> &shapes = evaluated->outputs;
   if (outputs.size() != shapes.size())
     throw Error(fmt::format("error: '@{}' has {} results but {} output tensors were given",
-                            impl_->functionName, shapes.size(), outputs.size()));
-  // Kernels assume their outputs alias nothing they read (noalias): check, never miscompute.
+                            k.functionName, shapes.size(), outputs.size()));
+  // Kernels assume their outputs alias nothing they read or write (noalias): check, never
+  // miscompute.
+  auto overlap = [](const Tensor &x, const Tensor &y) {
+    auto *a = static_cast<const char *>(x.data()), *b = static_cast<const char *>(y.data());
+    return x.byteSize() > 0 && y.byteSize() > 0 && a < b + y.byteSize() && b < a + x.byteSize();
+  };
   for (size_t i = 0; i < outputs.size(); ++i) {
-    auto *begin = static_cast<const char *>(outputs[i].data());
-    for (size_t a = 0; a < args.size(); ++a) {
-      const Tensor *t = std::get_if<Tensor>(&args[a]);
-      if (!t || t->byteSize() == 0 || outputs[i].byteSize() == 0)
-        continue;
-      auto *in = static_cast<const char *>(t->data());
-      if (begin < in + t->byteSize() && in < begin + outputs[i].byteSize())
+    if (!outputs[i].data() && outputs[i].numel() > 0)
+      throw Error(fmt::format("error: output #{} of '@{}' has no data", i, k.functionName));
+    for (size_t a = 0; a < args.size(); ++a)
+      if (const Tensor *t = std::get_if<Tensor>(&args[a]); t && overlap(outputs[i], *t))
         throw Error(fmt::format("error: output #{} of '@{}' overlaps argument #{}; outputs must "
                                 "not share memory with the arguments",
-                                i, impl_->functionName, a));
-    }
+                                i, k.functionName, a));
+    for (size_t j = 0; j < i; ++j)
+      if (overlap(outputs[i], outputs[j]))
+        throw Error(fmt::format("error: output #{} of '@{}' overlaps output #{}; outputs must not "
+                                "share memory",
+                                i, k.functionName, j));
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
-    DType want = dtypeOf(impl_->meta.outputTypes[i]);
+    DType want = dtypeOf(k.meta.outputTypes[i]);
     if (outputs[i].shape() != shapes[i] || outputs[i].dtype() != want)
-      throw Error(fmt::format(
-          "error: output #{} of '@{}' must be {} but was given {}", i, impl_->functionName,
-          Tensor::borrow(nullptr, want, shapes[i]).typeString(), outputs[i].typeString()));
+      throw Error(fmt::format("error: output #{} of '@{}' must be {} but was given {}", i,
+                              k.functionName, Tensor::borrow(nullptr, want, shapes[i]).typeString(),
+                              outputs[i].typeString()));
   }
-  execute(*impl_, args, frame, evaluated->workspaceBytes, outputs);
+  execute(k, args, frame, evaluated->workspaceBytes, outputs);
 }
 
 std::vector<std::vector<int64_t>> Kernel::outputShapes(const std::vector<Arg> &args) const {
-  return callShapes(*impl_, prepare(*impl_, args))->outputs;
+  const detail::KernelImpl &k = held(impl_, "Kernel");
+  return callShapes(k, prepare(k, args))->outputs;
 }
 
-std::string Kernel::signature() const { return signatureOf(impl_->specs, impl_->mode); }
-Mode Kernel::mode() const { return impl_->mode; }
-double Kernel::compileSeconds() const { return impl_->compileSeconds; }
-bool Kernel::loadedFromDisk() const { return impl_->fromDisk; }
-const std::vector<std::string> &Kernel::explanation() const { return impl_->explain; }
+std::string Kernel::signature() const {
+  const detail::KernelImpl &k = held(impl_, "Kernel");
+  return signatureOf(k.specs, k.mode);
+}
+Mode Kernel::mode() const { return held(impl_, "Kernel").mode; }
+double Kernel::compileSeconds() const { return held(impl_, "Kernel").compileSeconds; }
+bool Kernel::loadedFromDisk() const { return held(impl_, "Kernel").fromDisk; }
+const std::vector<std::string> &Kernel::explanation() const {
+  return held(impl_, "Kernel").explain;
+}
 
 // ---- Function ------------------------------------------------------------------------------
 
@@ -652,7 +676,7 @@ std::vector<RuntimeDim> parseRuntimeDims(const std::string &text) {
 }
 
 Function Function::withRuntimeDims(const std::vector<RuntimeDim> &dims) const {
-  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  const FuncOp &fn = lookupFunction(*held(module_, "Function").ir, name_);
   Function f = *this;
   for (const RuntimeDim &d : dims) {
     llvm::StringRef name(d.argument);
@@ -688,12 +712,12 @@ Function Function::withRuntimeDims(const std::vector<RuntimeDim> &dims) const {
 }
 
 Kernel Function::specialize(const std::vector<Arg> &args, Mode mode) const {
-  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  const FuncOp &fn = lookupFunction(*held(module_, "Function").ir, name_);
   return getKernel(module_, name_, specsFor(fn, args, mode, runtimeDims_), mode);
 }
 
 Kernel Function::specialize(const std::vector<std::string> &argTypes, Mode mode) const {
-  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  const FuncOp &fn = lookupFunction(*held(module_, "Function").ir, name_);
   return getKernel(module_, name_, specsFromStrings(fn, argTypes, mode, runtimeDims_), mode);
 }
 
@@ -703,7 +727,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Arg> &args, Mode mode
 
 std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes, Mode mode,
                            bool printAfterAll) const {
-  const FuncOp &fn = lookupFunction(*module_->ir, name_);
+  const FuncOp &fn = lookupFunction(*held(module_, "Function").ir, name_);
   if (stage == Stage::Mlir)
     return printModule(*module_->ir);
   std::vector<ArgSpec> specs = specsFromStrings(fn, argTypes, mode, runtimeDims_);
@@ -745,14 +769,14 @@ std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes
 
 std::vector<std::string> Function::argumentTypes() const {
   std::vector<std::string> types;
-  for (const Type &t : lookupFunction(*module_->ir, name_).argTypes)
+  for (const Type &t : lookupFunction(*held(module_, "Function").ir, name_).argTypes)
     types.push_back(t.str());
   return types;
 }
 
 std::vector<std::string> Function::resultTypes() const {
   std::vector<std::string> types;
-  for (const Type &t : lookupFunction(*module_->ir, name_).resultTypes)
+  for (const Type &t : lookupFunction(*held(module_, "Function").ir, name_).resultTypes)
     types.push_back(t.str());
   return types;
 }
@@ -760,7 +784,7 @@ std::vector<std::string> Function::resultTypes() const {
 // ---- Module and Context --------------------------------------------------------------------
 
 Function Module::function(const std::string &name) const {
-  const FuncOp &fn = lookupFunction(*impl_->ir, name);
+  const FuncOp &fn = lookupFunction(*held(impl_, "Module").ir, name);
   Function f;
   f.module_ = impl_;
   f.name_ = fn.name;
@@ -769,13 +793,13 @@ Function Module::function(const std::string &name) const {
 
 std::vector<std::string> Module::functionNames() const {
   std::vector<std::string> names;
-  for (auto &f : impl_->ir->functions)
+  for (auto &f : held(impl_, "Module").ir->functions)
     if (!f->isDeclaration() && f->isPublic)
       names.push_back(f->name);
   return names;
 }
 
-std::string Module::print() const { return printModule(*impl_->ir); }
+std::string Module::print() const { return printModule(*held(impl_, "Module").ir); }
 
 Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
   impl_->options = options;

@@ -189,6 +189,13 @@ util.func @three(%a: tensor<?x4xf32>, %b: tensor<?x4xf32>) -> tensor<3x4xf32> {
 }
 )";
 
+// Two results, for outputs given to Kernel::run.
+const char *kTwoResults =
+    R"(util.func @two(%a: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xf32>) {
+  util.return %a, %a : tensor<?xf32>, tensor<?xf32>
+}
+)";
+
 // A loop whose carried tensor grows by a row each iteration (the yield on line 5).
 const char *kGrowingCarry =
     R"(util.func @grow(%h0: tensor<?x4xf32>, %t: tensor<1x4xf32>, %k: index) -> tensor<?x4xf32> {
@@ -583,6 +590,29 @@ const ApiCase kApiCases[] = {
      "",
      "output #0 of '@add' overlaps argument #0; outputs must not share memory with the "
      "arguments"},
+    // Outputs sharing memory had run, the second result overwriting the first; an output of
+    // no data, and objects that hold nothing, had crashed.
+    {"output_overlaps_output", kTwoResults,
+     [](Module &m) {
+       Kernel k = m.function("two").specialize({f32({4})});
+       Tensor out = f32({4});
+       std::vector<Tensor> outs{out, out};
+       k.run({f32({4})}, outs);
+     },
+     "", "output #1 of '@two' overlaps output #0; outputs must not share memory"},
+    {"output_without_data", kTwoResults,
+     [](Module &m) {
+       Kernel k = m.function("two").specialize({f32({4})});
+       std::vector<Tensor> outs{f32({4}), Tensor::borrow(nullptr, DType::F32, {4})};
+       k.run({f32({4})}, outs);
+     },
+     "", "output #1 of '@two' has no data"},
+    {"kernel_holding_nothing", kTwoResults, [](Module &) { Kernel()({f32({4})}); }, "",
+     "this Kernel holds nothing (it was default-constructed or moved from)"},
+    {"function_holding_nothing", kTwoResults, [](Module &) { Function()({f32({4})}); }, "",
+     "this Function holds nothing (it was default-constructed or moved from)"},
+    {"module_holding_nothing", kTwoResults, [](Module &) { Module().function("two"); }, "",
+     "this Module holds nothing (it was default-constructed or moved from)"},
 
     // ---- Integer arguments that size things.
     {"assume_below_minimum", kSized, [](Module &m) { m.function("sized")({Scalar::index(0)}); },

@@ -54,8 +54,8 @@ class Kernel {
 public:
   /// Runs on `args`, allocating the outputs.
   std::vector<Tensor> operator()(const std::vector<Arg> &args) const;
-  /// Runs on `args` into caller-provided outputs (shapes and dtypes are checked; outputs may
-  /// not overlap the arguments).
+  /// Runs on `args` into caller-provided outputs (shapes and dtypes are checked; outputs must
+  /// hold data and may not overlap the arguments or each other).
   void run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) const;
   /// The output shapes for these arguments.
   std::vector<std::vector<int64_t>> outputShapes(const std::vector<Arg> &args) const;
