@@ -384,6 +384,51 @@ TEST(EdgeValues, SignedReadingsOfI1) {
   }
 }
 
+// An i1 tensor's bytes other than 0 and 1 are true, as NumPy reads bools (2 had read as
+// false: the low bit), and results are 0 or 1.
+TEST(EdgeValues, I1TensorBytesReadAsNumPyBools) {
+  const char *text = R"(
+    func.func @f(%m: tensor<?xi1>, %x: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xi1>) {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?xf32>
+      %e = tensor.empty(%n) : tensor<?xf32>
+      %b = tensor.empty(%n) : tensor<?xi1>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>,
+                                            affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%m, %x : tensor<?xi1>, tensor<?xf32>) outs(%e : tensor<?xf32>) {
+      ^bb0(%keep: i1, %v: f32, %o: f32):
+        %z = arith.constant 0.0 : f32
+        %s = arith.select %keep, %v, %z : f32
+        linalg.yield %s : f32
+      } -> tensor<?xf32>
+      %c = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%m : tensor<?xi1>) outs(%b : tensor<?xi1>) {
+      ^bb0(%keep: i1, %o: i1):
+        linalg.yield %keep : i1
+      } -> tensor<?xi1>
+      return %r, %c : tensor<?xf32>, tensor<?xi1>
+    })";
+  std::vector<uint8_t> mask(37);
+  std::vector<float> x(37);
+  for (size_t i = 0; i < mask.size(); ++i) {
+    mask[i] = static_cast<uint8_t>(i * 37 % 5 == 0 ? 0 : i * 53); // zeros and other bytes
+    x[i] = static_cast<float>(i) + 1;
+  }
+  Function fn = context().loadString(text, "edge.mlir").function("f");
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    std::vector<Tensor> r = fn(
+        {Tensor::borrow(mask.data(), DType::I1, {37}), Tensor::borrow(x.data(), DType::F32, {37})},
+        mode);
+    for (size_t i = 0; i < mask.size(); ++i) {
+      EXPECT_EQ(r[0].as<float>()[i], mask[i] ? x[i] : 0.0f) << "byte " << int(mask[i]);
+      EXPECT_EQ(r[1].as<uint8_t>()[i], mask[i] ? 1 : 0) << "byte " << int(mask[i]);
+    }
+  }
+}
+
 TEST(EdgeValues, TruncfAndExtfKeepSpecialValues) {
   const char *text = R"(
     func.func @f(%x: tensor<?xf64>) -> tensor<?xf64> {

@@ -28,7 +28,8 @@ public:
   using Error::Error;
 };
 
-/// Element types. `I1` is stored as one byte per element (0 or 1), like NumPy's bool.
+/// Element types. `I1` is stored as one byte per element, like NumPy's bool: kernels write 0
+/// or 1, and read any byte but 0 as true.
 enum class DType : uint8_t { F32, F16, BF16, F64, I1, I8, I16, I32, I64 };
 
 size_t dtypeSize(DType type);

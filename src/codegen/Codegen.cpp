@@ -465,7 +465,10 @@ private:
       llvm::Value *ptr = emitAddress(e->intValue, e->args[0], true);
       llvm::Value *v = b_.CreateAlignedLoad(memTypeOf(buf.elem, e->lanes), ptr,
                                             llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
-      return buf.elem == ElemKind::I1 ? b_.CreateTrunc(v, typeOf(ElemKind::I1, e->lanes)) : v;
+      // An i1 element is a byte, true when it is not zero (as NumPy reads bools).
+      return buf.elem == ElemKind::I1
+                 ? b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()))
+                 : v;
     }
     case ExprKind::Broadcast: return b_.CreateVectorSplat(e->lanes, emitExpr(e->args[0]));
     case ExprKind::ReduceAdd: {
