@@ -491,6 +491,13 @@ void Kernel::run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) con
   if (outputs.size() != shapes.size())
     throw Error(fmt::format("error: '@{}' has {} results but {} output tensors were given",
                             k.functionName, shapes.size(), outputs.size()));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    DType want = dtypeOf(k.meta.outputTypes[i]);
+    if (outputs[i].shape() != shapes[i] || outputs[i].dtype() != want)
+      throw Error(fmt::format("error: output #{} of '@{}' must be {} but was given {}", i,
+                              k.functionName, Tensor::borrow(nullptr, want, shapes[i]).typeString(),
+                              outputs[i].typeString()));
+  }
   // Kernels assume their outputs alias nothing they read or write (noalias): check, never
   // miscompute.
   auto overlap = [](const Tensor &x, const Tensor &y) {
@@ -510,13 +517,6 @@ void Kernel::run(const std::vector<Arg> &args, std::vector<Tensor> &outputs) con
         throw Error(fmt::format("error: output #{} of '@{}' overlaps output #{}; outputs must not "
                                 "share memory",
                                 i, k.functionName, j));
-  }
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    DType want = dtypeOf(k.meta.outputTypes[i]);
-    if (outputs[i].shape() != shapes[i] || outputs[i].dtype() != want)
-      throw Error(fmt::format("error: output #{} of '@{}' must be {} but was given {}", i,
-                              k.functionName, Tensor::borrow(nullptr, want, shapes[i]).typeString(),
-                              outputs[i].typeString()));
   }
   execute(k, args, frame, evaluated->workspaceBytes, outputs);
 }
