@@ -1,8 +1,6 @@
 // Integer op semantics on constants.
 #include "ir/IntegerSemantics.h"
 
-#include <array>
-
 namespace frank {
 
 int64_t wrapToType(int64_t v, ElemKind type) {
@@ -29,10 +27,7 @@ std::optional<int64_t> foldInteger(OpKind op, ElemKind operandType, ElemKind res
                                    llvm::ArrayRef<int64_t> v, const std::string &predicate) {
   auto u = [&](size_t i) { return unsignedOf(v[i], operandType); };
   // i1 holds 0 and 1, but signed ops read true as -1, as LLVM's would.
-  std::array<int64_t, 3> signedValues{};
-  for (size_t i = 0; i < v.size() && i < signedValues.size(); ++i)
-    signedValues[i] = operandType == ElemKind::I1 ? -(v[i] & 1) : v[i];
-  auto s = [&](size_t i) { return signedValues[i]; };
+  auto s = [&](size_t i) { return operandType == ElemKind::I1 ? -(v[i] & 1) : v[i]; };
   auto wrapped = [&](uint64_t r) { return wrapToType(static_cast<int64_t>(r), resultType); };
   switch (op) {
   case OpKind::AddI: return wrapped(u(0) + u(1));

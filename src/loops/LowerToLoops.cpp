@@ -193,13 +193,16 @@ private:
   // Any other read (a matmul accumulating into its own input, a transpose into its source,
   // an insert of a tensor into itself) would see elements it has already written.
   static bool readsOnlyWhereItWrites(const Op &writer, const Value *destination) {
-    GenericView g{const_cast<Op &>(writer)};
+    // The operand it writes through (destinationOf's): an insert's second, otherwise the last.
+    const size_t written =
+        writer.kind == OpKind::TensorInsertSlice ? 1 : writer.operands.size() - 1;
     for (size_t i = 0; i < writer.operands.size(); ++i) {
-      if (writer.operands[i] != destination || &writer.operands[i] == &writer.operands.back() ||
-          (writer.kind == OpKind::TensorInsertSlice && i == 1))
+      if (i == written || writer.operands[i] != destination)
         continue;
-      if (writer.kind != OpKind::LinalgGeneric || !g.allParallel() ||
-          g.map(static_cast<int>(i)) != g.outputMap())
+      if (writer.kind != OpKind::LinalgGeneric)
+        return false;
+      GenericView g{const_cast<Op &>(writer)};
+      if (!g.allParallel() || g.map(static_cast<int>(i)) != g.outputMap())
         return false;
     }
     return true;
@@ -3319,6 +3322,15 @@ private:
     std::vector<Expr> offsets, sizes;
     std::vector<int64_t> strides;
     std::vector<bool> dropped; // unit dims a rank-reducing slice leaves out
+
+    // The slice's dims: the sizes less the dropped ones.
+    std::vector<Expr> sliceDims() const {
+      std::vector<Expr> dims;
+      for (size_t d = 0; d < sizes.size(); ++d)
+        if (!dropped[d])
+          dims.push_back(sizes[d]);
+      return dims;
+    }
   };
 
   Window windowOf(const Op &op, int64_t sliceRank) {
@@ -3374,10 +3386,7 @@ private:
   // Copies between a slice and its window of the full tensor, in either direction.
   void emitWindowCopy(const Window &w, const TensorStorage &full, const TensorStorage &slice,
                       bool intoFull) {
-    std::vector<Expr> sliceDims;
-    for (size_t d = 0; d < w.sizes.size(); ++d)
-      if (!w.dropped[d])
-        sliceDims.push_back(w.sizes[d]);
+    std::vector<Expr> sliceDims = w.sliceDims();
     ElemKind elem = out_.program.buffers[slice.buffer].elem;
     auto nest = loopNest(sliceDims, [&](const std::vector<Expr> &iv) {
       std::vector<Expr> fullCoords;
@@ -3401,9 +3410,7 @@ private:
       const TensorStorage &src = storageOf(op.operands[0]);
       Window w = windowOf(op, op.result()->type.rank());
       TensorStorage slice;
-      for (size_t d = 0; d < w.sizes.size(); ++d)
-        if (!w.dropped[d])
-          slice.dims.push_back(w.sizes[d]);
+      slice.dims = w.sliceDims();
       requireDeclaredDims(op, slice.dims, "the slice size is");
       slice.buffer = bufferForRoot(storageRoot(op.result()), slice.dims);
       tensors_[op.result()] = slice;
@@ -3421,10 +3428,7 @@ private:
     Window w = windowOf(op, op.operands[0]->type.rank());
     checkWindow(op, w, result);
     const TensorStorage &inserted = storageOf(op.operands[0]);
-    std::vector<Expr> sliceDims;
-    for (size_t d = 0; d < w.sizes.size(); ++d)
-      if (!w.dropped[d])
-        sliceDims.push_back(w.sizes[d]);
+    const std::vector<Expr> sliceDims = w.sliceDims();
     for (size_t d = 0; d < sliceDims.size(); ++d)
       requireEqual(op, inserted.dims[d], sliceDims[d],
                    fmt::format("dim {} of the inserted '%{}' is {{}} but the slice size is {{}}", d,
