@@ -160,6 +160,10 @@ INSTANTIATE_TEST_SUITE_P(Components, ZeroSizeTest, testing::ValuesIn(zeroSizeCas
 /// read as zero. The reservation fails only where the process may not map that much address
 /// space (a `ulimit -v` limit, or `vm.overcommit_memory=2`): the tests that need it then skip,
 /// saying so, since no smaller tensor reaches past 2^31 elements.
+constexpr const char *kCannotReserve =
+    "cannot reserve 8.6 GB of address space here (a `ulimit -v` limit or "
+    "vm.overcommit_memory=2), and no smaller tensor reaches past 2^31 elements";
+
 class ReservedBuffer {
 public:
   explicit ReservedBuffer(size_t bytes) : bytes_(bytes) {
@@ -189,7 +193,7 @@ TEST(LargeOffsets, GatherReadsRowsPastTwoToThe31Elements) {
   ASSERT_GT(rows * cols, int64_t{1} << 31);
   ReservedBuffer table(static_cast<size_t>(rows * cols) * sizeof(float));
   if (!table.ok())
-    GTEST_SKIP() << "cannot reserve 8.6 GB of address space here";
+    GTEST_SKIP() << kCannotReserve;
   std::vector<int64_t> ids = {rows - 1, 524288, 3, rows - 12, 524289};
   for (int64_t id : ids)
     for (int64_t e = 0; e < cols; ++e)
@@ -233,7 +237,7 @@ TEST(LargeOffsets, SliceAtAnOffsetPastTwoToThe31Elements) {
   ASSERT_GT(rows * cols, int64_t{1} << 31);
   ReservedBuffer x(static_cast<size_t>(rows * cols) * sizeof(float));
   if (!x.ok())
-    GTEST_SKIP() << "cannot reserve 8.6 GB of address space here";
+    GTEST_SKIP() << kCannotReserve;
   const int64_t first = rows - 4;
   for (int64_t r = 0; r < 4; ++r)
     for (int64_t c = 0; c < cols; ++c)
