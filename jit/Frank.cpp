@@ -13,6 +13,7 @@
 #include <llvm/ADT/Hashing.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/ADT/StringExtras.h>
+#include <llvm/Support/Path.h>
 #include <llvm/Support/xxhash.h>
 
 #include <chrono>
@@ -548,6 +549,23 @@ static PipelineOptions pipelineOptions(const detail::ContextImpl &ctx, Mode mode
   return options;
 }
 
+// What `cache ls` and FRANK_DEBUG show of a kernel: which function of which file, for which
+// arguments, CPU and hand-set strategy, since entries differ by each.
+static std::string describeKernel(const detail::ModuleImpl &module, const std::string &name,
+                                  const std::vector<ArgSpec> &specs, Mode mode) {
+  const detail::ContextImpl &ctx = *module.context;
+  std::string text =
+      fmt::format("@{} ({}, {})", name, mode == Mode::Generic ? "generic" : "specialized",
+                  signatureOf(specs, mode));
+  const FuncOp *function = module.ir->lookup(name);
+  if (function && function->loc.file)
+    text += fmt::format(" of {}", llvm::sys::path::filename(function->loc.file->name).str());
+  text += fmt::format(" for {}", ctx.engine->cpuName());
+  if (!ctx.options.loweringConfig.empty())
+    text += fmt::format(", {}={}", ctx.options.loweringConfigName, ctx.options.loweringConfig);
+  return text;
+}
+
 static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
                         const std::string &name, const std::vector<ArgSpec> &specs, Mode mode) {
   detail::ContextImpl &ctx = *module->context;
@@ -591,9 +609,7 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
       PipelineResult result = runPipeline(*module->ir, name, specs, kernelName(key), options);
       const loops::Program &program = result.kernel.program;
       CodegenOptions codegenOptions = codegenOptionsFor(mode);
-      std::string description =
-          fmt::format("@{} ({}, {})", name, mode == Mode::Generic ? "generic" : "specialized",
-                      signatureOf(specs, mode));
+      std::string description = describeKernel(*module, name, specs, mode);
       // A kernel this process already has (for another context) needs neither disk nor LLVM.
       impl->entry = engine.find(program.name);
       std::optional<jit::DiskCacheKey> diskKey;

@@ -17,6 +17,7 @@
 #include <llvm/ADT/SmallString.h>
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/Path.h>
+#include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
 #include <chrono>
@@ -125,8 +126,11 @@ struct RmsCase {
     return {Tensor::borrow(x.data(), DType::F32, {rows, cols}),
             Tensor::borrow(w.data(), DType::F32, {cols}), Scalar::f32(1e-6f)};
   }
-  std::string description() const {
-    return fmt::format("@rms_norm_linalg (specialized, {0}x{1}xf32, {1}xf32, f32)", rows, cols);
+  /// How `cache ls` and FRANK_DEBUG name the kernel for `cpu`.
+  std::string description(const std::string &cpu = llvm::sys::getHostCPUName().str()) const {
+    return fmt::format("@rms_norm_linalg (specialized, {0}x{1}xf32, {1}xf32, f32) of "
+                       "rms_norm.mlir for {2}",
+                       rows, cols, cpu);
   }
   /// `frank-jit run` on these inputs with the disk cache in `cacheDir`, writing `output`.
   ToolResult run(const std::string &cacheDir, const std::string &output, EnvOverrides env = {},
@@ -471,7 +475,9 @@ TEST(DiskCacheKernels, RuntimeDimsShareOneEntryAcrossSizes) {
   TempDir dir;
   std::string cacheDir = dir / "cache";
   RmsCase small(dir, 3, 80), large(dir, 11, 80);
-  const std::string description = "@rms_norm_linalg (specialized, ?x80xf32, 80xf32, f32)";
+  const std::string description =
+      "@rms_norm_linalg (specialized, ?x80xf32, 80xf32, f32) of rms_norm.mlir for " +
+      llvm::sys::getHostCPUName().str();
   ToolResult first =
       small.run(cacheDir, dir / "y1.npy", {{"FRANK_DEBUG", "1"}}, {"--runtime-dims=input:0"});
   EXPECT_SUCCESS(first);
@@ -696,7 +702,8 @@ TEST(DiskCacheKernels, ConcurrentProcessesBothSucceed) {
   ToolResult third = runTool(args, env);
   EXPECT_SUCCESS(third);
   EXPECT_THAT(third.err, HasSubstr("frank: loaded @matmul (specialized, 48x384xf32, 384x320xf32) "
-                                   "from the disk cache"));
+                                   "of matmul.mlir for " +
+                                   llvm::sys::getHostCPUName().str() + " from the disk cache"));
   EXPECT_EQ(third.out, r1.out);
 }
 
@@ -741,7 +748,7 @@ TEST(DiskCacheCli, StatsLsAndClear) {
                                    cacheDir));
   RmsCase a(dir, 2, 24), b(dir, 3, 24);
   EXPECT_SUCCESS(a.run(cacheDir, dir / "ya.npy"));
-  EXPECT_SUCCESS(b.run(cacheDir, dir / "yb.npy"));
+  EXPECT_SUCCESS(b.run(cacheDir, dir / "yb.npy", {}, {"--cpu=x86-64-v3", "--config=tile=2x1"}));
   auto entries = entriesIn(cacheDir);
   ASSERT_EQ(entries.size(), 2u);
   uint64_t total = 0;
@@ -763,8 +770,9 @@ TEST(DiskCacheCli, StatsLsAndClear) {
   std::regex row(R"( *[0-9.]+ (B|KiB)  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  @rms_norm_linalg .*)");
   for (const std::string &line : lines)
     EXPECT_TRUE(std::regex_match(line, row)) << line;
-  EXPECT_THAT(ls.out, HasSubstr(a.description()));
-  EXPECT_THAT(ls.out, HasSubstr(b.description()));
+  // Each entry names its file and CPU, and a hand-set strategy: entries differ by each.
+  EXPECT_THAT(ls.out, HasSubstr(a.description() + "\n"));
+  EXPECT_THAT(ls.out, HasSubstr(b.description("x86-64-v3") + ", --config=tile=2x1\n"));
 
   // A damaged entry is listed as such, not removed: ls only reads.
   std::string bytes = readFile(entries[0]);
