@@ -10,6 +10,7 @@
 #include "runtime/Memory.h"
 #include "runtime/Parallel.h"
 
+#include <llvm/ADT/APFloat.h>
 #include <llvm/ADT/Hashing.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/ADT/StringExtras.h>
@@ -173,13 +174,31 @@ struct Access {
 
 namespace {
 
+const llvm::fltSemantics &floatSemantics(ElemKind elem) {
+  switch (elem) {
+  case ElemKind::F16: return llvm::APFloat::IEEEhalf();
+  case ElemKind::BF16: return llvm::APFloat::BFloat();
+  case ElemKind::F32: return llvm::APFloat::IEEEsingle();
+  default: return llvm::APFloat::IEEEdouble();
+  }
+}
+
 // Converts a scalar to the type the signature declares, checking that its value fits. `arg`
 // names the call and the argument.
 Scalar coerceScalar(const Scalar &s, const Type &declared, const std::string &arg) {
   Scalar out = s;
   if (isFloatElem(declared.elem)) {
-    if (!isFloat(s.type) && s.type != DType::I1)
-      out.f = static_cast<double>(s.i);
+    // An integer where a float belongs is most likely an argument out of place (an index
+    // before an epsilon), so it is an error, as a float for an integer is.
+    if (!isFloat(s.type))
+      throw Error(
+          fmt::format("error: {} is {} but was given an integer ({})", arg, declared.str(), s.i));
+    llvm::APFloat value(s.f);
+    bool losesInfo = false;
+    if (value.convert(floatSemantics(declared.elem), llvm::APFloat::rmNearestTiesToEven,
+                      &losesInfo) &
+        llvm::APFloat::opOverflow)
+      throw Error(fmt::format("error: {} is {} but {} does not fit", arg, declared.str(), s.f));
     out.type = dtypeOf(declared.elem);
     out.isIndex = false;
     return out;

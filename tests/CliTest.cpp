@@ -759,6 +759,86 @@ TEST(CliRun, I64ValuesRoundTripExactly) {
     EXPECT_EQ(t.as<int64_t>()[i], values[static_cast<size_t>(i)]);
 }
 
+// A literal becomes the nearest value of its element type, ties to even, subnormals kept, in one
+// rounding from the decimal (through f32 first, 1 + 2^-11 + 2^-40 would tie and round down);
+// hexadecimal gives the bits, as in MLIR. Expected bits from NumPy's float16 and an exact
+// rational rounding to bfloat16.
+TEST(CliRun, LiteralsRoundOnceToTheElementType) {
+  struct Case {
+    const char *type, *values;
+    std::vector<uint16_t> bits;
+  };
+  const std::vector<Case> cases = {
+      {"f16",
+       "6e-8,1e-7,2049,2051,1.0005,1.0004882812509095,65504,-0.0,0x7E00",
+       {0x0001, 0x0002, 0x6800, 0x6802, 0x3C01, 0x3C01, 0x7BFF, 0x8000, 0x7E00}},
+      {"bf16",
+       "1.006,1.00390625,1.01171875,3e38,1e-39,-1.006,0.1,0x7FC0,0xFF80",
+       {0x3F81, 0x3F80, 0x3F82, 0x7F62, 0x000B, 0xBF81, 0x3DCD, 0x7FC0, 0xFF80}}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.type);
+    std::string path = tempPath(fmt::format("same_{}.mlir", c.type)),
+                out = tempPath(fmt::format("same_{}.npy", c.type));
+    // .npy has no bf16: bf16 comes out widened to f32, exactly (its bits, 16 zeros after).
+    const bool widen = std::string(c.type) == "bf16";
+    writeFile(path, widen ? "util.func public @f(%x: tensor<?xbf16>) -> tensor<?xf32> {\n"
+                            "  %c0 = arith.constant 0 : index\n"
+                            "  %n = tensor.dim %x, %c0 : tensor<?xbf16>\n"
+                            "  %e = tensor.empty(%n) : tensor<?xf32>\n"
+                            "  %y = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, "
+                            "affine_map<(i) -> (i)>], iterator_types = [\"parallel\"]} "
+                            "ins(%x : tensor<?xbf16>) outs(%e : tensor<?xf32>) {\n"
+                            "  ^bb0(%a: bf16, %o: f32):\n"
+                            "    %w = arith.extf %a : bf16 to f32\n"
+                            "    linalg.yield %w : f32\n"
+                            "  } -> tensor<?xf32>\n"
+                            "  util.return %y : tensor<?xf32>\n}\n"
+                          : "util.func public @f(%x: tensor<?xf16>) -> tensor<?xf16> {\n"
+                            "  util.return %x : tensor<?xf16>\n}\n");
+    ToolResult r =
+        runTool({"run", path, fmt::format("--input={}x{}={}", c.bits.size(), c.type, c.values),
+                 "--output=@" + out});
+    EXPECT_SUCCESS(r);
+    Tensor t = readNpy(out);
+    ASSERT_EQ(t.numel(), static_cast<int64_t>(c.bits.size()));
+    for (size_t i = 0; i < c.bits.size(); ++i)
+      EXPECT_EQ(widen ? t.as<uint32_t>()[i] : t.as<uint16_t>()[i],
+                widen ? uint32_t{c.bits[i]} << 16 : c.bits[i])
+          << "element " << i;
+  }
+}
+
+// f32 bits in hexadecimal, and integers in hexadecimal.
+TEST(CliRun, HexadecimalLiteralsAreBitsForFloatsAndValuesForIntegers) {
+  std::string floats = tempPath("same_f32.mlir"), ints = tempPath("same_i8.mlir");
+  for (auto [path, type] : {std::pair{floats, "f32"}, std::pair{ints, "i8"}})
+    writeFile(path, fmt::format("util.func public @f(%x: tensor<?x{0}>) -> tensor<?x{0}> {{\n"
+                                "  util.return %x : tensor<?x{0}>\n}}\n",
+                                type));
+  ToolResult f = runTool({"run", floats, "--input=3xf32=0x3F800000,0xFF800000,0x00000001"});
+  EXPECT_SUCCESS(f);
+  EXPECT_THAT(f.out, HasSubstr("3xf32=[1 -inf 1.401298e-45]"));
+  ToolResult i = runTool({"run", ints, "--input=3xi8=0x7f,-0x80,0x0A"});
+  EXPECT_SUCCESS(i);
+  EXPECT_THAT(i.out, HasSubstr("3xi8=[127 -128 10]"));
+}
+
+// A scalar argument may come from a 0-d .npy file of its type.
+TEST(CliNpy, ScalarsFromZeroDimensionalFiles) {
+  std::string x = tempPath("x.npy"), w = tempPath("w.npy"), eps = tempPath("eps.npy");
+  writeNpy(x, f32Tensor({2, 4}, kX));
+  writeNpy(w, f32Tensor({4}, kW));
+  writeNpy(eps, f32Tensor({}, {0.5}));
+  std::vector<double> expected = rmsNormOracle(kX, kW, 2, 4, 0.5);
+  for (std::string epsInput : {"--input=@" + eps, "--input=f32=@" + eps}) {
+    SCOPED_TRACE(epsInput);
+    ToolResult r = runTool({"run", kRmsNorm, "--function=rms_norm_linalg", "--input=@" + x,
+                            "--input=@" + w, epsInput});
+    EXPECT_SUCCESS(r);
+    expectClose(parseResult(r.out, 0).values, expected);
+  }
+}
+
 TEST(CliErrors, WrongNumberOfInputs) {
   ToolResult two = runTool(
       {"run", kRmsNorm, "--function=rms_norm_linalg", "--input=2x4xf32=1", "--input=4xf32=1"});

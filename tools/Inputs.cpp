@@ -2,6 +2,9 @@
 #include "Inputs.h"
 #include "frank/Npy.h"
 
+#include <llvm/ADT/APFloat.h>
+#include <llvm/ADT/StringExtras.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -32,31 +35,62 @@ double parseNumber(const std::string &token, size_t position, const std::string 
   return v;
 }
 
+const llvm::fltSemantics &semanticsOf(DType dtype) {
+  switch (dtype) {
+  case DType::F16: return llvm::APFloat::IEEEhalf();
+  case DType::BF16: return llvm::APFloat::BFloat();
+  case DType::F32: return llvm::APFloat::IEEEsingle();
+  default: return llvm::APFloat::IEEEdouble();
+  }
+}
+
+// `v` in float type `dtype`, rounded once to nearest even with subnormals kept; `overflowed`
+// says whether a finite `v` became an infinity.
+llvm::APFloat roundTo(double v, DType dtype, bool *overflowed = nullptr) {
+  llvm::APFloat f(v);
+  bool losesInfo = false;
+  auto status = f.convert(semanticsOf(dtype), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+  if (overflowed)
+    *overflowed = (status & llvm::APFloat::opOverflow) != 0;
+  return f;
+}
+
+bool isHex(const std::string &token) {
+  size_t at = !token.empty() && token[0] == '-' ? 1 : 0;
+  return token.size() > at + 2 && token[at] == '0' &&
+         (token[at + 1] == 'x' || token[at + 1] == 'X');
+}
+
+// A float literal for `dtype`: decimal (1e-6, inf, nan), or as in MLIR its bits in hexadecimal
+// (0x7FC00000 for an f32 NaN, 0x3C00 for an f16 one). A finite value the type cannot hold is an
+// error, not an infinity.
+double parseFloat(const std::string &token, DType dtype, size_t position, const std::string &text) {
+  if (isHex(token)) {
+    const size_t digits = dtype == DType::F64 ? 16 : dtype == DType::F32 ? 8 : 4;
+    llvm::APInt bits;
+    if (token[0] == '-' || token.size() != digits + 2 ||
+        llvm::StringRef(token).drop_front(2).getAsInteger(16, bits))
+      bad(position, text,
+          fmt::format("hexadecimal '{}' is not the bits of an {}: it takes {} hex digits after "
+                      "0x, and no sign",
+                      token, dtypeName(dtype), digits));
+    llvm::APFloat f(semanticsOf(dtype), bits.zextOrTrunc(digits * 4));
+    bool losesInfo = false;
+    f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+    return f.convertToDouble();
+  }
+  const double v = parseNumber(token, position, text);
+  bool overflowed = false;
+  roundTo(v, dtype, &overflowed);
+  if (overflowed)
+    bad(position, text, fmt::format("{} is out of range for {}", token, dtypeName(dtype)));
+  return v;
+}
+
 template <class T, class ValueAt> void fillFrom(Tensor &t, ValueAt &valueAt) {
   T *data = t.as<T>();
   for (int64_t i = 0, n = t.numel(); i < n; ++i)
     data[i] = static_cast<T>(valueAt(i));
-}
-
-uint16_t toHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, mant = x & 0x7fffff;
-  if (exp == 0xff)
-    return static_cast<uint16_t>(sign | 0x7c00 | (mant ? 0x200 : 0));
-  int e = static_cast<int>(exp) - 127 + 15;
-  if (e >= 31)
-    return static_cast<uint16_t>(sign | 0x7c00);
-  if (e <= 0)
-    return static_cast<uint16_t>(sign); // flush tiny values to zero
-  uint32_t rounded = mant + 0x1000;     // round half up on the dropped bits
-  if (rounded & 0x800000) {
-    rounded = 0;
-    ++e;
-    if (e >= 31)
-      return static_cast<uint16_t>(sign | 0x7c00);
-  }
-  return static_cast<uint16_t>(sign | (e << 10) | (rounded >> 13));
 }
 
 // Element i of `t` becomes valueAt(i), converted to the element type; valueAt is called once
@@ -72,13 +106,11 @@ template <class ValueAt> void fillWith(Tensor &t, ValueAt valueAt) {
   case DType::I64: fillFrom<int64_t>(t, valueAt); break;
   case DType::F16:
   case DType::BF16: {
+    // Straight from the double: through f32 would round twice.
     auto *data = t.as<uint16_t>();
-    for (int64_t i = 0, n = t.numel(); i < n; ++i) {
-      float f = static_cast<float>(valueAt(i));
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      data[i] = t.dtype() == DType::BF16 ? static_cast<uint16_t>(bits >> 16) : toHalf(f);
-    }
+    for (int64_t i = 0, n = t.numel(); i < n; ++i)
+      data[i] =
+          static_cast<uint16_t>(roundTo(valueAt(i), t.dtype()).bitcastToAPInt().getZExtValue());
     break;
   }
   }
@@ -99,20 +131,25 @@ std::pair<int64_t, int64_t> integerRange(DType dtype) {
   }
 }
 
-// An integer literal, exactly (a double would round past 2^53), that `dtype` holds.
+// An integer literal that `dtype` holds.
 int64_t parseInteger(const std::string &token, DType dtype, size_t position,
-                     const std::string &text) {
+                     const std::string &text, bool isIndex = false) {
+  const char *type = isIndex ? "index" : dtypeName(dtype);
   if (token == "true" || token == "false")
     return token == "true";
-  char *end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(token.c_str(), &end, 10);
-  if (token.empty() || *end != '\0' || errno == ERANGE)
-    bad(position, text,
-        fmt::format("'{}' is not an integer that {} holds", token, dtypeName(dtype)));
+  // Decimal or hexadecimal (0x7f, -0x80), exactly: a double would round past 2^53.
+  const bool negative = !token.empty() && token[0] == '-', hex = isHex(token);
+  llvm::StringRef digits = llvm::StringRef(token).drop_front((negative ? 1 : 0) + (hex ? 2 : 0));
+  uint64_t magnitude = 0;
+  if (digits.empty() || !llvm::isHexDigit(digits[0]) ||
+      digits.getAsInteger(hex ? 16 : 10, magnitude) || magnitude > (uint64_t{1} << 63) ||
+      (!negative && magnitude == (uint64_t{1} << 63)))
+    bad(position, text, fmt::format("'{}' is not an integer that {} holds", token, type));
+  const int64_t v =
+      negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
   const auto [least, most] = integerRange(dtype);
   if (v < least || v > most)
-    bad(position, text, fmt::format("{} does not fit {}", token, dtypeName(dtype)));
+    bad(position, text, fmt::format("{} does not fit {}", token, type));
   return v;
 }
 
@@ -155,8 +192,11 @@ std::pair<double, double> randomRange(const std::string &value, DType dtype, siz
   const size_t colon = bounds.find(':');
   if (colon == std::string::npos)
     bad(position, text, "random takes no range or two bounds: random:LO:HI");
-  const double lo = parseNumber(bounds.substr(0, colon), position, text),
-               hi = parseNumber(bounds.substr(colon + 1), position, text);
+  auto bound = [&](const std::string &token) {
+    return isFloat(dtype) ? parseFloat(token, dtype, position, text)
+                          : parseNumber(token, position, text);
+  };
+  const double lo = bound(bounds.substr(0, colon)), hi = bound(bounds.substr(colon + 1));
   if (!std::isfinite(hi - lo))
     bad(position, text, fmt::format("random:{} needs finite bounds and a finite HI - LO", bounds));
   if (!(lo < hi))
@@ -177,102 +217,7 @@ std::pair<double, double> randomRange(const std::string &value, DType dtype, siz
   return {lo, hi};
 }
 
-} // namespace
-
-Arg parseInput(const std::string &text, const std::string &declaredType, uint64_t seed,
-               size_t position) {
-  if (!text.empty() && text[0] == '@')
-    return readNpy(text.substr(1));
-  size_t eq = text.find('=');
-  if (eq == std::string::npos)
-    bad(position, text, "needs a value: TYPE=VALUE, TYPE=@file.npy, TYPE=random or @file.npy");
-  TypeSpec spec;
-  try {
-    spec = parseTypeSpec(text);
-  } catch (const Error &e) {
-    std::string why = e.what();
-    bad(position, text, why.substr(why.find(": ", why.find("'")) + 2));
-  }
-  std::string value = spec.value;
-  if (std::find(spec.shape.begin(), spec.shape.end(), -1) != spec.shape.end())
-    bad(position, text,
-        "a tensor with data has no '?' dims (--runtime-dims keeps a dim a runtime value)");
-  if (!spec.isTensor) {
-    Scalar s;
-    s.type = spec.dtype;
-    s.isIndex = spec.isIndex;
-    if (isFloat(spec.dtype)) {
-      s.f = parseNumber(value, position, text);
-    } else {
-      if (value == "true" || value == "false") {
-        s.i = value == "true";
-      } else {
-        char *end = nullptr;
-        errno = 0;
-        s.i = std::strtoll(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0' || errno == ERANGE)
-          bad(position, text, fmt::format("'{}' is not an integer", value));
-      }
-    }
-    return s;
-  }
-  if (!value.empty() && value[0] == '@') {
-    Tensor t = readNpy(value.substr(1));
-    if (t.dtype() != spec.dtype || t.shape() != spec.shape)
-      bad(position, text,
-          fmt::format("the file holds {} but the input says {}", t.typeString(),
-                      text.substr(0, eq)));
-    return t;
-  }
-  Tensor t = Tensor::zeros(spec.dtype, spec.shape);
-  if (value == "random" || value.rfind("random:", 0) == 0) {
-    const auto [lo, hi] = randomRange(value, spec.dtype, position, text);
-    fillRandom(t, seed, position, lo, hi);
-    return t;
-  }
-  std::vector<double> values;
-  std::vector<int64_t> integers;
-  const bool integral = !isFloat(spec.dtype);
-  std::string token;
-  for (char c : value + ",") {
-    if (c == ',' || c == ' ' || c == '[' || c == ']') {
-      if (!token.empty() && integral)
-        integers.push_back(parseInteger(token, spec.dtype, position, text));
-      else if (!token.empty())
-        values.push_back(parseNumber(token, position, text));
-      token.clear();
-    } else {
-      token += c;
-    }
-  }
-  const size_t count = integral ? integers.size() : values.size();
-  if (count != 1 && static_cast<int64_t>(count) != t.numel())
-    bad(position, text,
-        fmt::format("gives {} values but {} has {} elements (give one value to "
-                    "fill, or all of them)",
-                    count, text.substr(0, eq), t.numel()));
-  if (count > 0 && t.numel() > 0) {
-    if (integral)
-      fillIntegers(t, integers);
-    else
-      fillValues(t, values);
-  }
-  (void)declaredType;
-  return t;
-}
-
-std::string inputType(const Arg &arg) {
-  if (const Tensor *t = std::get_if<Tensor>(&arg))
-    return t->typeString();
-  const Scalar &s = std::get<Scalar>(arg);
-  if (s.isIndex)
-    return fmt::format("index={}", s.i);
-  if (isFloat(s.type))
-    return dtypeName(s.type);
-  return fmt::format("{}={}", dtypeName(s.type), s.i);
-}
-
-static double elementAt(const Tensor &t, int64_t i) {
+double elementAt(const Tensor &t, int64_t i) {
   switch (t.dtype()) {
   case DType::F32: return t.as<float>()[i];
   case DType::F64: return t.as<double>()[i];
@@ -299,6 +244,155 @@ static double elementAt(const Tensor &t, int64_t i) {
   }
   }
   return 0;
+}
+
+// A scalar argument from a 0-d .npy file of its type (index from an int64 one).
+Scalar scalarFrom(const Tensor &t, const std::string &declaredType, size_t position,
+                  const std::string &text) {
+  Scalar s;
+  s.type = t.dtype();
+  s.isIndex = declaredType == "index" && t.dtype() == DType::I64;
+  const std::string held = s.isIndex ? "index" : dtypeName(t.dtype());
+  if (!t.shape().empty() || held != declaredType)
+    bad(position, text,
+        fmt::format("the argument is {} but the file holds {} (a scalar comes from a 0-d .npy "
+                    "file of its type)",
+                    declaredType, t.shape().empty() ? "a 0-d " + held : t.typeString()));
+  if (isFloat(t.dtype()))
+    s.f = elementAt(t, 0);
+  else
+    s.i = t.dtype() == DType::I64 ? t.as<int64_t>()[0] : static_cast<int64_t>(elementAt(t, 0));
+  return s;
+}
+
+// What `@PATH` holds: a tensor, or the scalar a 0-d file gives a scalar argument.
+Arg readInputFile(const std::string &path, const std::string &declaredType, size_t position,
+                  const std::string &text) {
+  if (path.empty())
+    bad(position, text, "'@' needs the path of a .npy file");
+  Tensor t = readNpy(path);
+  if (isScalarType(declaredType))
+    return scalarFrom(t, declaredType, position, text);
+  return t;
+}
+
+} // namespace
+
+bool isScalarType(const std::string &type) {
+  return type == "index" || type == "bf16" ||
+         (type.size() >= 2 && (type[0] == 'f' || type[0] == 'i') &&
+          std::all_of(type.begin() + 1, type.end(), llvm::isDigit));
+}
+
+Arg parseInput(const std::string &text, const std::string &declaredType, uint64_t seed,
+               size_t position) {
+  if (!text.empty() && text[0] == '@')
+    return readInputFile(text.substr(1), declaredType, position, text);
+  size_t eq = text.find('=');
+  if (eq == std::string::npos)
+    bad(position, text, "needs a value: TYPE=VALUE, TYPE=@file.npy, TYPE=random or @file.npy");
+  TypeSpec spec;
+  try {
+    spec = parseTypeSpec(text);
+  } catch (const Error &e) {
+    std::string why = e.what();
+    bad(position, text, why.substr(why.find(": ", why.find("'")) + 2));
+  }
+  std::string value = spec.value;
+  if (std::find(spec.shape.begin(), spec.shape.end(), -1) != spec.shape.end())
+    bad(position, text,
+        "a tensor with data has no '?' dims (--runtime-dims keeps a dim a runtime value)");
+  if (!spec.isTensor) {
+    checkScalarType(text, declaredType, position);
+    if (!value.empty() && value[0] == '@')
+      return readInputFile(value.substr(1), declaredType, position, text);
+    Scalar s;
+    s.type = spec.dtype;
+    s.isIndex = spec.isIndex;
+    if (isFloat(spec.dtype))
+      s.f = parseFloat(value, spec.dtype, position, text);
+    else
+      s.i = parseInteger(value, spec.dtype, position, text, spec.isIndex);
+    return s;
+  }
+  if (!value.empty() && value[0] == '@') {
+    if (value.size() == 1)
+      bad(position, text, "'@' needs the path of a .npy file");
+    Tensor t = readNpy(value.substr(1));
+    if (t.dtype() != spec.dtype || t.shape() != spec.shape)
+      bad(position, text,
+          fmt::format("the file holds {} but the input says {}", t.typeString(),
+                      text.substr(0, eq)));
+    return t;
+  }
+  Tensor t = Tensor::zeros(spec.dtype, spec.shape);
+  if (value == "random" || value.rfind("random:", 0) == 0) {
+    const auto [lo, hi] = randomRange(value, spec.dtype, position, text);
+    fillRandom(t, seed, position, lo, hi);
+    return t;
+  }
+  std::vector<double> values;
+  std::vector<int64_t> integers;
+  const bool integral = !isFloat(spec.dtype);
+  // Values are separated by commas or spaces, and may be nested in brackets as results print;
+  // a comma with no value before it (1,,3) or after it (1,2,) is a typo, not a skipped value.
+  std::string token;
+  bool sawComma = false, valueSinceComma = false, emptyValue = false;
+  auto endToken = [&] {
+    if (token.empty())
+      return;
+    if (integral)
+      integers.push_back(parseInteger(token, spec.dtype, position, text));
+    else
+      values.push_back(parseFloat(token, spec.dtype, position, text));
+    token.clear();
+    valueSinceComma = true;
+  };
+  for (char c : value) {
+    if (c == ',' || c == ' ' || c == '[' || c == ']') {
+      endToken();
+      if (c == ',') {
+        emptyValue |= !valueSinceComma;
+        sawComma = true;
+        valueSinceComma = false;
+      }
+    } else {
+      token += c;
+    }
+  }
+  endToken();
+  if (emptyValue || (sawComma && !valueSinceComma))
+    bad(position, text, "has an empty value: a comma with no number before or after it");
+  const size_t count = integral ? integers.size() : values.size();
+  if (count != 1 && static_cast<int64_t>(count) != t.numel())
+    bad(position, text,
+        fmt::format("gives {} values but {} has {} elements (give one value to "
+                    "fill, or all of them)",
+                    count, text.substr(0, eq), t.numel()));
+  if (count > 0 && t.numel() > 0) {
+    if (integral)
+      fillIntegers(t, integers);
+    else
+      fillValues(t, values);
+  }
+  return t;
+}
+
+void checkScalarType(const std::string &input, const std::string &declaredType, size_t position) {
+  const std::string given = input.substr(0, input.find('='));
+  if (isScalarType(declaredType) && isScalarType(given) && given != declaredType)
+    bad(position, input, fmt::format("the argument is {}, not {}", declaredType, given));
+}
+
+std::string inputType(const Arg &arg) {
+  if (const Tensor *t = std::get_if<Tensor>(&arg))
+    return t->typeString();
+  const Scalar &s = std::get<Scalar>(arg);
+  if (s.isIndex)
+    return fmt::format("index={}", s.i);
+  if (isFloat(s.type))
+    return dtypeName(s.type);
+  return fmt::format("{}={}", dtypeName(s.type), s.i);
 }
 
 std::string formatTensor(const Tensor &t, int64_t maxElements) {

@@ -14,6 +14,13 @@ namespace frank::cli {
 Arg parseInput(const std::string &text, const std::string &declaredType, uint64_t seed,
                size_t position);
 
+/// Whether a signature's type names a scalar (f32, index, i1), not a tensor.
+bool isScalarType(const std::string &type);
+
+/// Checks that a scalar input's type (`f32` of `f32=1e-6`) is the declared one: a scalar's type
+/// is never converted, so `i1=5` cannot pass for an f32.
+void checkScalarType(const std::string &input, const std::string &declaredType, size_t position);
+
 /// The type part of an input ("32x4096xf32" of "32x4096xf32=@x.npy"), reading the .npy header
 /// for the `@x.npy` form; what `compile` and the kernel cache need.
 std::string inputType(const Arg &arg);

@@ -210,6 +210,8 @@ int compileCommand() {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string &input = inputs[i];
     const bool givesData = input.rfind('@', 0) == 0 || input.find('=') != std::string::npos;
+    if (!givesData)
+      cli::checkScalarType(input, declared[i], i);
     types.push_back(givesData ? cli::inputType(cli::parseInput(input, declared[i], seed, i))
                               : input);
   }
@@ -238,6 +240,9 @@ int linkCommand() {
 int runCommand() {
   if (printMax < 0)
     throw Error(fmt::format("error: --print-max-elements={} is not a count", printMax.getValue()));
+  for (const std::string &path : outputs)
+    if (path.size() < 2 || path[0] != '@')
+      throw Error(fmt::format("error: --output '{}' must name a file as @file.npy", path));
   Context ctx(contextOptions());
   Module module = loadModule(ctx);
   Function fn = lookup(module);
@@ -253,10 +258,7 @@ int runCommand() {
                             outputs.size() == 1 ? " was" : "s were"));
   for (size_t i = 0; i < results.size(); ++i) {
     if (!outputs.empty()) {
-      std::string path = outputs[i];
-      if (path.empty() || path[0] != '@')
-        throw Error(fmt::format("error: --output '{}' must name a file as @file.npy", path));
-      writeNpy(path.substr(1), results[i]);
+      writeNpy(outputs[i].substr(1), results[i]);
       continue;
     }
     fmt::print("result[{}]: {}\n", i, cli::formatTensor(results[i], printMax));
