@@ -1509,8 +1509,8 @@ const CliCase kCliCases[] = {
     {"config_tile_does_not_fit",
      {"compile", "{dir}/mm.mlir", "--input=14x64xf32", "--input=64x32xf32", "--config=tile=15x1"},
      "mm.mlir:9:3",
-     "--config: tile 15x1 does not fit the contraction.outer nest (14 rows; N must be at "
-     "most {vectors of 32} vectors)"},
+     "--config: tile 15x1 does not fit the contraction.outer nest: M 15 is more than its 14 "
+     "rows"},
     {"config_k_block_does_not_divide",
      {"compile", "{dir}/mm.mlir", "--input=16x64xf32", "--input=64x32xf32", "--config=k-block=48"},
      "mm.mlir:9:3",
@@ -1519,8 +1519,8 @@ const CliCase kCliCases[] = {
     {"config_attribute_tile_does_not_fit",
      {"compile", "{dir}/mm_tile.mlir", "--input=14x64xf32", "--input=64x32xf32"},
      "mm_tile.mlir:9:3",
-     "frank.config: tile 15x1 does not fit the contraction.outer nest (14 rows; N must be at "
-     "most {vectors of 32} vectors)"},
+     "frank.config: tile 15x1 does not fit the contraction.outer nest: M 15 is more than its 14 "
+     "rows"},
     {"config_attribute_and_flag",
      {"compile", "{dir}/mm_k_block.mlir", "--input=16x64xf32", "--input=64x32xf32",
       "--config=tile=1x1"},

@@ -636,6 +636,22 @@ TEST(Strategy, RuntimeExtents) {
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false}),
                    Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8");
+  // The other gather pipelines, forced there, say so (their reason used to be empty).
+  for (const char *pipeline : {"contraction.gather", "contraction.choices"})
+    EXPECT_THROW(
+        {
+          try {
+            loops::selectStrategy(
+                withRuntime(mulMatIdNest(64, 512, 8, 2, r), {false, false, true, false}),
+                Target::avx2(), loops::parseConfig(fmt::format("pipeline={}", pipeline)));
+          } catch (const Error &e) {
+            EXPECT_THAT(e.what(), testing::HasSubstr("does not apply: it counts its pairs at run "
+                                                     "time, which only contraction.ranks takes"));
+            throw;
+          }
+        },
+        Error)
+        << pipeline;
   EXPECT_EQ(choose(withRuntime(mulMatIdNest(64, 2048, 8, 2, r), {false, false, true, false}),
                    Target::avx2(), "ranks=in-order"),
             "contraction.ranks m=d0 n=- k=d3 tile=4x2 lanes=8 k-block=512");
@@ -691,7 +707,18 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("tile=0x2", mm), testing::HasSubstr("is not MxN"));
   EXPECT_THAT(error("colour=blue", mm), testing::HasSubstr("unknown key 'colour'"));
   EXPECT_THAT(error("pipeline=fast", mm), testing::HasSubstr("unknown pipeline 'fast'"));
-  EXPECT_THAT(error("k-block=-3", mm), testing::HasSubstr("not a non-negative integer"));
+  EXPECT_THAT(error("k-block=-3", mm), testing::HasSubstr("is not an integer from 0 to 2^63"));
+  EXPECT_THAT(error("k-block=99999999999999999999", mm),
+              testing::HasSubstr("is not an integer from 0 to 2^63"));
+  // A key given twice is a typo to point out, not a choice to take the last of.
+  EXPECT_THAT(error("tile=4x2,k-block=0,tile=6x1", mm), testing::HasSubstr("tile is given twice"));
+  // Spaces around keys and values are the same to either side of '='.
+  EXPECT_EQ(error(" tile = 4x2 , k-block= 64", mm), "no error");
+  EXPECT_THAT(error("tile=4x2,=3", mm), testing::HasSubstr("'=3' is not key=value"));
+  // Plain loops take no tiles or blocks: they would be dropped without a word.
+  EXPECT_THAT(error("pipeline=loops,k-block=7", mm),
+              testing::HasSubstr("pipeline=loops takes no other choices"));
+  EXPECT_EQ(error("pipeline=loops", mm), "no error");
   EXPECT_THAT(error("pack=yes", mm), testing::HasSubstr("is not 0 or 1"));
   EXPECT_THAT(error("ranks=sorted", mm),
               testing::HasSubstr("ranks 'sorted' is not by-choice or in-order"));
@@ -712,15 +739,24 @@ TEST(Strategy, BadConfigsAreErrors) {
   // B packs whole n blocks only, and N is at most n's vectors.
   EXPECT_EQ(error("tile=2x3", mm), "no error");
   EXPECT_THAT(error("pipeline=contraction.outer,tile=2x3", transposedNest(512, 128, 128)),
-              testing::HasSubstr("(512 rows; N must divide 16 vectors)"));
+              testing::HasSubstr("nest: N 3 must divide its 16 vectors"));
   EXPECT_THAT(error("tile=2x5", matmulNest(64, 256, 32)),
-              testing::HasSubstr("(64 rows; N must be at most 4 vectors)"));
+              testing::HasSubstr("nest: N 5 must be at most its 4 vectors"));
   EXPECT_THAT(error("pipeline=contraction.outer,tile=5x1", matmulNest(4, 256, 256)),
-              testing::HasSubstr("does not fit"));
+              testing::HasSubstr("nest: M 5 is more than its 4 rows"));
   EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));
   EXPECT_THAT(error("n-group=-2", mm), testing::HasSubstr("not a non-negative integer"));
-  EXPECT_THAT(error("n-group=3", mm), testing::HasSubstr("a group that divides its 8 n blocks"));
-  EXPECT_THAT(error("n-group=2", matmulNest(6, 128, 1024)), testing::HasSubstr("n-group=2 needs"));
+  // Each condition of n blocks in groups, named as it fails.
+  EXPECT_THAT(error("k-block=128,n-group=3", mm),
+              testing::HasSubstr("n-group=3 does not divide the nest's 8 n blocks"));
+  EXPECT_THAT(error("n-group=2", matmulNest(6, 128, 1024)),
+              testing::HasSubstr("n-group=2 does not apply: groups need a packed B"));
+  EXPECT_THAT(error("k-block=256,n-group=2", mm),
+              testing::HasSubstr("n-group=2 does not apply: groups need two k blocks or more, "
+                                 "and k-block 256 leaves 1"));
+  EXPECT_THAT(error("pipeline=contraction.dot,n-group=2", transposedNest(64, 256, 256)),
+              testing::HasSubstr("n-group=2 does not apply: groups need contraction.outer, not "
+                                 "contraction.dot"));
   EXPECT_EQ(error("k-block=128,n-group=2", mm), "no error");
   // Only the reasons of the pipelines tried: a leading "; " was outer's empty one.
   EXPECT_THAT(error("pipeline=contraction.dot", mm),
@@ -743,6 +779,18 @@ TEST(Strategy, BadConfigsAreErrors) {
                                  "takes tile=RxP with P dividing k (64)"));
   EXPECT_THAT(error("pack=1", matmulNest(1, 256, 256)),
               testing::HasSubstr("and no k-block or packing"));
+  // contraction.stream forced where it does not fit says why (its reason used to be empty).
+  EXPECT_THAT(error("pipeline=contraction.stream", matmulNest(65, 512, 1040)),
+              testing::HasSubstr("does not apply: it has 65 rows of output, more than the 6 it "
+                                 "streams B for"));
+  EXPECT_THAT(error("pipeline=contraction.stream", matmulNest(4, 64, 64)),
+              testing::HasSubstr("does not apply: its B of 16384 bytes is too small to stream for "
+                                 "4 rows (from 1048576 bytes)"));
+  NestShape runtimeRows = matmulNest(loops::kNominalExtent, 256, 256);
+  runtimeRows.runtime = {true, false, false};
+  EXPECT_THAT(error("pipeline=contraction.stream", runtimeRows),
+              testing::HasSubstr("does not apply: it has runtime extents, and contraction.stream "
+                                 "splits its work when it is compiled"));
   // A bad config is refused when the context is made.
   EXPECT_THROW(Context{withConfig("tile=x")}, Error);
 }

@@ -38,10 +38,15 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
   };
   llvm::SmallVector<llvm::StringRef> items;
   llvm::StringRef(text).split(items, ',', -1, false);
+  std::vector<std::string> keys;
   for (llvm::StringRef item : items) {
-    auto [key, value] = item.trim().split('=');
-    if (value.empty())
-      throw bad(fmt::format("'{}' is not key=value", item.str()));
+    auto [untrimmedKey, untrimmedValue] = item.split('=');
+    llvm::StringRef key = untrimmedKey.trim(), value = untrimmedValue.trim();
+    if (key.empty() || value.empty())
+      throw bad(fmt::format("'{}' is not key=value", item.trim().str()));
+    if (std::find(keys.begin(), keys.end(), key.str()) != keys.end())
+      throw bad(fmt::format("{} is given twice", key.str()));
+    keys.push_back(key.str());
     if (key == "pipeline") {
       std::optional<Pipeline> found;
       for (Pipeline p :
@@ -67,7 +72,7 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
     } else if (key == "k-block") {
       int64_t k = 0;
       if (value.getAsInteger(10, k) || k < 0)
-        throw bad(fmt::format("k-block '{}' is not a non-negative integer", value.str()));
+        throw bad(fmt::format("k-block '{}' is not an integer from 0 to 2^63", value.str()));
       config.blockK = k;
     } else if (key == "pack") {
       config.pack = zeroOrOne(key, value);
@@ -107,6 +112,9 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
                             key.str()));
     }
   }
+  // Plain loops have no tiles, blocks or chunks to choose: the other keys would be dropped.
+  if (config.pipeline == Pipeline::Loops && keys.size() > 1)
+    throw bad("pipeline=loops takes no other choices");
   return config;
 }
 
@@ -779,16 +787,30 @@ constexpr int64_t kMinStreamedBytes = 1 << 20;
 std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target &target,
                                   std::string &why, bool columnsLeft = false) {
   std::optional<Strategy> outer = tryOuter(nest, lanes, target, why, columnsLeft);
-  if (!outer || outer->dimK < 0)
+  if (!outer)
     return std::nullopt;
+  if (outer->dimK < 0) {
+    why = "it has no reduction dim to stream B along";
+    return std::nullopt;
+  }
   const int64_t rows = extentOr1(nest, outer->dimM);
   const int64_t bBytes = nest.extents[outer->dimK] * nest.extents[outer->dimN] * nest.elemBits / 8;
-  if (rows > maxStreamRows(target) || (rows > 1 && bBytes < kMinStreamedBytes))
+  if (rows > maxStreamRows(target)) {
+    why = fmt::format("it has {} rows of output, more than the {} it streams B for", rows,
+                      maxStreamRows(target));
     return std::nullopt;
+  }
+  if (rows > 1 && bBytes < kMinStreamedBytes) {
+    why = fmt::format("its B of {} bytes is too small to stream for {} rows (from {} bytes)",
+                      bBytes, rows, kMinStreamedBytes);
+    return std::nullopt;
+  }
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (int(d) != outer->dimN && int(d) != outer->dimK && int(d) != outer->dimM &&
-        nest.extents[d] != 1)
+        nest.extents[d] != 1) {
+      why = fmt::format("it has a parallel dim besides the rows and columns (d{})", d);
       return std::nullopt;
+    }
   Strategy s = *outer;
   s.pipeline = Pipeline::ContractionStream;
   if (extentOr1(nest, s.dimM) == 1)
@@ -812,8 +834,11 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
     s.splitK = true;
     s.tileN = 2;
   }
-  if (!s.splitK && nest.extents[s.dimN] % lanes != 0)
+  if (!s.splitK && nest.extents[s.dimN] % lanes != 0) {
+    why = fmt::format("its {} columns are not whole {}-lane vectors, and k does not split in two",
+                      nest.extents[s.dimN], lanes);
     return std::nullopt;
+  }
   return s;
 }
 
@@ -1072,18 +1097,33 @@ constexpr int64_t kGroupRowBytes = 2048;
 // packed after them). A partly specialized S7 (M a runtime value) ran 13.2-13.8 -> 12.2-13.3
 // ms with groups, 32 rows 5.4-5.6 -> 4.7-5.0 ms, 8 rows 3.38-3.41 -> 2.69-2.71 ms, 512 rows the
 // same.
+// Why groups of n blocks do not fit `s` (empty: they do).
+std::string whyNoGroups(const NestShape &nest, const Strategy &s) {
+  if (s.pipeline != Pipeline::ContractionOuter)
+    return fmt::format("groups need contraction.outer, not {}", pipelineName(s.pipeline));
+  if (s.packInput < 0 || s.packTransposed)
+    return "groups need a packed B";
+  if (!s.blockK || nest.extents[s.dimK] / s.blockK < 2)
+    return fmt::format("groups need two k blocks or more, and k-block {} leaves {}", s.blockK,
+                       s.blockK ? nest.extents[s.dimK] / s.blockK : 1);
+  if (!s.blocksOutside.empty())
+    return "groups do not take blocks outside the parallel dims";
+  if (s.dimM < 0 || nest.extents[s.dimM] / s.tileM < 2)
+    return "groups need two m blocks or more";
+  return "";
+}
+
 void groupNBlocks(const NestShape &nest, Strategy &s, const ConfigOverride &config) {
-  const bool fits = s.pipeline == Pipeline::ContractionOuter && s.packInput >= 0 &&
-                    !s.packTransposed && s.blockK && s.blocksOutside.empty() && s.dimM >= 0 &&
-                    nest.extents[s.dimK] / s.blockK >= 2 && nest.extents[s.dimM] / s.tileM >= 2;
+  const std::string whyNot = whyNoGroups(nest, s);
+  const bool fits = whyNot.empty();
   const int64_t nBlocks = s.pipeline == Pipeline::ContractionOuter && s.dimN >= 0
                               ? nest.extents[s.dimN] / (int64_t(s.tileN) * s.lanes)
                               : 0;
   if (config.groupN) {
-    if (*config.groupN && (!fits || nBlocks % *config.groupN != 0))
-      unfit(config, fmt::format("n-group={} needs contraction.outer with k blocks, a packed B, "
-                                "two m blocks or more, and a group that divides "
-                                "its {} n blocks",
+    if (*config.groupN && !fits)
+      unfit(config, fmt::format("n-group={} does not apply: {}", *config.groupN, whyNot));
+    if (*config.groupN && nBlocks % *config.groupN != 0)
+      unfit(config, fmt::format("n-group={} does not divide the nest's {} n blocks",
                                 *config.groupN, nBlocks));
     s.groupN = *config.groupN;
     return;
@@ -1185,12 +1225,15 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   // vectors of a constant one in a narrower tile, unless B is packed transposed.
   const bool anyColumns = isRuntime(nest, s.dimN);
   const bool vectorsLeft = alongN && !s.packTransposed && s.tileN <= cols;
-  if (s.tileM > extentOr1(nest, s.dimM) || (!anyColumns && !vectorsLeft && !divides(s.tileN, cols)))
-    unfit(config, fmt::format("tile {}x{} does not fit the {} nest "
-                              "({} rows; N must {} {} {})",
-                              s.tileM, s.tileN, pipelineName(s.pipeline), extentOr1(nest, s.dimM),
+  if (s.tileM > extentOr1(nest, s.dimM))
+    unfit(config, fmt::format("tile {}x{} does not fit the {} nest: M {} is more than its {} rows",
+                              s.tileM, s.tileN, pipelineName(s.pipeline), s.tileM,
+                              extentOr1(nest, s.dimM)));
+  if (!anyColumns && !vectorsLeft && !divides(s.tileN, cols))
+    unfit(config, fmt::format("tile {}x{} does not fit the {} nest: N {} must {} its {} {}{}",
+                              s.tileM, s.tileN, pipelineName(s.pipeline), s.tileN,
                               alongN && !s.packTransposed ? "be at most" : "divide", cols,
-                              alongN ? "vectors" : "columns"));
+                              alongN ? "vector" : "column", cols == 1 ? "" : "s"));
   if (s.blockK && (s.dimK < 0 || s.pipeline == Pipeline::ContractionDot ||
                    nest.extents[s.dimK] % s.blockK != 0))
     unfit(config, fmt::format("k-block {} does not divide the nest's one "
@@ -1272,7 +1315,9 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     if (!chosen && whyNot.empty() && !runtimePairs && allows(Pipeline::ContractionGather))
       chosen = tryGather(nest, lanes, target, whyNot);
     else if (!chosen && whyNot.empty())
-      whyNot = config.pipeline == Pipeline::ContractionRanks || runtimePairs
+      whyNot = runtimePairs && config.pipeline != Pipeline::ContractionRanks
+                   ? "it counts its pairs at run time, which only contraction.ranks takes"
+               : config.pipeline == Pipeline::ContractionRanks || runtimePairs
                    ? whyRanks
                : whyChoices.empty() ? "it reads an operand through a gather"
                                     : whyChoices;
@@ -1306,6 +1351,11 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
       whyNot = whyOuter.empty() ? whyDot
                : whyDot.empty() ? whyOuter
                                 : fmt::format("{}; {}", whyOuter, whyDot);
+    if (!chosen && whyNot.empty())
+      whyNot = hasRuntimeExtents(nest) && config.pipeline == Pipeline::ContractionStream
+                   ? "it has runtime extents, and contraction.stream splits its work when it is "
+                     "compiled"
+                   : whyLeft;
   }
   if (!chosen) {
     if (wantsContraction)
