@@ -534,6 +534,67 @@ TEST(AttentionDecode, ConfigAttributeSetsItsContractions) {
   checkAttention(fn, {1, 1, 512, 32, 8, 128}, Mode::Specialized, /*causal=*/false);
 }
 
+// ---- Score regions ---------------------------------------------------------------------------
+
+// attention_gqa.mlir with a tanh soft-cap (Gemma 2's) as every attention's score region. The
+// region sees logits in log2 units (MLIR-SUBSET.md §4.6).
+Module &softCappedModule() {
+  static Module module = context().loadString(
+      componentTextWith("attention/attention_gqa.mlir",
+                        "^bb0(%score: f32):\n      iree_linalg_ext.yield %score : f32",
+                        "^bb0(%score: f32):\n"
+                        "      %cap = arith.constant 2.5 : f32\n"
+                        "      %t = arith.divf %score, %cap : f32\n"
+                        "      %th = math.tanh %t : f32\n"
+                        "      %capped = arith.mulf %th, %cap : f32\n"
+                        "      iree_linalg_ext.yield %capped : f32"),
+      "attention_soft_capped.mlir");
+  return module;
+}
+
+// Prefill in blocks of queries (S5's shape), causal prefill, decode in chunks of keys (S6's), and
+// odd sizes, in both modes: every way attention is generalized applies the region.
+TEST(AttentionScoreRegion, TanhSoftCapMatchesTheOracle) {
+  struct Case {
+    const char *function;
+    AttnShape shape;
+    bool causal;
+  };
+  const Case cases[] = {{"attention_gqa", {1, 128, 128, 32, 8, 128}, false},
+                        {"attention_gqa", {2, 3, 7, 4, 2, 5}, false},
+                        {"attention_gqa_causal", {1, 64, 64, 4, 2, 32}, true},
+                        {"attention_gqa_decode", {1, 1, 512, 32, 8, 128}, false},
+                        {"attention_gqa_decode", {1, 1, 33, 4, 1, 16}, false}};
+  for (const Case &c : cases)
+    for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+      const AttnShape &shape = c.shape;
+      SCOPED_TRACE(fmt::format("{} {} {}", c.function, attnName(shape),
+                               mode == Mode::Generic ? "generic" : "specialized"));
+      const int64_t nq = shape.b * shape.s * shape.h * shape.d;
+      const int64_t nkv = shape.b * shape.skv * shape.hkv * shape.d;
+      // Wide queries and a large scale, so that logits reach well past the cap.
+      auto q = oracle::randomFloats(nq, 41 + nq, -3, 3);
+      auto k = oracle::randomFloats(nkv, 42 + nkv);
+      auto v = oracle::randomFloats(nkv, 43 + nkv);
+      const float scale = 2.0f / std::sqrt(static_cast<float>(shape.d));
+      std::vector<Arg> args{
+          Tensor::borrow(q.data(), DType::F32, {shape.b, shape.s, shape.h, shape.d}),
+          Tensor::borrow(k.data(), DType::F32, {shape.b, shape.skv, shape.hkv, shape.d}),
+          Tensor::borrow(v.data(), DType::F32, {shape.b, shape.skv, shape.hkv, shape.d}),
+          Scalar::f32(scale)};
+      std::vector<Tensor> out =
+          softCappedModule().function(c.function).specialize(args, mode)(args);
+      oracle::AttentionDims dims{shape.b, shape.s, shape.skv, shape.h, shape.hkv, shape.d};
+      auto expected =
+          oracle::attentionGqaSoftCapped(q.data(), k.data(), v.data(), scale, dims, c.causal, 2.5);
+      auto cmp = oracle::compare(out[0].as<float>(), expected, kRtol, kAtol);
+      EXPECT_TRUE(cmp.ok) << cmp.describe();
+      // The cap changes the result: against plain attention the outputs differ.
+      auto plain = oracle::attentionGqa(q.data(), k.data(), v.data(), scale, dims, c.causal);
+      EXPECT_FALSE(oracle::compare(out[0].as<float>(), plain, kRtol, kAtol).ok);
+    }
+}
+
 // ---- attention_block -----------------------------------------------------------------------
 
 struct BlockShape {

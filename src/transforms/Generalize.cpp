@@ -7,6 +7,7 @@
 #include "transforms/CausalMask.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -458,6 +459,20 @@ std::optional<CausalBound> causalBoundFor(const Value &mask, const AffineMap &ma
   return causalBoundOf(mask, query, key);
 }
 
+// The attention's score region applied to natural-log logit `t`. The region sees logits in
+// log2 units (MLIR-SUBSET.md §4.6, as IREE's decomposition computes them), so a tanh soft-cap's
+// meaning depends on it: region(t · log2 e) · ln 2.
+Value *applyScoreRegion(Builder &b, const Block &region, Value *t) {
+  const ElemKind e = t->type.elem;
+  ValueMap map{{region.arguments[0].get(), b.binary(OpKind::MulF, t, b.constantFloat(M_LOG2E, e))}};
+  for (const auto &regionOp : region.ops)
+    if (regionOp.get() != region.terminator())
+      b.insert(cloneOp(*regionOp, map));
+  Value *yielded = region.terminator()->operands[0];
+  auto it = map.find(yielded);
+  return b.binary(OpKind::MulF, it == map.end() ? yielded : it->second, b.constantFloat(M_LN2, e));
+}
+
 // Attention as generics: scores (Q·K) scaled and masked, row max, exp, row sum, then P·V. With
 // `keyChunks` > 1 (chooseKeyChunks) every step up to P·V runs per chunk of keys, a new outermost
 // dim, and P·V stays unnormalized; a combine then weighs each chunk's output by
@@ -469,9 +484,12 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   Value *mask = hasMask ? op.operands[4] : nullptr;
   Value *init = op.operands.back();
   const Block &region = *op.regions[0];
-  if (region.ops.size() != 1 || region.ops[0]->operands[0] != region.arguments[0].get())
-    fail(op.loc,
-         "unsupported: an 'iree_linalg_ext.attention' score region other than the identity");
+  const bool identityRegion =
+      region.ops.size() == 1 && region.ops[0]->operands[0] == region.arguments[0].get();
+  if (!identityRegion && region.arguments[0]->type.elem != init->type.elem)
+    fail(op.loc, fmt::format("unsupported: an 'iree_linalg_ext.attention' score region over {} "
+                             "for an output of {}",
+                             elemName(region.arguments[0]->type.elem), elemName(init->type.elem)));
   AffineMap qm = maps[0].map(), km = maps[1].map(), vm = maps[2].map(), om = maps.back().map();
   AffineMap maskMap = mask ? maps[4].map() : AffineMap{};
   AttentionDims dims = attentionDims(op);
@@ -618,6 +636,8 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
       logitInputs, emptyOver(sDims), logitMaps, elementwise,
       [&](Builder &bb, const Args &a) {
         Value *t = bb.binary(OpKind::MulF, a[0], scale);
+        if (!identityRegion)
+          t = applyScoreRegion(bb, region, t);
         if (!mask)
           return t;
         if (mask->type.elem == ElemKind::I1)

@@ -6,13 +6,13 @@
 //   softmax                      max, sum of exp, and divide: three generics
 //   gather                       a generic that reads the source with tensor.extract at
 //                                coordinates taken from the index tensor
-//   attention                    scores (Q·K), scale and mask, row max, exp, row sum, P·V;
+//   attention                    scores (Q·K), scale, score region and mask, row max, exp,
+//                                row sum, P·V;
 //                                with few queries and static keys (decode), per chunk of
 //                                keys, then a combine of the chunks; with many queries
 //                                (prefill), per block of queries (generalizeAttention)
 //
-// Attention with a score region other than the identity, gather with a mask, and named ops
-// with explicit indexing maps are reported as unsupported.
+// Gather with a mask and named ops with explicit indexing maps are reported as unsupported.
 #pragma once
 
 #include "ir/IR.h"

@@ -12,7 +12,7 @@ namespace {
 
 template <class T>
 std::vector<double> attentionImpl(const T *q, const T *k, const T *v, double scale,
-                                  const AttentionDims &d, bool causal) {
+                                  const AttentionDims &d, bool causal, double softCap = 0) {
   const int64_t group = d.heads / d.kvHeads;
   std::vector<double> out(static_cast<size_t>(d.batch * d.seq * d.heads * d.headDim), 0.0);
   std::vector<double> p(static_cast<size_t>(d.kvSeq));
@@ -32,6 +32,8 @@ std::vector<double> attentionImpl(const T *q, const T *k, const T *v, double sca
           for (int64_t i = 0; i < d.headDim; ++i)
             dot += static_cast<double>(qrow[i]) * static_cast<double>(krow[i]);
           p[j] = scale * dot;
+          if (softCap > 0) // in log2 units, then back: exp of the result is exp2 of the cap's
+            p[j] = softCap * std::tanh(p[j] / std::log(2.0) / softCap) * std::log(2.0);
           maxLogit = std::max(maxLogit, p[j]);
         }
         double sum = 0;
@@ -83,6 +85,12 @@ std::vector<double> attentionGqa(const float *q, const float *k, const float *v,
 std::vector<double> attentionGqa(const double *q, const double *k, const double *v, double scale,
                                  const AttentionDims &dims, bool causal) {
   return attentionImpl(q, k, v, scale, dims, causal);
+}
+
+std::vector<double> attentionGqaSoftCapped(const float *q, const float *k, const float *v,
+                                           double scale, const AttentionDims &dims, bool causal,
+                                           double cap) {
+  return attentionImpl(q, k, v, scale, dims, causal, cap);
 }
 
 void ropeInPlace(std::vector<double> &x, const int64_t *positions, int64_t batch, int64_t seq,

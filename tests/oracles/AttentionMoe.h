@@ -23,6 +23,13 @@ std::vector<double> attentionGqa(const float *q, const float *k, const float *v,
 std::vector<double> attentionGqa(const double *q, const double *k, const double *v, double scale,
                                  const AttentionDims &dims, bool causal);
 
+/// attentionGqa with a tanh soft-cap as attention's score region, which sees logits in log2
+/// units (MLIR-SUBSET.md §4.6): each logit t = scale·<q, k>·log2 e becomes cap·tanh(t / cap),
+/// and the softmax is of 2 to the power of that.
+std::vector<double> attentionGqaSoftCapped(const float *q, const float *k, const float *v,
+                                           double scale, const AttentionDims &dims, bool causal,
+                                           double cap);
+
 /// Rotary embedding of §8.4 applied in place to x [B, S, H, D] (D even), adjacent pairs rotated.
 /// The angle is computed in f32 exactly as the interface fixes it (theta_i = powf(base,
 /// -(2i/D)) * freq_scale, a = float(int32(pos)) * theta_i, both rounded to f32); sin, cos and the
