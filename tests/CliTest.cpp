@@ -670,7 +670,8 @@ TEST(CliBench, VersusTimesTheKernelUnderOtherChoices) {
   // Choices that do not fit fail before any benchmark runs, named as --versus's.
   r = with({"--versus=n-group=3"});
   EXPECT_FAILURE(r);
-  EXPECT_THAT(r.err, HasSubstr("error: --versus: n-group=3 does not apply: groups need a packed B"));
+  EXPECT_THAT(r.err,
+              HasSubstr("error: --versus: n-group=3 does not apply: groups need a packed B"));
   EXPECT_THAT(r.out, Not(HasSubstr("matmul/specialized")));
   r = with({"--versus=bogus=1"});
   EXPECT_FAILURE(r);

@@ -1123,8 +1123,8 @@ void groupNBlocks(const NestShape &nest, Strategy &s, const ConfigOverride &conf
     if (*config.groupN && !fits)
       unfit(config, fmt::format("n-group={} does not apply: {}", *config.groupN, whyNot));
     if (*config.groupN && nBlocks % *config.groupN != 0)
-      unfit(config, fmt::format("n-group={} does not divide the nest's {} n blocks",
-                                *config.groupN, nBlocks));
+      unfit(config, fmt::format("n-group={} does not divide the nest's {} n blocks", *config.groupN,
+                                nBlocks));
     s.groupN = *config.groupN;
     return;
   }
@@ -1226,9 +1226,9 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   const bool anyColumns = isRuntime(nest, s.dimN);
   const bool vectorsLeft = alongN && !s.packTransposed && s.tileN <= cols;
   if (s.tileM > extentOr1(nest, s.dimM))
-    unfit(config, fmt::format("tile {}x{} does not fit the {} nest: M {} is more than its {} rows",
-                              s.tileM, s.tileN, pipelineName(s.pipeline), s.tileM,
-                              extentOr1(nest, s.dimM)));
+    unfit(config,
+          fmt::format("tile {}x{} does not fit the {} nest: M {} is more than its {} rows", s.tileM,
+                      s.tileN, pipelineName(s.pipeline), s.tileM, extentOr1(nest, s.dimM)));
   if (!anyColumns && !vectorsLeft && !divides(s.tileN, cols))
     unfit(config, fmt::format("tile {}x{} does not fit the {} nest: N {} must {} its {} {}{}",
                               s.tileM, s.tileN, pipelineName(s.pipeline), s.tileN,
@@ -1317,8 +1317,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     else if (!chosen && whyNot.empty())
       whyNot = runtimePairs && config.pipeline != Pipeline::ContractionRanks
                    ? "it counts its pairs at run time, which only contraction.ranks takes"
-               : config.pipeline == Pipeline::ContractionRanks || runtimePairs
-                   ? whyRanks
+               : config.pipeline == Pipeline::ContractionRanks || runtimePairs ? whyRanks
                : whyChoices.empty() ? "it reads an operand through a gather"
                                     : whyChoices;
   } else if (whyNot.empty()) {
