@@ -741,7 +741,11 @@ Function Function::withRuntimeDims(const std::vector<RuntimeDim> &dims) const {
       throw Error(fmt::format("error: runtime dim {}:{}: dim {} of {} of '@{}' is {} in the "
                               "signature ('{}'); only a dynamic dim can stay a runtime value",
                               d.argument, d.dim, d.dim, arg, name_, type.shape[d.dim], type.str()));
-    f.runtimeDims_.push_back({static_cast<int>(*index), d.dim});
+    const std::pair<int, int64_t> runtimeDim{static_cast<int>(*index), d.dim};
+    if (std::find(f.runtimeDims_.begin(), f.runtimeDims_.end(), runtimeDim) != f.runtimeDims_.end())
+      throw Error(fmt::format("error: runtime dim {}:{}: dim {} of {} is given twice", d.argument,
+                              d.dim, d.dim, arg));
+    f.runtimeDims_.push_back(runtimeDim);
   }
   return f;
 }

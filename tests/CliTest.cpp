@@ -678,6 +678,28 @@ TEST(CliBench, VersusTimesTheKernelUnderOtherChoices) {
   EXPECT_THAT(r.err, HasSubstr("error: --versus='bogus=1': unknown key 'bogus'"));
 }
 
+// --runtime-dims repeats like --input and --link: every occurrence counts (only the last did).
+TEST(CliCompile, RuntimeDimsAccumulateOverOccurrences) {
+  ToolResult r = runTool({"compile", kRmsNorm, "--function=rms_norm_linalg", "--emit=loops",
+                          "--explain", "--input=32x4096xf32", "--input=4096xf32", "--input=f32",
+                          "--runtime-dims=input:1", "--runtime-dims=weight:0"});
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.err, HasSubstr("argument #0 (%input): tensor<?x?xf32> -> tensor<32x?xf32>, baked "
+                               "in: dim 0 = 32, runtime: dim 1"));
+  EXPECT_THAT(r.err, HasSubstr("argument #1 (%weight): tensor<?xf32> -> tensor<?xf32>, runtime: "
+                               "dim 0"));
+}
+
+// A flag Google Benchmark knows, with a value it refuses, is not called unknown.
+TEST(CliBench, ABadBenchmarkFlagValueIsNotCalledUnknown) {
+  ToolResult r = runTool({"bench", kRmsNorm, "--function=rms_norm_linalg", "--input=2x8xf32=1",
+                          "--input=8xf32=1", "--input=f32=1e-6", "--benchmark_min_time=soon"});
+  EXPECT_FAILURE(r);
+  EXPECT_THAT(r.err, HasSubstr("frank-jit: error: Google Benchmark did not take "
+                               "'--benchmark_min_time=soon': an unknown flag or a bad value\n"));
+  EXPECT_THAT(r.err, Not(HasSubstr("unknown benchmark flag")));
+}
+
 TEST(CliCompile, QuestionMarkDimsStayRuntimeValues) {
   ToolResult r = runTool({"compile", kRmsNorm, "--function=rms_norm_linalg", "--input=?x4096xf32",
                           "--input=4096xf32", "--input=f32", "--emit=loops", "--explain"});

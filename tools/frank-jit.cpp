@@ -100,7 +100,8 @@ cl::opt<bool> boundsChecks("bounds-checks",
 cl::opt<std::string> loweringConfig(
     "config",
     cl::desc(
-        "Override the strategy of every contraction: comma-separated pipeline=loops|"
+        "Override the strategy of every contraction of specialized kernels (generic ones are "
+        "plain loops): comma-separated pipeline=loops|"
         "contraction.outer|contraction.dot|contraction.gather|contraction.choices|"
         "contraction.ranks|contraction.stream, tile=MxN, k-block=K, pack=0|1, prefetch=N "
         "(contraction.dot: n blocks ahead), key-chunks=N (attention's keys in N chunks, "
@@ -121,12 +122,16 @@ cl::opt<std::string> versusConfig(
              "alternate, so that a shared machine's drift affects both alike"),
     cl::value_desc("choices"), cl::sub(benchCmd), cl::cat(category));
 
-cl::opt<std::string> runtimeDims(
+cl::list<std::string> runtimeDims(
     "runtime-dims",
     cl::desc("Dims that specialized kernels keep as runtime values, as ARGUMENT:DIM pairs "
-             "(key:1,value:1); `bench` then also times this partly specialized kernel"),
-    cl::value_desc("dims"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
-    cl::cat(category));
+             "(key:1,value:1; repeatable); `bench` then also times this partly specialized "
+             "kernel"),
+    cl::value_desc("dims"), cl::CommaSeparated, cl::sub(compileCmd), cl::sub(runCmd),
+    cl::sub(benchCmd), cl::cat(category));
+
+// The --runtime-dims of every occurrence, as one list.
+std::string runtimeDimsText() { return fmt::format("{}", fmt::join(runtimeDims, ",")); }
 
 cl::opt<bool> noDiskCache("no-disk-cache",
                           cl::desc("Neither load kernels from the disk cache nor store them there"),
@@ -178,7 +183,7 @@ Function lookupFully(Module &module) {
 // The chosen function, keeping the --runtime-dims.
 Function lookup(Module &module) {
   Function fn = lookupFully(module);
-  return runtimeDims.empty() ? fn : fn.withRuntimeDims(parseRuntimeDims(runtimeDims));
+  return runtimeDims.empty() ? fn : fn.withRuntimeDims(parseRuntimeDims(runtimeDimsText()));
 }
 
 void checkInputCount(const Function &fn) {
@@ -312,7 +317,9 @@ int benchCommand(int benchArgc, char **benchArgv) {
   }
   benchmark::Initialize(&benchArgc, benchArgv);
   if (benchArgc > 1)
-    throw Error(fmt::format("error: unknown benchmark flag '{}'", benchArgv[1]));
+    throw Error(fmt::format("error: Google Benchmark did not take '{}': an unknown flag or a "
+                            "bad value",
+                            benchArgv[1]));
   // Fully specialized, under the --versus choices, partly specialized (with --runtime-dims),
   // generic. The specialized kernel compiles and runs now, so that bad inputs fail before any
   // benchmark, and so does the one under the --versus choices, unless the filter leaves it out;
@@ -392,7 +399,7 @@ int benchCommand(int benchArgc, char **benchArgv) {
   double partial = reporter->seconds(fn.name() + "/partial");
   if (specialized > 0 && partial > 0)
     fmt::print(stderr, "{}: partly specialized ({}) takes {:.2f}x the fully specialized time\n",
-               fn.name(), runtimeDims.getValue(), partial / specialized);
+               fn.name(), runtimeDimsText(), partial / specialized);
   benchmark::Shutdown();
   return 0;
 }
@@ -474,6 +481,12 @@ int main(int argc, char **argv) {
     return 1;
   llvm::TimePassesIsEnabled = timePasses;
   try {
+    if (!benchCmd && theirs.size() > 1)
+      throw Error(fmt::format("error: '{}' is a flag of `bench` only", theirs[1]));
+    // Generic kernels are plain loops: no strategy to override.
+    if ((compileCmd || runCmd) && mode == Mode::Generic && loweringConfig.getNumOccurrences())
+      throw Error("error: --config sets the strategies of specialized kernels, and "
+                  "--mode=generic lowers every op to plain loops");
     if (compileCmd)
       return compileCommand();
     if (runCmd)

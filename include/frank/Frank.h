@@ -148,7 +148,7 @@ struct ContextOptions {
   /// chunks, 1: one piece), `blocks-outside=0|1` (the contraction tiles' blocks outside the
   /// parallel dims B is read more closely along), `n-group=G` (contraction.outer's n blocks in
   /// groups of G, k blocks outside each; 0: none). Empty: the strategy selection decides.
-  /// Checked when the context is made.
+  /// Checked when the context is made. Generic kernels, plain loops, take no strategy.
   std::string loweringConfig;
   /// What errors about `loweringConfig` call it: a choice that does not parse, or that does not
   /// fit the op it reaches (`error: --config: tile 9x9 does not fit ...`).
