@@ -95,9 +95,10 @@ bench: build deps-bench
 	  --benchmark_enable_random_interleaving=true \
 	  --benchmark_report_aggregates_only=true --benchmark_min_time=$(BENCH_MIN_TIME) \
 	  --benchmark_out=$(BENCH_OUT)/shapes.json --benchmark_out_format=json
-	@if [ -x $(PEERS_VENV)/bin/python ]; then \
+	@rm -f $(BENCH_OUT)/torch.json; \
+	if [ -x $(PEERS_VENV)/bin/python ]; then \
 	  $(PEERS_VENV)/bin/python bench/peers_torch.py --repetitions=$(BENCH_REPETITIONS) \
-	    --out=$(BENCH_OUT)/torch.json; \
+	    --min-time=$(BENCH_MIN_TIME) --out=$(BENCH_OUT)/torch.json; \
 	else echo "PyTorch: skipped (make bench-peers installs it)"; fi
 	@rm -f $(BENCH_OUT)/iree.json; \
 	if [ -x $(PEERS_VENV)/bin/python ] && $(PEERS_VENV)/bin/python -c "import iree.compiler, iree.runtime" 2>/dev/null; then \

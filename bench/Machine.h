@@ -1,11 +1,12 @@
 // This machine's roofline, measured at the start of a benchmark run so that every fraction in
 // the run is of limits measured on the same machine at the same time: the FP32 FMA peak and the
-// read bandwidth from DRAM and from L3, with the thread count the kernels use. A cold shape's
-// DRAM bandwidth is measured again on its own pages (TeamReader, in shapes_bench.cpp).
+// read bandwidth from DRAM, from L3 and from L2, with the thread count the kernels use. A cold
+// shape's DRAM bandwidth is measured again on its own pages (TeamReader, in shapes_bench.cpp).
 #pragma once
 
 #include "frank/Frank.h"
 
+#include <fmt/format.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,12 +25,20 @@ struct Machine {
   double peakFlops = 0; // FLOP/s, all threads
   double dramBytes = 0; // bytes/s read from DRAM, all threads
   double l3Bytes = 0;   // bytes/s read from L3-resident data, all threads
+  double l2Bytes = 0;   // bytes/s read from L2-resident data, all threads
   int64_t l3Size = 0;   // bytes
+  int64_t l2Size = 0;   // bytes, one core's
 
+  /// Whether a warm call's `bytes` fit the threads' L2s together, where they stay between calls.
+  bool fitsL2(double bytes) const { return bytes <= static_cast<double>(l2Size) * threads; }
+  /// The bandwidth of the memory a call's bytes live in: DRAM (`cold`), else L2 or L3.
+  double bandwidthFor(double bytes, bool cold) const {
+    return cold ? dramBytes : fitsL2(bytes) ? l2Bytes : l3Bytes;
+  }
   /// The roofline bound for a call: the time its FLOPs or its bytes need at best, with bytes
-  /// from DRAM (`cold`) or from L3.
+  /// from the memory they live in.
   double boundSeconds(double flops, double bytes, bool cold) const {
-    return std::max(flops / peakFlops, bytes / (cold ? dramBytes : l3Bytes));
+    return std::max(flops / peakFlops, bytes / bandwidthFor(bytes, cold));
   }
 };
 
@@ -95,15 +104,18 @@ inline float readAll(const float *data, int64_t n) {
   return hasAvx512() ? readAll16(data, n) : readAll8(data, n);
 }
 
-inline int64_t l3CacheSize() {
-  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+// The size of cpu0's cache of sysfs index `index` (2: L2, 3: L3), else `fallback`.
+inline int64_t cacheSize(int index, int64_t fallback) {
+  std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", index));
   std::string text;
   if (!(in >> text) || text.empty())
-    return 32 << 20;
+    return fallback;
   int64_t value = std::stoll(text);
   char unit = text.back();
   return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
 }
+inline int64_t l3CacheSize() { return cacheSize(3, 32 << 20); }
+inline int64_t l2CacheSize() { return cacheSize(2, 1 << 20); }
 
 } // namespace detail
 
@@ -170,6 +182,7 @@ inline Machine measureMachine() {
   Machine m;
   m.threads = numThreads();
   m.l3Size = detail::l3CacheSize();
+  m.l2Size = detail::l2CacheSize();
   volatile float sink = 0;
 
   // Many short rounds rather than a few long ones: on a shared VM the other vCPU's host thread
@@ -212,6 +225,22 @@ inline Machine measureMachine() {
     }
   });
   m.l3Bytes = 40 * 4.0 * static_cast<double>(l3Floats) * m.threads / l3Seconds;
+  warm.clear();
+
+  // L2: half of a core's L2 per thread (the rest holds what else runs), read 200 times. A warm
+  // call whose bytes fit the L2s reads them from there: S1's 1 MiB read at 2-2.5x the L3 probe.
+  const int64_t l2Floats = m.l2Size / 2 / 4;
+  for (int t = 0; t < m.threads; ++t) {
+    warm.push_back(Tensor::zeros(DType::F32, {l2Floats}));
+    std::fill_n(warm.back().as<float>(), l2Floats, 1.0f);
+  }
+  double l2Seconds = detail::bestOfThreads(m.threads, 5, [&](int t) {
+    for (int r = 0; r < 200; ++r) {
+      sink = detail::readAll(warm[t].as<float>(), l2Floats);
+      asm volatile("" ::: "memory");
+    }
+  });
+  m.l2Bytes = 200 * 4.0 * static_cast<double>(l2Floats) * m.threads / l2Seconds;
   (void)sink;
   return m;
 }

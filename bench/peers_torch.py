@@ -117,9 +117,12 @@ def shapes(torch):
                            dtype=torch.int64).reshape(used, tokens)
         selected = len(set(ids.flatten().tolist()))
 
-        def make_mul_mat_id(tokens=tokens, ids=ids):
-            copies = cold_copies(n_out * n_in * experts * 4)
-            ws = [rand(experts, n_out, n_in, lo=-0.03, hi=0.03) for _ in range(copies)]
+        def make_mul_mat_id(tokens=tokens, ids=ids, selected=selected):
+            # Copies of the experts a call reads, spanning twice the L3 as the other peers' do
+            # (copies of all 8 experts, of which one token reads 2, fitted in the L3 twice).
+            copies = cold_copies(n_out * n_in * selected * 4)
+            ws = [{e: rand(n_out, n_in, lo=-0.03, hi=0.03) for e in ids.unique().tolist()}
+                  for _ in range(copies)]
             x = rand(used, tokens, n_in)  # [k, T, n_in]
             flat_ids, flat_x = ids.flatten(), x.reshape(used * tokens, n_in)
 
@@ -138,7 +141,8 @@ def shapes(torch):
     e, f = 1024, 3584
     for tokens in (1, 32):
         def make_moe(tokens=tokens):
-            copies = cold_copies(3 * f * e * experts * 4)
+            # Enough copies that the experts a call reads at most span twice the L3.
+            copies = cold_copies(3 * f * e * min(experts, used * tokens) * 4)
             up = [rand(experts, f, e, lo=-0.03, hi=0.03) for _ in range(copies)]
             gate = [rand(experts, f, e, lo=-0.03, hi=0.03) for _ in range(copies)]
             down = [rand(experts, e, f, lo=-0.02, hi=0.02) for _ in range(copies)]

@@ -20,7 +20,8 @@ drifts); else, for a cold shape with a dram-read, against that read's rate; else
 machine's probes. dram-read is a column of the table but no implementation: no speedup, no plot
 point.
 
-The JSON report: {"machine": {peak_gflops, dram_gbps, l3_gbps, l3_bytes, threads},
+The JSON report: {"machine": {peak_gflops, dram_gbps, l3_gbps, l3_bytes, l2_gbps, l2_bytes,
+threads},
 "implementations": [...], "shapes": [{"id", "description", "flops", "bytes", "intensity", "cold",
 "results": {impl: {"seconds", "gflops", "gbps", "roofline", "speedup_vs_generic", "flops",
 "bytes"} or {"skipped": message}}, "dram_gbps", "compile_ms"}],
@@ -54,7 +55,8 @@ KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "libxsmm", "
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # User counters read from each entry (everything else is Google Benchmark's own fields).
 COUNTERS = ("flops", "bytes", "roofline", "cold", "FLOP/s", "bytes_per_second", "compile_ms")
-MACHINE_KEYS = ("peak_gflops", "dram_gbps", "l3_gbps", "l3_bytes", "threads")
+MACHINE_KEYS = ("peak_gflops", "dram_gbps", "l3_gbps", "l3_bytes", "l2_gbps", "l2_bytes",
+                "threads")
 # Name components Google Benchmark appends to the registered name (benchmark_name.cc).
 GBENCH_SUFFIX = re.compile(
     r"^(real_time|manual_time|process_time|iterations:\d+|repeats:\d+|"
@@ -129,7 +131,7 @@ def machine_from_contexts(docs):
                 continue  # absent or not a number: leave None rather than guess
             if not math.isfinite(number):
                 continue
-            machine[key] = int(number) if key in ("threads", "l3_bytes") else number
+            machine[key] = int(number) if key in ("threads", "l3_bytes", "l2_bytes") else number
         break
     return machine
 
@@ -220,11 +222,20 @@ def collect_runs(doc, where="input"):
 # Aggregation
 
 
+def warm_gbps(nbytes, machine):
+    """The bandwidth of the cache warm bytes live in: the L2s when they fit the threads' L2s
+    together (as frank-shapes' Machine::fitsL2), else L3."""
+    l2, l2_bytes, threads = (machine.get(k) for k in ("l2_gbps", "l2_bytes", "threads"))
+    if l2 and l2_bytes and threads and nbytes is not None and nbytes <= l2_bytes * threads:
+        return l2
+    return machine.get("l3_gbps")
+
+
 def roofline_bound(flops, nbytes, cold, machine, dram_gbps=None):
-    """Seconds the roofline allows: compute or, from DRAM (cold) or L3 (warm), memory. A shape's
-    own DRAM bandwidth, when given, stands for the machine's."""
+    """Seconds the roofline allows: compute or, from DRAM (cold) or the L2s or L3 (warm),
+    memory. A shape's own DRAM bandwidth, when given, stands for the machine's."""
     peak = machine.get("peak_gflops")
-    bw = (dram_gbps or machine.get("dram_gbps")) if cold else machine.get("l3_gbps")
+    bw = (dram_gbps or machine.get("dram_gbps")) if cold else warm_gbps(nbytes, machine)
     if flops is None or nbytes is None or not peak or not bw:
         return None
     return max(flops / (peak * 1e9), nbytes / (bw * 1e9))
@@ -420,11 +431,23 @@ def markdown(report):
               [f"{fmt_sig(speedup)}×" if speedup else "—"]
         lines.append("| " + " | ".join(md_escape(c) for c in row) + " |")
     lines.append("")
-    lines.append("Times are medians per call; (n%) is the fraction of the roofline bound: L3 "
-                 "bandwidth for warm shapes; for cold ones DRAM, at the rate a plain read of "
+    lines.append("Times are medians per call; (n%) is the fraction of the roofline bound: for "
+                 "warm shapes the L2 bandwidth where their bytes fit the cores' L2s, else L3; "
+                 "for cold ones DRAM, at the rate a plain read of "
                  "their weights reached right after each repetition (frank-shapes), or the "
                  f"median of {DRAM_READ}'s, which times that read.")
     lines.append("")
+    # Why each skipped cell is skipped, once per implementation and reason.
+    skipped = {}
+    for shape in report["shapes"]:
+        for impl in impls:
+            reason = shape["results"].get(impl, {}).get("skipped")
+            if reason is not None:
+                skipped.setdefault((impl, reason), []).append(shape["id"])
+    for (impl, reason), ids in skipped.items():
+        lines.append(f"- {md_escape(impl)} skipped on {', '.join(ids)}: {md_escape(reason)}")
+    if skipped:
+        lines.append("")
     geomean = report["geomean_specialized_over_generic"]
     if geomean is None:
         lines.append(f"Geomean speedup of {SPECIALIZED} over {GENERIC}: n/a "
@@ -502,6 +525,7 @@ def write_plot(report, path):
     machine = report["machine"]
     impls = report["implementations"]
     peak, dram, l3 = machine["peak_gflops"], machine["dram_gbps"], machine["l3_gbps"]
+    l2 = machine.get("l2_gbps")
     points, off_plot = plot_points(report)
 
     plt.rcParams.update({"font.size": 13})
@@ -511,11 +535,11 @@ def write_plot(report, path):
 
     xs = [p[2] for p in points] or [1.0]
     ys = [p[3] for p in points] or [1.0]
-    ridges = [peak / bw for bw in (dram, l3) if peak and bw]
+    ridges = [peak / bw for bw in (dram, l3, l2) if peak and bw]
     x_lo = min(xs + ridges) / 4
     x_hi = max(xs + ridges) * 4
     y_tops = ys + ([peak] if peak else [])
-    y_lows = ys + [bw * x_lo for bw in (dram, l3) if bw]
+    y_lows = ys + [bw * x_lo for bw in (dram, l3, l2) if bw]
     y_lo = min(y_lows) / 3
     y_hi = max(y_tops) * 2.5
     ax.set_xlim(x_lo, x_hi)
@@ -532,7 +556,7 @@ def write_plot(report, path):
         ax.annotate(f"compute roof: {peak:.0f} GFLOP/s", (x_hi, peak), xytext=(-8, 6),
                     textcoords="offset points", ha="right", va="bottom", fontsize=13,
                     fontweight="bold")
-    for bw, name, ls in ((dram, "DRAM", "--"), (l3, "L3", ":")):
+    for bw, name, ls in ((dram, "DRAM", "--"), (l3, "L3", ":"), (l2, "L2", "-.")):
         if not bw:
             continue
         roof = [min(bw * x, peak) if peak else bw * x for x in grid]
@@ -587,7 +611,8 @@ def write_plot(report, path):
     title += f", {threads} threads" if threads else ""
     details = [f"peak {peak:.0f} GFLOP/s" if peak else None,
                f"DRAM {dram:.1f} GB/s" if dram else None,
-               f"L3 {l3:.1f} GB/s" if l3 else None]
+               f"L3 {l3:.1f} GB/s" if l3 else None,
+               f"L2 {l2:.1f} GB/s" if l2 else None]
     details = [d for d in details if d]
     if details:
         title += " (" + ", ".join(details) + ")"
@@ -705,7 +730,8 @@ def _sample_docs():
     shapes_doc = {
         "context": {"date": "2024-01-01T00:00:00", "num_cpus": 2, "library_build_type": "release",
                     "threads": "2", "peak_gflops": "100.00", "dram_gbps": "10.00",
-                    "l3_gbps": "50.00", "l3_bytes": "33554432"},
+                    "l3_gbps": "50.00", "l3_bytes": "33554432", "l2_gbps": "80.00",
+                    "l2_bytes": "262144"},
         "benchmarks": benchmarks,
     }
     # No repetitions, no machine context, no roofline or cold counters: median of iterations.
@@ -767,7 +793,12 @@ def self_test():
     report = build_report([shapes_doc, torch_doc])
     m = report["machine"]
     check("machine", m == {"peak_gflops": 100.0, "dram_gbps": 10.0, "l3_gbps": 50.0,
-                           "l3_bytes": 33554432, "threads": 2})
+                           "l3_bytes": 33554432, "l2_gbps": 80.0, "l2_bytes": 262144,
+                           "threads": 2})
+    # Warm bytes that fit the two threads' L2s (512 KiB) are bound by L2, the rest by L3.
+    close("warm in L2", roofline_bound(0, 524288, False, m), 524288 / 80e9)
+    close("warm past L2", roofline_bound(0, 524289, False, m), 524289 / 50e9)
+    close("cold", roofline_bound(0, 1000, True, m), 1000 / 10e9)
     check("implementations", report["implementations"] ==
           [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "torch"])
     ids = [s["id"] for s in report["shapes"]]
@@ -822,6 +853,7 @@ def self_test():
     s7_row = next(line for line in table.splitlines() if line.startswith("| S7 "))
     for want in ("400 µs (42%)", "500 µs", "1.20 ms", "skipped", "3.00×", "warm"):
         check(f"table S7 row has {want!r}: {s7_row}", want in s7_row)
+    check("table skip reason", "- onednn skipped on S7: oneDNN is not installed" in table)
     check("table geomean", "2.08×" in table)
     check("table compile", "| S7 | matmul 128x256x256 | compile-cold | 85.0 ms |" in table)
     check("table reload", "| S8 | matmul 1x256x256 | disk-reload | 2.50 ms |" in table)

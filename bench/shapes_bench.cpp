@@ -458,7 +458,8 @@ void registerShape(Context &ctx, const Shape &shape, const Machine &m) {
                                  [=, &m](benchmark::State &state) {
                                    Kernel kernel = fn.specialize(s->argSets[0], mode);
                                    std::vector<Tensor> outputs = kernel(s->argSets[0]);
-                                   size_t copy = 0;
+                                   // From copy 1, as the peers: copy 0 was just read.
+                                   size_t copy = 1;
                                    for (auto _ : state) {
                                      kernel.run(s->argSets[copy++ % s->argSets.size()], outputs);
                                      benchmark::ClobberMemory();
@@ -591,14 +592,17 @@ int main(int argc, char **argv) {
   const Machine machine = measureMachine();
   fmt::print(stderr,
              "machine: {} threads, FMA peak {:.1f} GFLOP/s, DRAM read {:.1f} GB/s, L3 read "
-             "{:.1f} GB/s, L3 {} MiB\n",
+             "{:.1f} GB/s, L2 read {:.1f} GB/s, L3 {} MiB, L2 {} KiB a core\n",
              machine.threads, machine.peakFlops / 1e9, machine.dramBytes / 1e9,
-             machine.l3Bytes / 1e9, machine.l3Size >> 20);
+             machine.l3Bytes / 1e9, machine.l2Bytes / 1e9, machine.l3Size >> 20,
+             machine.l2Size >> 10);
   benchmark::AddCustomContext("threads", std::to_string(machine.threads));
   benchmark::AddCustomContext("peak_gflops", fmt::format("{:.2f}", machine.peakFlops / 1e9));
   benchmark::AddCustomContext("dram_gbps", fmt::format("{:.2f}", machine.dramBytes / 1e9));
   benchmark::AddCustomContext("l3_gbps", fmt::format("{:.2f}", machine.l3Bytes / 1e9));
   benchmark::AddCustomContext("l3_bytes", std::to_string(machine.l3Size));
+  benchmark::AddCustomContext("l2_gbps", fmt::format("{:.2f}", machine.l2Bytes / 1e9));
+  benchmark::AddCustomContext("l2_bytes", std::to_string(machine.l2Size));
   if (std::string core = openblasCore(); !core.empty()) {
     fmt::print(stderr, "OpenBLAS kernels: {}\n", core);
     benchmark::AddCustomContext("openblas_core", core);

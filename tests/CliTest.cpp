@@ -567,11 +567,13 @@ TEST(CliBench, JsonReportAndSpeedupSummary) {
   EXPECT_TRUE(
       std::regex_search(r.out, std::regex(R"("name": "rms_norm_linalg/generic(/real_time)?")")))
       << r.out;
-  EXPECT_THAT(r.out, HasSubstr("\"bytes_per_second\""));
+  EXPECT_THAT(r.out, HasSubstr("\"argument_bytes/s\""));
   EXPECT_THAT(r.out, HasSubstr("\"compile_ms\""));
-  // The summary line the tool prints after both benchmarks ran.
+  // The summary line the tool prints after both benchmarks ran (its words, not the speeds, which
+  // a loaded machine may turn around).
   EXPECT_TRUE(std::regex_search(
-      r.err, std::regex(R"(rms_norm_linalg: specialized is \d+\.\d\dx faster than generic\n)")))
+      r.err,
+      std::regex(R"(rms_norm_linalg: specialized is \d+\.\d\dx (faster|slower) than generic\n)")))
       << "stderr:\n"
       << r.err;
 }
