@@ -119,6 +119,54 @@ TEST_F(LinkTest, MissingModuleIsReportedAtTheDeclaration) {
                     "module @lib_b in the linked files or the search path")));
 }
 
+// A linked module may call back into the module being linked (it used to look for @app among
+// the other files and report it missing); a cycle of calls is reported as recursion.
+TEST_F(LinkTest, ALinkedModuleMayCallBackIntoTheMainOne) {
+  std::string lib = write("lib.mlir", R"(module @lib {
+  util.func private @app.square(tensor<?xf32>) -> tensor<?xf32>
+  util.func public @square_twice(%t: tensor<?xf32>) -> tensor<?xf32> {
+    %a = util.call @app.square(%t) : (tensor<?xf32>) -> tensor<?xf32>
+    %b = util.call @app.square(%a) : (tensor<?xf32>) -> tensor<?xf32>
+    util.return %b : tensor<?xf32>
+  }
+})");
+  std::string main = write("main.mlir", R"(module @app {
+  util.func private @lib.square_twice(tensor<?xf32>) -> tensor<?xf32>
+  util.func public @square(%t: tensor<?xf32>) -> tensor<?xf32> {
+    %c0 = arith.constant 0 : index
+    %n = tensor.dim %t, %c0 : tensor<?xf32>
+    %e = tensor.empty(%n) : tensor<?xf32>
+    %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+        ins(%t : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %d = arith.mulf %a, %a : f32
+      linalg.yield %d : f32
+    } -> tensor<?xf32>
+    util.return %r : tensor<?xf32>
+  }
+  util.func public @main(%t: tensor<?xf32>) -> tensor<?xf32> {
+    %r = util.call @lib.square_twice(%t) : (tensor<?xf32>) -> tensor<?xf32>
+    util.return %r : tensor<?xf32>
+  }
+})");
+  Context ctx;
+  Module m = ctx.load(main, {{lib}, {}, false});
+  std::vector<float> x{1, 2, 3};
+  Tensor y = m.function("main")({Tensor::borrow(x.data(), DType::F32, {3})})[0];
+  EXPECT_EQ(std::vector<float>(y.as<float>(), y.as<float>() + 3), (std::vector<float>{1, 16, 81}));
+
+  std::string cycle = write("cycle.mlir", R"(module @lib {
+  util.func private @app.main(tensor<?xf32>) -> tensor<?xf32>
+  util.func public @square_twice(%t: tensor<?xf32>) -> tensor<?xf32> {
+    %a = util.call @app.main(%t) : (tensor<?xf32>) -> tensor<?xf32>
+    util.return %a : tensor<?xf32>
+  }
+})");
+  Module cyclic = ctx.load(main, {{cycle}, {}, false});
+  EXPECT_THAT([&] { cyclic.function("main")({Tensor::borrow(x.data(), DType::F32, {3})}); },
+              ThrowsMessage<Error>(HasSubstr("recursive call to")));
+}
+
 TEST_F(LinkTest, MissingFunctionNamesTheModule) {
   write("lib/b.mlir", R"(module @lib_b {
   util.func public @other(%t: tensor<?xf32>) -> tensor<?xf32> {

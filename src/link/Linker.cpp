@@ -143,6 +143,9 @@ private:
   }
 
   const ModuleOp *findModule(const std::string &symbol, const FuncOp &decl) {
+    // A linked module may call back into the one being linked.
+    if (!main_.name.empty() && symbol == main_.name)
+      return &main_;
     if (auto it = explicit_.find(symbol); it != explicit_.end())
       return it->second.get();
     if (auto it = parsed_.find(symbol); it != parsed_.end())
