@@ -14,6 +14,7 @@
 #include <llvm/ADT/Hashing.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/ADT/StringExtras.h>
+#include <llvm/Support/FileSystem.h>
 #include <llvm/Support/Path.h>
 #include <llvm/Support/xxhash.h>
 
@@ -909,7 +910,10 @@ DiskCacheInfo diskCacheInfo(const ContextOptions &options) {
   info.maxBytes = settings.maxBytes;
   if (settings.directory.empty())
     return info;
-  if (std::string problem = jit::checkCacheDirectory(settings.directory); !problem.empty()) {
+  std::string problem = jit::checkCacheDirectory(settings.directory);
+  if (problem.empty() && info.enabled && !llvm::sys::fs::exists(settings.directory))
+    info.status = "enabled (created on first use)";
+  if (!problem.empty()) {
     info.enabled = false;
     info.status = fmt::format("refused: {}", problem);
   }

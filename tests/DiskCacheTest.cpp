@@ -743,7 +743,8 @@ TEST(DiskCacheCli, StatsLsAndClear) {
                    {"FRANK_CACHE_MAX_BYTES", "1M"}};
   ToolResult empty = runTool({"cache", "stats"}, env);
   EXPECT_SUCCESS(empty);
-  EXPECT_EQ(empty.out, fmt::format("directory: {}\nstatus:    enabled\nentries:   0\n"
+  EXPECT_EQ(empty.out, fmt::format("directory: {}\nstatus:    enabled (created on first use)\n"
+                                   "entries:   0\n"
                                    "size:      0 B (0 bytes)\ncap:       1.0 MiB (1048576 bytes)\n",
                                    cacheDir));
   RmsCase a(dir, 2, 24), b(dir, 3, 24);
@@ -802,6 +803,21 @@ TEST(DiskCacheCli, StatsSayWhyTheCacheIsOff) {
   ToolResult open = runTool({"cache", "stats"}, {{"FRANK_CACHE_DIR", dir.path()}});
   EXPECT_SUCCESS(open);
   EXPECT_THAT(open.out, HasSubstr("status:    refused: it is writable by its group or by others"));
+  // ls and clear still work there, and say that kernels do not load from it.
+  for (const char *action : {"ls", "clear"}) {
+    ToolResult r = runTool({"cache", action}, {{"FRANK_CACHE_DIR", dir.path()}});
+    EXPECT_SUCCESS(r);
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("frank-jit: warning: kernels are neither loaded from "
+                                             "nor stored in {}: it is writable by its group or by "
+                                             "others",
+                                             dir.path())))
+        << action;
+  }
+  // A directory that cannot be made where it is asked for (under a file) is refused too.
+  writeFile(dir / "file", "");
+  ToolResult under = runTool({"cache", "stats"}, {{"FRANK_CACHE_DIR", dir / "file/cache"}});
+  EXPECT_SUCCESS(under);
+  EXPECT_THAT(under.out, HasSubstr("status:    refused: cannot inspect it: Not a directory\n"));
 }
 
 TEST(DiskCacheCli, Errors) {

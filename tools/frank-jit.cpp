@@ -443,9 +443,17 @@ int cacheCommand() {
     fmt::print("cap:       {} ({} bytes)\n", formatBytes(info.maxBytes), info.maxBytes);
     return 0;
   }
+  // ls and clear work on a refused directory too, and say that kernels do not load from it.
+  auto warnIfRefused = [](const DiskCacheInfo &info) {
+    if (info.status.rfind("refused: ", 0) == 0)
+      fmt::print(stderr,
+                 "frank-jit: warning: kernels are neither loaded from nor stored in {}: {}\n",
+                 info.directory, info.status.substr(9));
+  };
   if (cacheAction == "ls") {
     // Most recently used first, as `ls -t` lists.
     DiskCacheInfo info = diskCacheInfo();
+    warnIfRefused(info);
     for (auto it = info.entries.rbegin(); it != info.entries.rend(); ++it)
       fmt::print("{:>10}  {}  {}\n", formatBytes(it->bytes), formatTime(it->lastUsed),
                  it->problem.empty() ? it->description
@@ -454,6 +462,7 @@ int cacheCommand() {
   }
   if (cacheAction == "clear") {
     DiskCacheInfo info = diskCacheInfo();
+    warnIfRefused(info);
     size_t removed = clearDiskCache();
     fmt::print("removed {} entr{} from {}\n", removed, removed == 1 ? "y" : "ies",
                info.directory.empty() ? "(none)" : info.directory);
