@@ -54,6 +54,73 @@ TEST(NamedOps, MatmulAccumulatesIntoOuts) {
   expectBoth(text, {borrow(a, {m, k}), borrow(b, {k, n}), borrow(c, {m, n})}, expected, 1e-4, 1e-5);
 }
 
+// Upstream's explicit maps on the named contractions: B transposed ([n, k], as a linear layer
+// stores it), A transposed, and a batch matmul with B transposed, each at odd sizes.
+TEST(NamedOps, MatmulIndexingMapsTransposeTheOperands) {
+  const int64_t m = 7, k = 13, n = 5, batch = 3;
+  struct Case {
+    const char *name, *maps;
+    bool transposeA, transposeB;
+  };
+  const Case cases[] = {
+      {"b transposed",
+       "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>, "
+       "affine_map<(d0, d1, d2) -> (d0, d1)>]",
+       false, true},
+      {"a transposed",
+       "[affine_map<(d0, d1, d2) -> (d2, d0)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
+       "affine_map<(d0, d1, d2) -> (d0, d1)>]",
+       true, false}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string text = fmt::format(R"(
+    func.func @f(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>, %c: tensor<?x?xf32>) -> tensor<?x?xf32> {{
+      %r = linalg.matmul indexing_maps = {} ins(%a, %b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%c : tensor<?x?xf32>) -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    }})",
+                                   c.maps);
+    auto a = values(m * k, 4), b = values(k * n, 5), acc = values(m * n, 6);
+    std::vector<double> expected(m * n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = acc[i * n + j];
+        for (int64_t p = 0; p < k; ++p)
+          sum += static_cast<double>(c.transposeA ? a[p * m + i] : a[i * k + p]) *
+                 (c.transposeB ? b[j * k + p] : b[p * n + j]);
+        expected[i * n + j] = sum;
+      }
+    expectBoth(text,
+               {borrow(a, c.transposeA ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}),
+                borrow(b, c.transposeB ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}),
+                borrow(acc, {m, n})},
+               expected, 1e-4, 1e-5);
+    // The maps print back as they were written.
+    std::string printed = context().loadString(text, "mm_maps.mlir").print();
+    EXPECT_THAT(printed, HasSubstr(fmt::format("linalg.matmul indexing_maps = {} ins(", c.maps)));
+  }
+  const char *batched = R"(
+    func.func @f(%a: tensor<?x?x?xf32>, %b: tensor<?x?x?xf32>, %c: tensor<?x?x?xf32>) -> tensor<?x?x?xf32> {
+      %r = linalg.batch_matmul indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]
+          ins(%a, %b : tensor<?x?x?xf32>, tensor<?x?x?xf32>) outs(%c : tensor<?x?x?xf32>) -> tensor<?x?x?xf32>
+      return %r : tensor<?x?x?xf32>
+    })";
+  auto a = values(batch * m * k, 7), b = values(batch * n * k, 8), acc = values(batch * m * n, 9);
+  std::vector<double> expected(batch * m * n);
+  for (int64_t q = 0; q < batch; ++q)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = acc[(q * m + i) * n + j];
+        for (int64_t p = 0; p < k; ++p)
+          sum += static_cast<double>(a[(q * m + i) * k + p]) * b[(q * n + j) * k + p];
+        expected[(q * m + i) * n + j] = sum;
+      }
+  expectBoth(batched,
+             {Tensor::borrow(a.data(), DType::F32, {batch, m, k}),
+              Tensor::borrow(b.data(), DType::F32, {batch, n, k}),
+              Tensor::borrow(acc.data(), DType::F32, {batch, m, n})},
+             expected, 1e-4, 1e-5);
+}
+
 // `%name = 2 * %x`, elementwise over a 2-D %x, in place: an intermediate tensor.
 std::string doubled(const char *name) {
   return fmt::format(R"(

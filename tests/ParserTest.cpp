@@ -421,6 +421,42 @@ const DiagCase kDiagCases[] = {
      "2:35",
      "unexpected decimal integer literal '7' for a floating point value of 'f16': add a "
      "trailing dot to make it a float (7.0)"},
+    // A matmul's explicit maps: three, projections, the output leaving out one dim both read.
+    {"matmul_maps_count",
+     "util.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "
+     "tensor<2x2xf32> {\n"
+     "  %r = linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, "
+     "affine_map<(d0, d1, d2) -> (d2, d1)>] ins(%a, %b : tensor<2x3xf32>, tensor<3x2xf32>) "
+     "outs(%c : tensor<2x2xf32>) -> tensor<2x2xf32>\n"
+     "  util.return %r : tensor<2x2xf32>\n}\n",
+     "2:22", "'linalg.matmul' takes 3 indexing maps, found 2"},
+    {"matmul_maps_two_reductions",
+     "util.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>, %c: tensor<2xf32>) -> "
+     "tensor<2xf32> {\n"
+     "  %r = linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, "
+     "affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0)>] ins(%a, %b : "
+     "tensor<2x3xf32>, tensor<3x2xf32>) outs(%c : tensor<2xf32>) -> tensor<2xf32>\n"
+     "  util.return %r : tensor<2xf32>\n}\n",
+     "2:22",
+     "unsupported: the output map of 'linalg.matmul' leaves 2 dims out; a matmul reduces "
+     "exactly one"},
+    {"matmul_maps_rank",
+     "util.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "
+     "tensor<2x2xf32> {\n"
+     "  %r = linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, "
+     "affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>] ins(%a, %b : "
+     "tensor<2x3xf32>, tensor<3x2xf32>) outs(%c : tensor<2x2xf32>) -> tensor<2x2xf32>\n"
+     "  util.return %r : tensor<2x2xf32>\n}\n",
+     "2:22", "indexing map #0 of 'linalg.matmul' has 1 results for 'tensor<2x3xf32>'"},
+    {"matmul_maps_in_braces",
+     "util.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "
+     "tensor<2x2xf32> {\n"
+     "  %r = linalg.matmul {indexing_maps = []} ins(%a, %b : tensor<2x3xf32>, tensor<3x2xf32>) "
+     "outs(%c : tensor<2x2xf32>) -> tensor<2x2xf32>\n"
+     "  util.return %r : tensor<2x2xf32>\n}\n",
+     "2:23",
+     "'linalg.matmul' takes its indexing maps before 'ins', not in braces: linalg.matmul "
+     "indexing_maps = [...] ins(...)"},
     // Contractions compute in one element type; gather's indices are integers.
     {"matmul_mixed_element_types",
      "util.func @f(%a: tensor<2x3xf16>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "

@@ -368,6 +368,12 @@ private:
     }
     case OpKind::LinalgMatmul:
     case OpKind::LinalgBatchMatmul:
+      if (op.hasAttr("indexing_maps")) {
+        std::vector<std::string> maps;
+        for (const Attribute &map : op.attr("indexing_maps").list())
+          maps.push_back(map.map().str());
+        out += fmt::format(" indexing_maps = [{}]", fmt::join(maps, ", "));
+      }
       if (op.hasAttr(kConfigAttr))
         out += fmt::format(" {{{}}}", configEntry(op));
       out += insOuts(op) + " -> " + resultType.str();

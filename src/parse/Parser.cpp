@@ -122,6 +122,8 @@ private:
   void parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes);
   void parseGenericAttrs(Op &op);
   void parseIndexingMaps(Op &op);
+  AttrList parseMapList();
+  void checkContractionMaps(const Op &op, const Token &at, int numDims);
   void parseConfigValue(Op &op);
   Token parseDimensionAttr(Op &op);
   AttrList parseIntList(const char *what);
@@ -1009,6 +1011,60 @@ std::vector<Type> Parser::parseTypeListAfterArrow() {
   return types;
 }
 
+AttrList Parser::parseMapList() {
+  expect(Tok::LSquare, "to open 'indexing_maps'");
+  AttrList maps;
+  do
+    maps.push_back(Attribute{parseMapAttr()});
+  while (consumeIf(Tok::Comma));
+  expect(Tok::RSquare, "to close 'indexing_maps'");
+  return maps;
+}
+
+// A matmul's explicit maps, over `numDims` dims ([b,] m, n, k): three, each naming distinct dims
+// and one per dim of its operand; the output's dims are the parallel ones, and the one dim it
+// leaves out is the reduction, which both inputs read.
+void Parser::checkContractionMaps(const Op &op, const Token &at, int numDims) {
+  const AttrList &maps = op.attrs.at("indexing_maps").list();
+  if (maps.size() != 3)
+    failAt(at, fmt::format("'{}' takes 3 indexing maps, found {}", op.name(), maps.size()));
+  std::vector<bool> inOutput(numDims, false);
+  for (size_t i = 0; i < 3; ++i) {
+    const AffineMap &map = maps[i].map();
+    if (map.numDims != numDims)
+      failAt(at, fmt::format("indexing map #{} of '{}' has {} dims, not {}", i, op.name(),
+                             map.numDims, numDims));
+    std::vector<bool> seen(numDims, false);
+    for (const AffineResult &r : map.results) {
+      if (r.isConstant || seen[r.value])
+        failAt(at, fmt::format("unsupported: indexing map #{} of '{}' is not a projection of "
+                               "distinct dims",
+                               i, op.name()));
+      seen[r.value] = true;
+      if (i == 2)
+        inOutput[r.value] = true;
+    }
+    const Type &type = op.operands[i]->type;
+    if (type.isTensor() && type.rank() != static_cast<int64_t>(map.results.size()))
+      failAt(at, fmt::format("indexing map #{} of '{}' has {} results for '{}'", i, op.name(),
+                             map.results.size(), type.str()));
+  }
+  const int64_t reductions = std::count(inOutput.begin(), inOutput.end(), false);
+  if (reductions != 1)
+    failAt(at, fmt::format("unsupported: the output map of '{}' leaves {} dims out; a matmul "
+                           "reduces exactly one",
+                           op.name(), reductions));
+  const int k =
+      static_cast<int>(std::find(inOutput.begin(), inOutput.end(), false) - inOutput.begin());
+  for (size_t i = 0; i < 2; ++i) {
+    const auto &results = maps[i].map().results;
+    if (std::none_of(results.begin(), results.end(),
+                     [&](const AffineResult &r) { return r.value == k; }))
+      failAt(at, fmt::format("indexing map #{} of '{}' does not read the reduction dim d{}", i,
+                             op.name(), k));
+  }
+}
+
 void Parser::parseIndexingMaps(Op &op) {
   Token open = expect(Tok::LBrace, fmt::format("to open the attributes of '{}'", op.name()));
   Token key = expect(Tok::BareId, "as an attribute name");
@@ -1543,11 +1599,20 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
   }
   case OpKind::LinalgMatmul:
   case OpKind::LinalgBatchMatmul: {
-    // The only attribute these take here is the lowering choices.
+    // Transposed or broadcast operands as upstream MLIR spells them, before the lowering
+    // choices: `linalg.matmul indexing_maps = [#a, #b, #c] ins(...)`.
+    std::optional<Token> mapsTok;
+    if (atKeyword("indexing_maps")) {
+      mapsTok = take();
+      expect(Tok::Equal, "after 'indexing_maps'");
+      op.attrs["indexing_maps"] = Attribute{parseMapList()};
+    }
     if (consumeIf(Tok::LBrace)) {
       Token key = expect(Tok::BareId, "as an attribute name");
       if (key.text == "indexing_maps")
-        failAt(key, fmt::format("unsupported: '{}' with explicit indexing maps", op.name()));
+        failAt(key, fmt::format("'{0}' takes its indexing maps before 'ins', not in braces: "
+                                "{0} indexing_maps = [...] ins(...)",
+                                op.name()));
       if (key.text != kConfigAttr)
         failAt(key, fmt::format("unsupported attribute '{}' on '{}'", key.text, op.name()));
       expect(Tok::Equal, "after the attribute name");
@@ -1558,8 +1623,10 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     int64_t rank = kind == OpKind::LinalgMatmul ? 2 : 3;
     if (op.operands.size() != 3)
       failAt(nameTok, fmt::format("'{}' takes two 'ins' and one 'outs'", op.name()));
+    if (mapsTok)
+      checkContractionMaps(op, *mapsTok, static_cast<int>(rank) + 1);
     for (Value *v : op.operands)
-      if (!v->type.isTensor() || v->type.rank() != rank || !isFloatElem(v->type.elem))
+      if (!v->type.isTensor() || !isFloatElem(v->type.elem) || (!mapsTok && v->type.rank() != rank))
         failAt(nameTok, fmt::format("'{}' needs rank-{} float tensors, found '{}'", op.name(), rank,
                                     v->type.str()));
     resultTypes = parseTypeListAfterArrow();

@@ -33,10 +33,20 @@ Value *contraction(Builder &b, Op &op, int batch) {
     return mapOf(n, dims);
   };
   int m = batch, nn = batch + 1, k = batch + 2;
+  std::vector<AffineMap> maps = {with({m, k}), with({k, nn}), with({m, nn})};
   std::vector<bool> red(n, false);
   red[k] = true;
+  if (op.hasAttr("indexing_maps")) {
+    // Explicit maps (transposed operands): the dim the output leaves out is the reduction.
+    const AttrList &explicitMaps = op.attr("indexing_maps").list();
+    for (size_t i = 0; i < 3; ++i)
+      maps[i] = explicitMaps[i].map();
+    std::fill(red.begin(), red.end(), true);
+    for (const AffineResult &r : maps[2].results)
+      red[r.value] = false;
+  }
   return b.generic(
-      {a, bm}, c, {with({m, k}), with({k, nn}), with({m, nn})}, red,
+      {a, bm}, c, maps, red,
       [](Builder &bb, const Args &x) {
         return bb.binary(OpKind::AddF, x[2], bb.binary(OpKind::MulF, x[0], x[1]));
       },

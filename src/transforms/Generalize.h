@@ -12,7 +12,8 @@
 //                                keys, then a combine of the chunks; with many queries
 //                                (prefill), per block of queries (generalizeAttention)
 //
-// Gather with a mask and named ops with explicit indexing maps are reported as unsupported.
+// matmul and batch_matmul with explicit indexing maps (transposed operands) take those maps;
+// gather with a mask is reported as unsupported.
 #pragma once
 
 #include "ir/IR.h"
