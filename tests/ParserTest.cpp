@@ -410,17 +410,6 @@ const DiagCase kDiagCases[] = {
     {"float_literal_out_of_range_f16",
      "util.func @f() -> f16 {\n  %x = arith.constant 65520.0 : f16\n  util.return %x : f16\n}\n",
      "2:23", "float literal '65520.0' is out of range for 'f16'"},
-    // As in MLIR, a float is written with a dot or as hexadecimal bits, never as `2`.
-    {"decimal_integer_for_a_float",
-     "util.func @f() -> f32 {\n  %x = arith.constant -2 : f32\n  util.return %x : f32\n}\n", "2:24",
-     "unexpected decimal integer literal '2' for a floating point value of 'f32': add a "
-     "trailing dot to make it a float (2.0)"},
-    {"decimal_integer_in_dense_floats",
-     "util.func @f() -> tensor<2xf16> {\n  %x = arith.constant dense<[1.5, 7]> : tensor<2xf16>\n"
-     "  util.return %x : tensor<2xf16>\n}\n",
-     "2:35",
-     "unexpected decimal integer literal '7' for a floating point value of 'f16': add a "
-     "trailing dot to make it a float (7.0)"},
     // A matmul's explicit maps: three, projections, the output leaving out one dim both read.
     {"matmul_maps_count",
      "util.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "
@@ -958,7 +947,7 @@ TEST(RoundTrip, ScalarConstantsAndArith) {
   RoundTrip rt = roundTrip(R"(util.func @f(%x: f32, %i: i32) -> i1 {
   %t = arith.constant true
   %f = arith.constant false : i1
-  %two = arith.constant 2. : f32
+  %two = arith.constant 2 : f32
   %small = arith.constant -2.5E+3 : f32
   %eps = arith.constant 1.0e-5 : f32
   %m = arith.constant -1 : i32

@@ -390,10 +390,9 @@ Literal Parser::parseNumber(const Type &type) {
         failAt(t, "a hexadecimal float literal cannot be negated");
       lit.f = floatFromBits(t, type, loc(t));
     } else {
-      // As in MLIR, a float is written with a dot or in hexadecimal bits: IREE rejects `2 : f32`.
-      failAt(t, fmt::format("unexpected decimal integer literal '{}' for a floating point value of "
-                            "'{}': add a trailing dot to make it a float ({}.0)",
-                            t.text, type.str(), t.text));
+      lit.f = decimalFloat(t, type, loc(t));
+      if (negative)
+        lit.f = -lit.f;
     }
     return lit;
   }
