@@ -595,6 +595,72 @@ TEST(AttentionScoreRegion, TanhSoftCapMatchesTheOracle) {
     }
 }
 
+// f16 attention takes an f32 scale and an f32 score region (§4.6): the scale multiplied f16
+// scores in LLVM IR that did not verify. Against double on the f16-rounded inputs, rtol and atol
+// 1e-2: the scores sum 16 products in f16 (unit roundoff 4.9e-4, about 8e-3 of error at most
+// before the 0.5 scale) and the output is a convex combination of V's rows (|v| <= 1) rounded
+// to f16; a soft-cap in the wrong units moves outputs by more (checked below).
+TEST(AttentionScoreRegion, HalfPrecisionAttentionTakesAnF32ScaleAndRegion) {
+  const std::string head =
+      R"(util.func @f(%q: tensor<?x?x?xf16>, %k: tensor<?x?x?xf16>, %v: tensor<?x?x?xf16>, %scale: f32) -> tensor<?x?x?xf16> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %b = tensor.dim %q, %c0 : tensor<?x?x?xf16>
+  %m = tensor.dim %q, %c1 : tensor<?x?x?xf16>
+  %n = tensor.dim %v, %c2 : tensor<?x?x?xf16>
+  %e = tensor.empty(%b, %m, %n) : tensor<?x?x?xf16>
+  %r = iree_linalg_ext.attention {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> ()>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>]}
+      ins(%q, %k, %v, %scale : tensor<?x?x?xf16>, tensor<?x?x?xf16>, tensor<?x?x?xf16>, f32) outs(%e : tensor<?x?x?xf16>) {
+  ^bb0(%t: f32):
+)";
+  const std::string tail = R"(  } -> tensor<?x?x?xf16>
+  util.return %r : tensor<?x?x?xf16>
+}
+)";
+  const int64_t batch = 2, queries = 3, keys = 20, d = 16;
+  auto half = [](std::vector<float> x) {
+    std::vector<_Float16> h(x.begin(), x.end());
+    return h;
+  };
+  auto q = half(oracle::randomFloats(batch * queries * d, 61, -3, 3));
+  auto k = half(oracle::randomFloats(batch * keys * d, 62));
+  auto v = half(oracle::randomFloats(batch * keys * d, 63));
+  std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end());
+  const float scale = 0.5f;
+  std::vector<Arg> args{Tensor::borrow(q.data(), DType::F16, {batch, queries, d}),
+                        Tensor::borrow(k.data(), DType::F16, {batch, keys, d}),
+                        Tensor::borrow(v.data(), DType::F16, {batch, keys, d}), Scalar::f32(scale)};
+  // The 3-D layout is attentionGqa's with one head and D = N.
+  oracle::AttentionDims dims{batch, queries, keys, 1, 1, d};
+  for (double cap : {0.0, 2.5}) {
+    const std::string region =
+        cap == 0 ? "    iree_linalg_ext.yield %t : f32\n"
+                 : "    %cap = arith.constant 2.5 : f32\n    %s = arith.divf %t, %cap : f32\n"
+                   "    %th = math.tanh %s : f32\n    %c = arith.mulf %th, %cap : f32\n"
+                   "    iree_linalg_ext.yield %c : f32\n";
+    Function fn = context().loadString(head + region + tail, "attention_f16.mlir").function("f");
+    auto expected = cap == 0
+                        ? oracle::attentionGqa(qf.data(), kf.data(), vf.data(), scale, dims, false)
+                        : oracle::attentionGqaSoftCapped(qf.data(), kf.data(), vf.data(), scale,
+                                                         dims, false, cap);
+    auto other = cap != 0
+                     ? oracle::attentionGqa(qf.data(), kf.data(), vf.data(), scale, dims, false)
+                     : oracle::attentionGqaSoftCapped(qf.data(), kf.data(), vf.data(), scale, dims,
+                                                      false, 2.5);
+    for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+      SCOPED_TRACE(
+          fmt::format("cap {} {}", cap, mode == Mode::Generic ? "generic" : "specialized"));
+      Tensor out = fn(args, mode)[0];
+      const _Float16 *o = static_cast<const _Float16 *>(out.data());
+      std::vector<float> widened(o, o + out.numel());
+      auto cmp = oracle::compare(widened.data(), expected, 1e-2, 1e-2);
+      EXPECT_TRUE(cmp.ok) << cmp.describe();
+      EXPECT_FALSE(oracle::compare(widened.data(), other, 1e-2, 1e-2).ok);
+    }
+  }
+}
+
 // ---- attention_block -----------------------------------------------------------------------
 
 struct BlockShape {

@@ -410,6 +410,22 @@ const DiagCase kDiagCases[] = {
     {"float_literal_out_of_range_f16",
      "util.func @f() -> f16 {\n  %x = arith.constant 65520.0 : f16\n  util.return %x : f16\n}\n",
      "2:23", "float literal '65520.0' is out of range for 'f16'"},
+    // Attention's score region takes f32 scores whatever the element type (§4.6).
+    {"attention_region_of_f16",
+     "util.func @f(%q: tensor<1x2x4xf16>, %k: tensor<1x3x4xf16>, %v: tensor<1x3x4xf16>, %s: f32, "
+     "%o: tensor<1x2x4xf16>) -> tensor<1x2x4xf16> {\n"
+     "  %r = iree_linalg_ext.attention {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, "
+     "d1, d2)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3, d4) "
+     "-> (d0, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> ()>, affine_map<(d0, d1, d2, d3, d4) "
+     "-> (d0, d1, d4)>]} ins(%q, %k, %v, %s : tensor<1x2x4xf16>, tensor<1x3x4xf16>, "
+     "tensor<1x3x4xf16>, f32) outs(%o : tensor<1x2x4xf16>) {\n"
+     "  ^bb0(%t: f16):\n"
+     "    iree_linalg_ext.yield %t : f16\n"
+     "  } -> tensor<1x2x4xf16>\n"
+     "  util.return %r : tensor<1x2x4xf16>\n}\n",
+     "3:8",
+     "the score region's argument is an f32 score whatever the attention's element type, not "
+     "'f16'"},
     // A matmul's explicit maps: three, projections, the output leaving out one dim both read.
     {"matmul_maps_count",
      "util.func @f(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "

@@ -731,8 +731,13 @@ void Parser::parseRegion(Op &op, bool withHeader, const std::vector<Type> *expec
       for (size_t i = 0; i < expectedArgs->size(); ++i)
         if (block->arguments[i]->type != (*expectedArgs)[i])
           fail(block->arguments[i]->loc,
-               fmt::format("block argument #{} has type '{}' but operand #{} has element type '{}'",
-                           i, block->arguments[i]->type.str(), i, (*expectedArgs)[i].str()));
+               op.kind == OpKind::Attention
+                   ? fmt::format("the score region's argument is an f32 score whatever the "
+                                 "attention's element type, not '{}'",
+                                 block->arguments[i]->type.str())
+                   : fmt::format("block argument #{} has type '{}' but operand #{} has element "
+                                 "type '{}'",
+                                 i, block->arguments[i]->type.str(), i, (*expectedArgs)[i].str()));
     }
   }
   parseBlockBody(*block, Tok::RBrace);

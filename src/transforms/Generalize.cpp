@@ -469,18 +469,29 @@ std::optional<CausalBound> causalBoundFor(const Value &mask, const AffineMap &ma
   return causalBoundOf(mask, query, key);
 }
 
+// `x` as float type `to`: extended, truncated or as it is.
+Value *convertFloat(Builder &b, Value *x, ElemKind to) {
+  if (x->type.elem == to)
+    return x;
+  return b.cast(elemBits(to) > elemBits(x->type.elem) ? OpKind::ExtF : OpKind::TruncF, x, to);
+}
+
 // The attention's score region applied to natural-log logit `t`. The region sees logits in
 // log2 units (MLIR-SUBSET.md §4.6, as IREE's decomposition computes them), so a tanh soft-cap's
 // meaning depends on it: region(t · log2 e) · ln 2.
+// The region's scores are f32 (§4.6), whatever the attention's element type.
 Value *applyScoreRegion(Builder &b, const Block &region, Value *t) {
-  const ElemKind e = t->type.elem;
-  ValueMap map{{region.arguments[0].get(), b.binary(OpKind::MulF, t, b.constantFloat(M_LOG2E, e))}};
+  const ElemKind e = t->type.elem, r = region.arguments[0]->type.elem;
+  Value *log2Units = b.binary(OpKind::MulF, convertFloat(b, t, r), b.constantFloat(M_LOG2E, r));
+  ValueMap map{{region.arguments[0].get(), log2Units}};
   for (const auto &regionOp : region.ops)
     if (regionOp.get() != region.terminator())
       b.insert(cloneOp(*regionOp, map));
   Value *yielded = region.terminator()->operands[0];
   auto it = map.find(yielded);
-  return b.binary(OpKind::MulF, it == map.end() ? yielded : it->second, b.constantFloat(M_LN2, e));
+  return convertFloat(
+      b, b.binary(OpKind::MulF, it == map.end() ? yielded : it->second, b.constantFloat(M_LN2, r)),
+      e);
 }
 
 // Attention as generics: scores (Q·K) scaled and masked, row max, exp, row sum, then P·V. With
@@ -496,10 +507,6 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   const Block &region = *op.regions[0];
   const bool identityRegion =
       region.ops.size() == 1 && region.ops[0]->operands[0] == region.arguments[0].get();
-  if (!identityRegion && region.arguments[0]->type.elem != init->type.elem)
-    fail(op.loc, fmt::format("unsupported: an 'iree_linalg_ext.attention' score region over {} "
-                             "for an output of {}",
-                             elemName(region.arguments[0]->type.elem), elemName(init->type.elem)));
   AffineMap qm = maps[0].map(), km = maps[1].map(), vm = maps[2].map(), om = maps.back().map();
   AffineMap maskMap = mask ? maps[4].map() : AffineMap{};
   AttentionDims dims = attentionDims(op);
@@ -645,7 +652,7 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
   Value *logits = b.generic(
       logitInputs, emptyOver(sDims), logitMaps, elementwise,
       [&](Builder &bb, const Args &a) {
-        Value *t = bb.binary(OpKind::MulF, a[0], scale);
+        Value *t = bb.binary(OpKind::MulF, a[0], convertFloat(bb, scale, e));
         if (!identityRegion)
           t = applyScoreRegion(bb, region, t);
         if (!mask)
