@@ -6,6 +6,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "link/Linker.h"
+#include "parse/FloatLiterals.h"
 #include "parse/Parser.h"
 #include "runtime/Memory.h"
 #include "runtime/Parallel.h"
@@ -174,15 +175,6 @@ struct Access {
 // ---- Arguments -----------------------------------------------------------------------------
 
 namespace {
-
-const llvm::fltSemantics &floatSemantics(ElemKind elem) {
-  switch (elem) {
-  case ElemKind::F16: return llvm::APFloat::IEEEhalf();
-  case ElemKind::BF16: return llvm::APFloat::BFloat();
-  case ElemKind::F32: return llvm::APFloat::IEEEsingle();
-  default: return llvm::APFloat::IEEEdouble();
-  }
-}
 
 // Converts a scalar to the type the signature declares, checking that its value fits. `arg`
 // names the call and the argument.

@@ -843,9 +843,45 @@ TEST(CliRun, HexadecimalLiteralsAreBitsForFloatsAndValuesForIntegers) {
   ToolResult f = runTool({"run", floats, "--input=3xf32=0x3F800000,0xFF800000,0x00000001"});
   EXPECT_SUCCESS(f);
   EXPECT_THAT(f.out, HasSubstr("3xf32=[1 -inf 1.401298e-45]"));
-  ToolResult i = runTool({"run", ints, "--input=3xi8=0x7f,-0x80,0x0A"});
+  // As in MLIR, unsigned hexadecimal is the type's bits: 0xFF is -1 as an i8.
+  ToolResult i = runTool({"run", ints, "--input=4xi8=0x7f,-0x80,0x0A,0xFF"});
   EXPECT_SUCCESS(i);
-  EXPECT_THAT(i.out, HasSubstr("3xi8=[127 -128 10]"));
+  EXPECT_THAT(i.out, HasSubstr("4xi8=[127 -128 10 -1]"));
+}
+
+// Decimal literals round once from their digits, in --input and in the MLIR text alike: 1 +
+// 2^-24 + 2^-60 through a double first tied and rounded down to 1.0f. A double's subnormal is a
+// number (strtod's ERANGE had called it none), and an f32 underflow is 0.
+TEST(CliRun, DecimalLiteralsRoundOnceFromTheirDigits) {
+  const std::string justAbove = "1.000000059604644776257986737988403547205962240695953369140625";
+  std::string path = tempPath("decimal.mlir"), out = tempPath("decimal.npy");
+  writeFile(path, fmt::format("util.func public @f(%x: tensor<3xf32>) -> tensor<3xf32> {{\n"
+                              "  %c = arith.constant {} : f32\n"
+                              "  %e = tensor.empty() : tensor<3xf32>\n"
+                              "  %r = linalg.generic {{indexing_maps = [affine_map<(i) -> (i)>, "
+                              "affine_map<(i) -> (i)>], iterator_types = [\"parallel\"]}} "
+                              "ins(%x : tensor<3xf32>) outs(%e : tensor<3xf32>) {{\n"
+                              "  ^bb0(%a: f32, %o: f32):\n"
+                              "    %s = arith.mulf %a, %c : f32\n"
+                              "    linalg.yield %s : f32\n"
+                              "  }} -> tensor<3xf32>\n"
+                              "  util.return %r : tensor<3xf32>\n}}\n",
+                              justAbove));
+  ToolResult r = runTool(
+      {"run", path, fmt::format("--input=3xf32={},1e-400,1", justAbove), "--output=@" + out});
+  EXPECT_SUCCESS(r);
+  Tensor t = readNpy(out);
+  ASSERT_EQ(t.numel(), 3);
+  // x * c: (1 + 2^-23)^2 rounds to 1 + 2^-22; 0; c itself.
+  EXPECT_EQ(t.as<uint32_t>()[0], 0x3F800002u);
+  EXPECT_EQ(t.as<uint32_t>()[1], 0u);
+  EXPECT_EQ(t.as<uint32_t>()[2], 0x3F800001u);
+  std::string f64 = tempPath("same_f64.mlir");
+  writeFile(f64, "util.func public @f(%x: tensor<?xf64>) -> tensor<?xf64> {\n"
+                 "  util.return %x : tensor<?xf64>\n}\n");
+  ToolResult sub = runTool({"run", f64, "--input=2xf64=4.9e-324,-2.2250738585072014e-309"});
+  EXPECT_SUCCESS(sub);
+  EXPECT_THAT(sub.out, HasSubstr("2xf64=[4.940656e-324 -2.225074e-309]"));
 }
 
 // A scalar argument may come from a 0-d .npy file of its type.

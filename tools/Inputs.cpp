@@ -1,6 +1,7 @@
 // Parsing --input values and printing results.
 #include "Inputs.h"
 #include "frank/Npy.h"
+#include "parse/FloatLiterals.h"
 
 #include <llvm/ADT/APFloat.h>
 #include <llvm/ADT/StringExtras.h>
@@ -22,36 +23,20 @@ namespace {
   throw Error(fmt::format("error: --input #{} '{}': {}", position, text, why));
 }
 
-double parseNumber(const std::string &token, size_t position, const std::string &text) {
-  if (token == "true")
-    return 1;
-  if (token == "false")
-    return 0;
-  char *end = nullptr;
-  errno = 0;
-  double v = std::strtod(token.c_str(), &end);
-  if (token.empty() || *end != '\0' || errno == ERANGE)
-    bad(position, text, fmt::format("'{}' is not a number", token));
-  return v;
-}
-
-const llvm::fltSemantics &semanticsOf(DType dtype) {
+ElemKind elemKindOf(DType dtype) {
   switch (dtype) {
-  case DType::F16: return llvm::APFloat::IEEEhalf();
-  case DType::BF16: return llvm::APFloat::BFloat();
-  case DType::F32: return llvm::APFloat::IEEEsingle();
-  default: return llvm::APFloat::IEEEdouble();
+  case DType::F16: return ElemKind::F16;
+  case DType::BF16: return ElemKind::BF16;
+  case DType::F32: return ElemKind::F32;
+  default: return ElemKind::F64;
   }
 }
 
-// `v` in float type `dtype`, rounded once to nearest even with subnormals kept; `overflowed`
-// says whether a finite `v` became an infinity.
-llvm::APFloat roundTo(double v, DType dtype, bool *overflowed = nullptr) {
+// `v` in float type `dtype`, rounded to nearest even with subnormals kept.
+llvm::APFloat roundTo(double v, DType dtype) {
   llvm::APFloat f(v);
   bool losesInfo = false;
-  auto status = f.convert(semanticsOf(dtype), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
-  if (overflowed)
-    *overflowed = (status & llvm::APFloat::opOverflow) != 0;
+  f.convert(floatSemantics(elemKindOf(dtype)), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
   return f;
 }
 
@@ -61,9 +46,9 @@ bool isHex(const std::string &token) {
          (token[at + 1] == 'x' || token[at + 1] == 'X');
 }
 
-// A float literal for `dtype`: decimal (1e-6, inf, nan), or as in MLIR its bits in hexadecimal
-// (0x7FC00000 for an f32 NaN, 0x3C00 for an f16 one). A finite value the type cannot hold is an
-// error, not an infinity.
+// A float literal for `dtype`: decimal (1e-6, rounded once to the type), inf or nan, or as in
+// MLIR its bits in hexadecimal (0x7FC00000 for an f32 NaN, 0x3C00 for an f16 one). A finite
+// value the type cannot hold is an error, not an infinity.
 double parseFloat(const std::string &token, DType dtype, size_t position, const std::string &text) {
   if (isHex(token)) {
     const size_t digits = dtype == DType::F64 ? 16 : dtype == DType::F32 ? 8 : 4;
@@ -74,17 +59,21 @@ double parseFloat(const std::string &token, DType dtype, size_t position, const 
           fmt::format("hexadecimal '{}' is not the bits of an {}: it takes {} hex digits after "
                       "0x, and no sign",
                       token, dtypeName(dtype), digits));
-    llvm::APFloat f(semanticsOf(dtype), bits.zextOrTrunc(digits * 4));
+    llvm::APFloat f(floatSemantics(elemKindOf(dtype)), bits.zextOrTrunc(digits * 4));
     bool losesInfo = false;
     f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
     return f.convertToDouble();
   }
-  const double v = parseNumber(token, position, text);
-  bool overflowed = false;
-  roundTo(v, dtype, &overflowed);
-  if (overflowed)
-    bad(position, text, fmt::format("{} is out of range for {}", token, dtypeName(dtype)));
-  return v;
+  bool overflow = false;
+  if (std::optional<double> v = roundDecimal(token, elemKindOf(dtype), overflow)) {
+    if (overflow)
+      bad(position, text, fmt::format("{} is out of range for {}", token, dtypeName(dtype)));
+    return *v;
+  }
+  const std::string name = llvm::StringRef(token).ltrim("+-").lower();
+  if (name == "inf" || name == "infinity" || name == "nan")
+    return std::strtod(token.c_str(), nullptr);
+  bad(position, text, fmt::format("'{}' is not a number", token));
 }
 
 template <class T, class ValueAt> void fillFrom(Tensor &t, ValueAt &valueAt) {
@@ -135,7 +124,7 @@ std::pair<int64_t, int64_t> integerRange(DType dtype) {
 int64_t parseInteger(const std::string &token, DType dtype, size_t position,
                      const std::string &text, bool isIndex = false) {
   const char *type = isIndex ? "index" : dtypeName(dtype);
-  if (token == "true" || token == "false")
+  if ((token == "true" || token == "false") && dtype == DType::I1)
     return token == "true";
   // Decimal or hexadecimal (0x7f, -0x80), exactly: a double would round past 2^53.
   const bool negative = !token.empty() && token[0] == '-', hex = isHex(token);
@@ -145,8 +134,15 @@ int64_t parseInteger(const std::string &token, DType dtype, size_t position,
       digits.getAsInteger(hex ? 16 : 10, magnitude) || magnitude > (uint64_t{1} << 63) ||
       (!negative && magnitude == (uint64_t{1} << 63)))
     bad(position, text, fmt::format("'{}' is not an integer that {} holds", token, type));
-  const int64_t v =
-      negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  int64_t v = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  // As in MLIR, unsigned hexadecimal is the type's bits: 0xFF is -1 as an i8.
+  const int bits = dtype == DType::I8    ? 8
+                   : dtype == DType::I16 ? 16
+                   : dtype == DType::I32 ? 32
+                                         : 64;
+  if (hex && !negative && dtype != DType::I1 && bits < 64 && magnitude < (uint64_t{1} << bits) &&
+      magnitude >= (uint64_t{1} << (bits - 1)))
+    v = static_cast<int64_t>(magnitude) - (int64_t{1} << bits);
   const auto [least, most] = integerRange(dtype);
   if (v < least || v > most)
     bad(position, text, fmt::format("{} does not fit {}", token, type));
@@ -192,29 +188,37 @@ std::pair<double, double> randomRange(const std::string &value, DType dtype, siz
   const size_t colon = bounds.find(':');
   if (colon == std::string::npos)
     bad(position, text, "random takes no range or two bounds: random:LO:HI");
-  auto bound = [&](const std::string &token) {
-    return isFloat(dtype) ? parseFloat(token, dtype, position, text)
-                          : parseNumber(token, position, text);
-  };
-  const double lo = bound(bounds.substr(0, colon)), hi = bound(bounds.substr(colon + 1));
-  if (!std::isfinite(hi - lo))
-    bad(position, text, fmt::format("random:{} needs finite bounds and a finite HI - LO", bounds));
-  if (!(lo < hi))
-    bad(position, text, fmt::format("random:{} is an empty range: LO must be below HI", bounds));
-  if (!isFloat(dtype)) {
-    if (lo != std::floor(lo) || hi != std::floor(hi))
+  const std::string loText = bounds.substr(0, colon), hiText = bounds.substr(colon + 1);
+  if (isFloat(dtype)) {
+    const double lo = parseFloat(loText, dtype, position, text),
+                 hi = parseFloat(hiText, dtype, position, text);
+    if (!std::isfinite(hi - lo))
+      bad(position, text,
+          fmt::format("random:{} needs finite bounds and a finite HI - LO", bounds));
+    if (!(lo < hi))
+      bad(position, text, fmt::format("random:{} is an empty range: LO must be below HI", bounds));
+    return {lo, hi};
+  }
+  // Integer bounds exactly, as i64: HI is one past the last value, so need not fit the type.
+  auto integerBound = [&](const std::string &token) {
+    if (!isHex(token) && token.find_first_of(".eE") != std::string::npos)
       bad(position, text,
           fmt::format("the bounds of random integers must be integers, not {}", bounds));
-    // Random integers are drawn through doubles: exact up to 2^53.
-    const auto [least, most] = dtype == DType::I64 ? std::pair<double, double>{-0x1p53, 0x1p53}
-                                                   : std::pair<double, double>(integerRange(dtype));
-    if (lo < least || hi - 1 > most)
-      bad(position, text,
-          dtype == DType::I64
-              ? fmt::format("random:{} is outside the random i64 range [-2^53, 2^53]", bounds)
-              : fmt::format("random:{} does not fit {}", bounds, dtypeName(dtype)));
-  }
-  return {lo, hi};
+    return parseInteger(token, DType::I64, position, text);
+  };
+  const int64_t lo = integerBound(loText), hi = integerBound(hiText);
+  if (lo >= hi)
+    bad(position, text, fmt::format("random:{} is an empty range: LO must be below HI", bounds));
+  // Random integers are drawn through doubles: exact up to 2^53.
+  const auto [least, most] =
+      dtype == DType::I64 ? std::pair<int64_t, int64_t>{-(int64_t{1} << 53), int64_t{1} << 53}
+                          : integerRange(dtype);
+  if (lo < least || hi - 1 > most)
+    bad(position, text,
+        dtype == DType::I64
+            ? fmt::format("random:{} is outside the random i64 range [-2^53, 2^53]", bounds)
+            : fmt::format("random:{} does not fit {}", bounds, dtypeName(dtype)));
+  return {static_cast<double>(lo), static_cast<double>(hi)};
 }
 
 double elementAt(const Tensor &t, int64_t i) {
