@@ -573,8 +573,8 @@ static std::string describeKernel(const detail::ModuleImpl &module, const std::s
   if (function && function->loc.file)
     text += fmt::format(" of {}", llvm::sys::path::filename(function->loc.file->name).str());
   text += fmt::format(" for {}", ctx.engine->cpuName());
-  if (!ctx.options.loweringConfig.empty())
-    text += fmt::format(", {}={}", ctx.options.loweringConfigName, ctx.options.loweringConfig);
+  if (!ctx.config.empty())
+    text += fmt::format(", {}={}", ctx.options.loweringConfigName, ctx.config.str());
   return text;
 }
 
@@ -586,7 +586,7 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
   std::string key = fmt::format("{}|{}|{}|{}|checks={}|config={}|{}|{}", module->contentHash, name,
                                 mode == Mode::Generic ? "generic" : "specialized",
                                 signatureOf(specs, mode), ctx.options.boundsChecks,
-                                ctx.options.loweringConfig, engine.cpuName(), engine.cpuFeatures());
+                                ctx.config.str(), engine.cpuName(), engine.cpuFeatures());
   std::promise<std::shared_ptr<const detail::KernelImpl>> promise;
   std::shared_future<std::shared_ptr<const detail::KernelImpl>> future;
   bool compileHere = false;

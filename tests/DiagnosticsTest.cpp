@@ -1259,6 +1259,12 @@ const CliCase kCliCases[] = {
       "--benchmark_repetitions=3"},
      "frank-jit",
      "'--benchmark_repetitions=3' is a flag of `bench` only"},
+    // LLVM keeps the last of several occurrences: the first would be dropped without a word.
+    {"config_given_twice",
+     {"run", "{dir}/mm.mlir", "--input=2x3xf32=1", "--input=3x2xf32=1", "--config=tile=2x1",
+      "--config=k-block=0"},
+     "frank-jit",
+     "--config is given 2 times; give it once"},
     {"config_in_generic_mode",
      {"run", "{dir}/mm.mlir", "--input=2x3xf32=1", "--input=3x2xf32=1", "--mode=generic",
       "--config=tile=2x1"},

@@ -749,7 +749,8 @@ TEST(DiskCacheCli, StatsLsAndClear) {
                                    cacheDir));
   RmsCase a(dir, 2, 24), b(dir, 3, 24);
   EXPECT_SUCCESS(a.run(cacheDir, dir / "ya.npy"));
-  EXPECT_SUCCESS(b.run(cacheDir, dir / "yb.npy", {}, {"--cpu=x86-64-v3", "--config=tile=2x1"}));
+  // The choices as parsed, not as typed: ` tile = 2x1,` is named and keyed as `tile=2x1`.
+  EXPECT_SUCCESS(b.run(cacheDir, dir / "yb.npy", {}, {"--cpu=x86-64-v3", "--config= tile = 2x1,"}));
   auto entries = entriesIn(cacheDir);
   ASSERT_EQ(entries.size(), 2u);
   uint64_t total = 0;

@@ -712,8 +712,12 @@ TEST(Strategy, BadConfigsAreErrors) {
               testing::HasSubstr("is not an integer from 0 to 2^63"));
   // A key given twice is a typo to point out, not a choice to take the last of.
   EXPECT_THAT(error("tile=4x2,k-block=0,tile=6x1", mm), testing::HasSubstr("tile is given twice"));
-  // Spaces around keys and values are the same to either side of '='.
+  // Spaces around keys and values are the same to either side of '=', and the choices print in
+  // one order and spelling (the kernel cache's key).
   EXPECT_EQ(error(" tile = 4x2 , k-block= 64", mm), "no error");
+  EXPECT_EQ(loops::parseConfig(" k-block= 64, tile = 4x2 ,pack=1,ranks=in-order").str(),
+            "tile=4x2,k-block=64,pack=1,ranks=in-order");
+  EXPECT_EQ(loops::parseConfig("").str(), "");
   EXPECT_THAT(error("tile=4x2,=3", mm), testing::HasSubstr("'=3' is not key=value"));
   // Plain loops take no tiles or blocks: they would be dropped without a word.
   EXPECT_THAT(error("pipeline=loops,k-block=7", mm),

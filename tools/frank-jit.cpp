@@ -495,6 +495,14 @@ int main(int argc, char **argv) {
     return 1;
   llvm::TimePassesIsEnabled = timePasses;
   try {
+    // LLVM's options keep the last of several occurrences; of these a second is a mistake (the
+    // first would be dropped without a word).
+    for (const cl::Option *option : std::initializer_list<const cl::Option *>{
+             &function, &mode, &emit, &loweringConfig, &versusConfig, &cpu, &seed, &linkOutput,
+             &printMax})
+      if (option->getNumOccurrences() > 1)
+        throw Error(fmt::format("error: --{} is given {} times; give it once", option->ArgStr.str(),
+                                option->getNumOccurrences()));
     if (!benchCmd && theirs.size() > 1)
       throw Error(fmt::format("error: '{}' is a flag of `bench` only", theirs[1]));
     // Generic kernels are plain loops: no strategy to override.

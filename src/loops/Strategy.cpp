@@ -118,6 +118,29 @@ ConfigOverride parseConfig(const std::string &text, const std::string &origin) {
   return config;
 }
 
+std::string ConfigOverride::str() const {
+  std::vector<std::string> items;
+  auto add = [&](const char *key, const auto &field, auto text) {
+    if (field)
+      items.push_back(fmt::format("{}={}", key, text(*field)));
+  };
+  auto same = [](auto v) { return fmt::format("{}", v); };
+  auto bit = [](bool v) { return std::string(v ? "1" : "0"); };
+  add("pipeline", pipeline, [](Pipeline p) { return std::string(pipelineName(p)); });
+  if (tileM)
+    items.push_back(fmt::format("tile={}x{}", *tileM, *tileN));
+  add("k-block", blockK, same);
+  add("pack", pack, bit);
+  add("prefetch", prefetchAhead, same);
+  add("key-chunks", keyChunks, same);
+  add("query-blocks", queryBlocks, same);
+  add("blocks-outside", blocksOutside, bit);
+  add("n-group", groupN, same);
+  add("ranks", ranksByChoice, [](bool v) { return std::string(v ? "by-choice" : "in-order"); });
+  add("k-blocks", kBlocksInTile, [](bool v) { return std::string(v ? "in-tile" : "outside"); });
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
 ConfigOverride ConfigOverride::overriddenBy(const ConfigOverride &op) const {
   if (op.empty())
     return *this;

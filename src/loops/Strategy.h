@@ -226,6 +226,9 @@ struct ConfigOverride {
   /// This override with the fields `op` sets replaced: an op's `frank.config` attribute wins
   /// over the function-wide `--config`.
   ConfigOverride overriddenBy(const ConfigOverride &op) const;
+  /// The choices as parseConfig reads them, in one order and spelling: `tile = 4x2,` and
+  /// `tile=4x2` say the same (a kernel's cache key and description).
+  std::string str() const;
 };
 
 /// Parses `--config=` text (or, with `origin` "frank.config", an op's attribute):
