@@ -592,7 +592,7 @@ int main(int argc, char **argv) {
   const Machine machine = measureMachine();
   fmt::print(stderr,
              "machine: {} threads, FMA peak {:.1f} GFLOP/s, DRAM read {:.1f} GB/s, L3 read "
-             "{:.1f} GB/s, L2 read {:.1f} GB/s, L3 {} MiB, L2 {} KiB a core\n",
+             "{:.1f} GB/s, L2 copy {:.1f} GB/s, L3 {} MiB, L2 {} KiB a core\n",
              machine.threads, machine.peakFlops / 1e9, machine.dramBytes / 1e9,
              machine.l3Bytes / 1e9, machine.l2Bytes / 1e9, machine.l3Size >> 20,
              machine.l2Size >> 10);
