@@ -35,6 +35,23 @@ void expectBoth(const std::string &text, const std::vector<Arg> &args,
   }
 }
 
+// c + a·b over [m, k] x [k, n], in double; a stored [k, m] with `transposeA`, b [n, k] with
+// `transposeB`.
+std::vector<double> matmulOracle(const std::vector<float> &a, const std::vector<float> &b,
+                                 const std::vector<float> &c, int64_t m, int64_t k, int64_t n,
+                                 bool transposeA = false, bool transposeB = false) {
+  std::vector<double> out(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = c[i * n + j];
+      for (int64_t p = 0; p < k; ++p)
+        sum += static_cast<double>(transposeA ? a[p * m + i] : a[i * k + p]) *
+               (transposeB ? b[j * k + p] : b[p * n + j]);
+      out[i * n + j] = sum;
+    }
+  return out;
+}
+
 TEST(NamedOps, MatmulAccumulatesIntoOuts) {
   const char *text = R"(
     func.func @f(%a: tensor<?x?xf32>, %b: tensor<?x?xf32>, %c: tensor<?x?xf32>) -> tensor<?x?xf32> {
@@ -43,15 +60,8 @@ TEST(NamedOps, MatmulAccumulatesIntoOuts) {
     })";
   const int64_t m = 7, k = 13, n = 5;
   auto a = values(m * k, 1), b = values(k * n, 2), c = values(m * n, 3);
-  std::vector<double> expected(m * n);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = c[i * n + j];
-      for (int64_t p = 0; p < k; ++p)
-        s += static_cast<double>(a[i * k + p]) * b[p * n + j];
-      expected[i * n + j] = s;
-    }
-  expectBoth(text, {borrow(a, {m, k}), borrow(b, {k, n}), borrow(c, {m, n})}, expected, 1e-4, 1e-5);
+  expectBoth(text, {borrow(a, {m, k}), borrow(b, {k, n}), borrow(c, {m, n})},
+             matmulOracle(a, b, c, m, k, n), 1e-4, 1e-5);
 }
 
 // Upstream's explicit maps on the named contractions: B transposed ([n, k], as a linear layer
@@ -80,15 +90,7 @@ TEST(NamedOps, MatmulIndexingMapsTransposeTheOperands) {
     }})",
                                    c.maps);
     auto a = values(m * k, 4), b = values(k * n, 5), acc = values(m * n, 6);
-    std::vector<double> expected(m * n);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double sum = acc[i * n + j];
-        for (int64_t p = 0; p < k; ++p)
-          sum += static_cast<double>(c.transposeA ? a[p * m + i] : a[i * k + p]) *
-                 (c.transposeB ? b[j * k + p] : b[p * n + j]);
-        expected[i * n + j] = sum;
-      }
+    std::vector<double> expected = matmulOracle(a, b, acc, m, k, n, c.transposeA, c.transposeB);
     expectBoth(text,
                {borrow(a, c.transposeA ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}),
                 borrow(b, c.transposeB ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}),
