@@ -130,17 +130,21 @@ int64_t parseInteger(const std::string &token, DType dtype, size_t position,
   const bool negative = !token.empty() && token[0] == '-', hex = isHex(token);
   llvm::StringRef digits = llvm::StringRef(token).drop_front((negative ? 1 : 0) + (hex ? 2 : 0));
   uint64_t magnitude = 0;
+  // Unsigned hexadecimal may fill all 64 bits (below); otherwise |v| is at most 2^63.
+  const bool bitPattern = hex && !negative;
   if (digits.empty() || !llvm::isHexDigit(digits[0]) ||
-      digits.getAsInteger(hex ? 16 : 10, magnitude) || magnitude > (uint64_t{1} << 63) ||
-      (!negative && magnitude == (uint64_t{1} << 63)))
+      digits.getAsInteger(hex ? 16 : 10, magnitude) ||
+      (!bitPattern && magnitude > (uint64_t{1} << 63)) ||
+      (!negative && !bitPattern && magnitude == (uint64_t{1} << 63)))
     bad(position, text, fmt::format("'{}' is not an integer that {} holds", token, type));
+  // Modular (two's complement): 64 bits of hexadecimal read as i64, 0xFFFFFFFFFFFFFFFF is -1.
   int64_t v = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
   // As in MLIR, unsigned hexadecimal is the type's bits: 0xFF is -1 as an i8.
   const int bits = dtype == DType::I8    ? 8
                    : dtype == DType::I16 ? 16
                    : dtype == DType::I32 ? 32
                                          : 64;
-  if (hex && !negative && dtype != DType::I1 && bits < 64 && magnitude < (uint64_t{1} << bits) &&
+  if (bitPattern && dtype != DType::I1 && bits < 64 && magnitude < (uint64_t{1} << bits) &&
       magnitude >= (uint64_t{1} << (bits - 1)))
     v = static_cast<int64_t>(magnitude) - (int64_t{1} << bits);
   const auto [least, most] = integerRange(dtype);

@@ -332,7 +332,8 @@ int nextOutputDim(const NestShape &nest, int exclude, const std::vector<int64_t>
 // `columnsLeft`: a constant n may leave columns over after its whole vectors (at least one),
 // which then run one lane wide, as those of a runtime n do.
 std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target &target,
-                                 std::string &why, bool columnsLeft = false) {
+                                 std::string &why, bool columnsLeft = false,
+                                 bool anyTransposed = false) {
   const auto &out = nest.strides.back();
   int n = -1;
   for (size_t d = 0; d < nest.extents.size(); ++d)
@@ -409,8 +410,13 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   // Packing B transposed pays when several m blocks share its panels and k is short, where
   // contraction.dot spends as much on summing its lanes as on the products (S5's Q x K^T, k of
   // 128: 98 against 68 GFLOP/s on one core, as matmul against matmul_transpose_b at 512x128x128).
-  if (s.packTransposed &&
-      (extentOr1(nest, s.dimM) / s.tileM < 4 || nest.extents[s.dimK] > 16 * int64_t(lanes))) {
+  // With 32 registers it pays for a long k too: on the Xeon (alternating runs) B transposed at
+  // 128x4096x4096 took 26.7-32.7 ms packed against 37.5-45.2 in contraction.dot, and at
+  // 32x4096x4096 6.4-9.2 against 8.9-10.2.
+  // `anyTransposed` (contraction.dot cannot read the nest) takes any k.
+  const bool longK =
+      nest.extents[s.dimK] > 16 * int64_t(lanes) && target.vectorRegisters < 32 && !anyTransposed;
+  if (s.packTransposed && (extentOr1(nest, s.dimM) / s.tileM < 4 || longK)) {
     why = fmt::format("input #{} is read along k, not d{} (contraction.dot takes it)", s.packInput,
                       n);
     return std::nullopt;
@@ -1257,8 +1263,11 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
                               s.tileM, s.tileN, pipelineName(s.pipeline), s.tileN,
                               alongN && !s.packTransposed ? "be at most" : "divide", cols,
                               alongN ? "vector" : "column", cols == 1 ? "" : "s"));
-  if (s.blockK && (s.dimK < 0 || s.pipeline == Pipeline::ContractionDot ||
-                   nest.extents[s.dimK] % s.blockK != 0))
+  if (s.blockK && s.pipeline == Pipeline::ContractionDot)
+    unfit(config, fmt::format("k-block {} does not apply: contraction.dot sums each tile's dot "
+                              "products over the whole reduction",
+                              s.blockK));
+  if (s.blockK && (s.dimK < 0 || nest.extents[s.dimK] % s.blockK != 0))
     unfit(config, fmt::format("k-block {} does not divide the nest's one "
                               "reduction dim",
                               s.blockK));
@@ -1360,6 +1369,12 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     // No width divides n: full vectors, and the columns left over one lane wide. Read in a
     // row reduction instead, B went down its columns: 32x1024 by 1024x1001 took 13.7 ms on the
     // Zen 3, against 0.71 ms for 1024x1000.
+    // Both inputs read along the other's dim (A along m, B along k: both transposed) leave
+    // contraction.dot nothing to read along k: B packs transposed however long k is. Plain
+    // loops took 2.55 s for 128x4096x4096 on the Xeon.
+    std::string whyTransposed;
+    if (!chosen && allows(Pipeline::ContractionOuter))
+      chosen = tryOuter(nest, lanes, target, whyTransposed, false, /*anyTransposed=*/true);
     std::string whyLeft;
     if (!chosen && allows(Pipeline::ContractionStream) && !hasRuntimeExtents(nest))
       chosen = tryStream(nest, lanes, target, whyLeft, /*columnsLeft=*/true);
