@@ -835,8 +835,10 @@ TEST(CliRun, LiteralsRoundOnceToTheElementType) {
 
 // f32 bits in hexadecimal, and integers in hexadecimal.
 TEST(CliRun, HexadecimalLiteralsAreBitsForFloatsAndValuesForIntegers) {
-  std::string floats = tempPath("same_f32.mlir"), ints = tempPath("same_i8.mlir");
-  for (auto [path, type] : {std::pair{floats, "f32"}, std::pair{ints, "i8"}})
+  std::string floats = tempPath("same_f32.mlir"), ints = tempPath("same_i8.mlir"),
+              longs = tempPath("same_i64.mlir");
+  for (auto [path, type] :
+       {std::pair{floats, "f32"}, std::pair{ints, "i8"}, std::pair{longs, "i64"}})
     writeFile(path, fmt::format("util.func public @f(%x: tensor<?x{0}>) -> tensor<?x{0}> {{\n"
                                 "  util.return %x : tensor<?x{0}>\n}}\n",
                                 type));
@@ -847,6 +849,9 @@ TEST(CliRun, HexadecimalLiteralsAreBitsForFloatsAndValuesForIntegers) {
   ToolResult i = runTool({"run", ints, "--input=4xi8=0x7f,-0x80,0x0A,0xFF"});
   EXPECT_SUCCESS(i);
   EXPECT_THAT(i.out, HasSubstr("4xi8=[127 -128 10 -1]"));
+  ToolResult l = runTool({"run", longs, "--input=2xi64=0xFFFFFFFFFFFFFFFF,0x8000000000000000"});
+  EXPECT_SUCCESS(l);
+  EXPECT_THAT(l.out, HasSubstr("2xi64=[-1 -9223372036854775808]"));
 }
 
 // Decimal literals round once from their digits, in --input and in the MLIR text alike: 1 +

@@ -761,6 +761,10 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("pipeline=contraction.outer,tile=5x1", matmulNest(4, 256, 256)),
               testing::HasSubstr("nest: M 5 is more than its 4 rows"));
   EXPECT_THAT(error("k-block=100", mm), testing::HasSubstr("k-block 100 does not divide"));
+  // contraction.dot takes no k blocks at all (it used to say a dividing k-block did not divide).
+  EXPECT_THAT(error("k-block=64", transposedNest(4, 128, 512)),
+              testing::HasSubstr("k-block 64 does not apply: contraction.dot sums each tile's "
+                                 "dot products over the whole reduction"));
   EXPECT_THAT(error("n-group=-2", mm), testing::HasSubstr("not a non-negative integer"));
   // Each condition of n blocks in groups, named as it fails.
   EXPECT_THAT(error("k-block=128,n-group=3", mm),
