@@ -476,10 +476,10 @@ Value *convertFloat(Builder &b, Value *x, ElemKind to) {
   return b.cast(elemBits(to) > elemBits(x->type.elem) ? OpKind::ExtF : OpKind::TruncF, x, to);
 }
 
-// The attention's score region applied to natural-log logit `t`. The region sees logits in
-// log2 units (MLIR-SUBSET.md §4.6, as IREE's decomposition computes them), so a tanh soft-cap's
-// meaning depends on it: region(t · log2 e) · ln 2.
-// The region's scores are f32 (§4.6), whatever the attention's element type.
+// The attention's score region applied to natural-log logit `t`. The region sees f32 logits in
+// log2 units whatever the attention's element type (MLIR-SUBSET.md §4.6, as IREE's
+// decomposition computes them), so a tanh soft-cap's meaning depends on it: region(t · log2 e)
+// · ln 2.
 Value *applyScoreRegion(Builder &b, const Block &region, Value *t) {
   const ElemKind e = t->type.elem, r = region.arguments[0]->type.elem;
   Value *log2Units = b.binary(OpKind::MulF, convertFloat(b, t, r), b.constantFloat(M_LOG2E, r));
