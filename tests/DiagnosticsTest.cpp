@@ -1400,8 +1400,8 @@ const CliCase kCliCases[] = {
     {"input_hex_float_digits",
      {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=0x7f", "--input=2x3xf32=1"},
      "frank-jit",
-     "--input #0 '2x3xf32=0x7f': hexadecimal '0x7f' is not the bits of an f32: it takes 8 hex "
-     "digits after 0x, and no sign"},
+     "--input #0 '2x3xf32=0x7f': hexadecimal '0x7f' is not f32 bits: f32 takes 8 hex digits "
+     "after 0x, and no sign"},
     {"input_empty_value_between_commas",
      {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1,,3,4,5,6", "--input=2x3xf32=1"},
      "frank-jit",

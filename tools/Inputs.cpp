@@ -56,9 +56,9 @@ double parseFloat(const std::string &token, DType dtype, size_t position, const 
     if (token[0] == '-' || token.size() != digits + 2 ||
         llvm::StringRef(token).drop_front(2).getAsInteger(16, bits))
       bad(position, text,
-          fmt::format("hexadecimal '{}' is not the bits of an {}: it takes {} hex digits after "
-                      "0x, and no sign",
-                      token, dtypeName(dtype), digits));
+          fmt::format("hexadecimal '{}' is not {} bits: {} takes {} hex digits after 0x, and no "
+                      "sign",
+                      token, dtypeName(dtype), dtypeName(dtype), digits));
     llvm::APFloat f(floatSemantics(elemKindOf(dtype)), bits.zextOrTrunc(digits * 4));
     bool losesInfo = false;
     f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
