@@ -144,6 +144,7 @@ struct KernelImpl {
 struct ContextImpl {
   ContextOptions options;
   loops::ConfigOverride config; // options.loweringConfig, parsed
+  std::string configText;       // config as parsed, in one spelling (kernel keys, descriptions)
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const KernelImpl>>> kernels;
   CacheStats stats;
@@ -574,7 +575,7 @@ static std::string describeKernel(const detail::ModuleImpl &module, const std::s
     text += fmt::format(" of {}", llvm::sys::path::filename(function->loc.file->name).str());
   text += fmt::format(" for {}", ctx.engine->cpuName());
   if (!ctx.config.empty())
-    text += fmt::format(", {}={}", ctx.options.loweringConfigName, ctx.config.str());
+    text += fmt::format(", {}={}", ctx.options.loweringConfigName, ctx.configText);
   return text;
 }
 
@@ -583,10 +584,10 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
   detail::ContextImpl &ctx = *module->context;
   jit::Engine &engine = *ctx.engine;
   engine.checkRunsOnHost();
-  std::string key = fmt::format("{}|{}|{}|{}|checks={}|config={}|{}|{}", module->contentHash, name,
-                                mode == Mode::Generic ? "generic" : "specialized",
-                                signatureOf(specs, mode), ctx.options.boundsChecks,
-                                ctx.config.str(), engine.cpuName(), engine.cpuFeatures());
+  std::string key =
+      fmt::format("{}|{}|{}|{}|checks={}|config={}|{}|{}", module->contentHash, name,
+                  mode == Mode::Generic ? "generic" : "specialized", signatureOf(specs, mode),
+                  ctx.options.boundsChecks, ctx.configText, engine.cpuName(), engine.cpuFeatures());
   std::promise<std::shared_ptr<const detail::KernelImpl>> promise;
   std::shared_future<std::shared_ptr<const detail::KernelImpl>> future;
   bool compileHere = false;
@@ -836,6 +837,7 @@ std::string Module::print() const { return printModule(*held(impl_, "Module").ir
 Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
   impl_->options = options;
   impl_->config = loops::parseConfig(options.loweringConfig, options.loweringConfigName);
+  impl_->configText = impl_->config.str();
   impl_->engine = &jit::Engine::forCpu(options.cpu);
   jit::DiskCacheSettings disk =
       jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);

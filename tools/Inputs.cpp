@@ -51,18 +51,15 @@ bool isHex(const std::string &token) {
 // value the type cannot hold is an error, not an infinity.
 double parseFloat(const std::string &token, DType dtype, size_t position, const std::string &text) {
   if (isHex(token)) {
-    const size_t digits = dtype == DType::F64 ? 16 : dtype == DType::F32 ? 8 : 4;
-    llvm::APInt bits;
+    const size_t digits = hexDigitsOf(elemKindOf(dtype));
+    uint64_t bits = 0;
     if (token[0] == '-' || token.size() != digits + 2 ||
         llvm::StringRef(token).drop_front(2).getAsInteger(16, bits))
       bad(position, text,
           fmt::format("hexadecimal '{}' is not {} bits: {} takes {} hex digits after 0x, and no "
                       "sign",
                       token, dtypeName(dtype), dtypeName(dtype), digits));
-    llvm::APFloat f(floatSemantics(elemKindOf(dtype)), bits.zextOrTrunc(digits * 4));
-    bool losesInfo = false;
-    f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
-    return f.convertToDouble();
+    return floatFromBits(bits, elemKindOf(dtype));
   }
   bool overflow = false;
   if (std::optional<double> v = roundDecimal(token, elemKindOf(dtype), overflow)) {
@@ -235,21 +232,7 @@ double elementAt(const Tensor &t, int64_t i) {
   case DType::I32: return t.as<int32_t>()[i];
   case DType::I64: return static_cast<double>(t.as<int64_t>()[i]);
   case DType::F16:
-  case DType::BF16: {
-    uint16_t h = t.as<uint16_t>()[i];
-    uint32_t bits;
-    if (t.dtype() == DType::BF16) {
-      bits = static_cast<uint32_t>(h) << 16;
-    } else {
-      uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-      if (exp == 0)
-        return (sign ? -1 : 1) * std::ldexp(static_cast<double>(mant), -24);
-      bits = (sign << 31) | ((exp == 0x1f ? 0xff : exp + 112) << 23) | (mant << 13);
-    }
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
+  case DType::BF16: return floatFromBits(t.as<uint16_t>()[i], elemKindOf(t.dtype()));
   }
   return 0;
 }

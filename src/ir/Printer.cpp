@@ -117,6 +117,14 @@ private:
     return out + "]";
   }
 
+  // `indexing_maps = [...]`, an op's maps.
+  static std::string indexingMaps(const Op &op) {
+    std::vector<std::string> maps;
+    for (const Attribute &map : op.attr("indexing_maps").list())
+      maps.push_back(map.map().str());
+    return fmt::format("indexing_maps = [{}]", fmt::join(maps, ", "));
+  }
+
   // `frank.config = "..."`, the lowering choices set on the op.
   static std::string configEntry(const Op &op) {
     return fmt::format("{} = \"{}\"", kConfigAttr, op.attr(kConfigAttr).string());
@@ -270,11 +278,7 @@ private:
       return;
     case OpKind::LinalgGeneric: {
       GenericView g{const_cast<Op &>(op)};
-      out += " {indexing_maps = [";
-      const AttrList &maps = op.attr("indexing_maps").list();
-      for (size_t i = 0; i < maps.size(); ++i)
-        out += (i ? ", " : "") + maps[i].map().str();
-      out += "], iterator_types = [";
+      out += " {" + indexingMaps(op) + ", iterator_types = [";
       const AttrList &iters = op.attr("iterator_types").list();
       for (size_t i = 0; i < iters.size(); ++i)
         out += fmt::format("{}\"{}\"", i ? ", " : "", iters[i].string());
@@ -368,12 +372,8 @@ private:
     }
     case OpKind::LinalgMatmul:
     case OpKind::LinalgBatchMatmul:
-      if (op.hasAttr("indexing_maps")) {
-        std::vector<std::string> maps;
-        for (const Attribute &map : op.attr("indexing_maps").list())
-          maps.push_back(map.map().str());
-        out += fmt::format(" indexing_maps = [{}]", fmt::join(maps, ", "));
-      }
+      if (op.hasAttr("indexing_maps"))
+        out += " " + indexingMaps(op);
       if (op.hasAttr(kConfigAttr))
         out += fmt::format(" {{{}}}", configEntry(op));
       out += insOuts(op) + " -> " + resultType.str();
@@ -408,11 +408,7 @@ private:
       out += " -> " + resultTypes(op);
       return;
     case OpKind::Attention: {
-      out += " {indexing_maps = [";
-      const AttrList &maps = op.attr("indexing_maps").list();
-      for (size_t i = 0; i < maps.size(); ++i)
-        out += (i ? ", " : "") + maps[i].map().str();
-      out += "]";
+      out += " {" + indexingMaps(op);
       if (op.hasAttr(kConfigAttr))
         out += ", " + configEntry(op);
       out += "}" + insOuts(op) + " ";

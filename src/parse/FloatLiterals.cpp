@@ -16,6 +16,18 @@ const llvm::fltSemantics &floatSemantics(ElemKind elem) {
   }
 }
 
+size_t hexDigitsOf(ElemKind elem) {
+  return elem == ElemKind::F64 ? 16 : elem == ElemKind::F32 ? 8 : 4;
+}
+
+double floatFromBits(uint64_t bits, ElemKind elem) {
+  const unsigned width = static_cast<unsigned>(hexDigitsOf(elem) * 4);
+  llvm::APFloat value(floatSemantics(elem), llvm::APInt(width, bits));
+  bool losesInfo = false;
+  value.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+  return value.convertToDouble();
+}
+
 std::optional<double> roundDecimal(std::string_view text, ElemKind elem, bool &overflow) {
   overflow = false;
   // Digits, an optional dot and exponent: APFloat also reads hexadecimal floats and names such
@@ -35,9 +47,7 @@ std::optional<double> roundDecimal(std::string_view text, ElemKind elem, bool &o
     return std::nullopt;
   }
   overflow = (*status & llvm::APFloat::opOverflow) != 0;
-  bool losesInfo = false;
-  value.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
-  return value.convertToDouble();
+  return floatFromBits(value.bitcastToAPInt().getZExtValue(), elem);
 }
 
 } // namespace frank

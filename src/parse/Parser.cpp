@@ -313,39 +313,11 @@ AffineMap Parser::parseMapAttr() {
 // Hex float literals are bit patterns, as in MLIR: 0xFF800000 : f32 is -inf.
 static double floatFromBits(const Token &tok, const Type &type, const Location &loc) {
   std::string_view digits = tok.text.substr(2);
-  size_t want = type.elem == ElemKind::F64 ? 16 : type.elem == ElemKind::F32 ? 8 : 4;
+  const size_t want = hexDigitsOf(type.elem);
   if (digits.size() != want)
     fail(loc, fmt::format("hexadecimal float literal for {} needs {} hex digits, found {}",
                           elemName(type.elem), want, digits.size()));
-  uint64_t bits = std::stoull(std::string(digits), nullptr, 16);
-  if (type.elem == ElemKind::F64) {
-    double d;
-    std::memcpy(&d, &bits, 8);
-    return d;
-  }
-  if (type.elem == ElemKind::F32) {
-    uint32_t b = static_cast<uint32_t>(bits);
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  }
-  // f16 / bf16: widen the half bit pattern to f32 through its fields.
-  uint32_t h = static_cast<uint32_t>(bits), f32bits;
-  if (type.elem == ElemKind::BF16) {
-    f32bits = h << 16;
-  } else {
-    uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    if (exp == 0x1f)
-      f32bits = (sign << 31) | 0x7f800000 | (mant << 13);
-    else if (exp == 0) {
-      float v = std::ldexp(static_cast<float>(mant), -24);
-      return sign ? -v : v;
-    } else
-      f32bits = (sign << 31) | ((exp + 112) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &f32bits, 4);
-  return f;
+  return floatFromBits(std::stoull(std::string(digits), nullptr, 16), type.elem);
 }
 
 // The value of decimal float literal `tok` (its magnitude) for `type`, rounded once to the
@@ -868,15 +840,7 @@ void Parser::parseGenericAttrs(Op &op) {
     Token key = expect(Tok::BareId, "as an attribute name");
     expect(Tok::Equal, "after the attribute name");
     if (key.text == "indexing_maps") {
-      expect(Tok::LSquare, "to open 'indexing_maps'");
-      AttrList maps;
-      if (!at(Tok::RSquare)) {
-        do
-          maps.push_back(Attribute{parseMapAttr()});
-        while (consumeIf(Tok::Comma));
-      }
-      expect(Tok::RSquare, "to close 'indexing_maps'");
-      op.attrs["indexing_maps"] = Attribute{maps};
+      op.attrs["indexing_maps"] = Attribute{parseMapList()};
       haveMaps = true;
     } else if (key.text == "iterator_types") {
       expect(Tok::LSquare, "to open 'iterator_types'");
@@ -1011,12 +975,15 @@ std::vector<Type> Parser::parseTypeListAfterArrow() {
   return types;
 }
 
+// `[map, ...]`, the value of an `indexing_maps` attribute (maps or their `#aliases`).
 AttrList Parser::parseMapList() {
   expect(Tok::LSquare, "to open 'indexing_maps'");
   AttrList maps;
-  do
-    maps.push_back(Attribute{parseMapAttr()});
-  while (consumeIf(Tok::Comma));
+  if (!at(Tok::RSquare)) {
+    do
+      maps.push_back(Attribute{parseMapAttr()});
+    while (consumeIf(Tok::Comma));
+  }
   expect(Tok::RSquare, "to close 'indexing_maps'");
   return maps;
 }
@@ -1071,13 +1038,7 @@ void Parser::parseIndexingMaps(Op &op) {
   if (key.text != "indexing_maps")
     failAt(key, fmt::format("unsupported attribute '{}' on '{}'", key.text, op.name()));
   expect(Tok::Equal, "after the attribute name");
-  expect(Tok::LSquare, "to open 'indexing_maps'");
-  AttrList maps;
-  do
-    maps.push_back(Attribute{parseMapAttr()});
-  while (consumeIf(Tok::Comma));
-  expect(Tok::RSquare, "to close 'indexing_maps'");
-  op.attrs["indexing_maps"] = Attribute{maps};
+  op.attrs["indexing_maps"] = Attribute{parseMapList()};
   while (consumeIf(Tok::Comma)) {
     Token other = expect(Tok::BareId, "as an attribute name");
     if (other.text != kConfigAttr)
