@@ -366,6 +366,10 @@ util.func @capped(%n: index) -> tensor<?xf32> {
   %e = tensor.empty(%m) : tensor<?xf32>
   util.return %e : tensor<?xf32>
 }
+util.func @reshaped(%x: tensor<?xf32>, %a: index, %b: index) -> tensor<?x?xf32> {
+  %y = tensor.expand_shape %x [[0, 1]] output_shape [%a, %b] : tensor<?xf32> into tensor<?x?xf32>
+  util.return %y : tensor<?x?xf32>
+}
 )";
 
 // A gather (line 7) and a tensor.extract in a generic body (line 18): indices read at run time.
@@ -643,6 +647,17 @@ const ApiCase kApiCases[] = {
     {"negative_size_generic", kSized,
      [](Module &m) { m.function("raw")({Scalar::index(-1)}, Mode::Generic); }, "t.mlir:14:3",
      "'tensor.empty' dim 0 has negative size -1 (%n)"},
+    // Two negative sizes multiply to the source's: each size is checked, in both modes.
+    {"negative_reshape", kSized,
+     [](Module &m) {
+       m.function("reshaped")({f32({6}), Scalar::index(-2), Scalar::index(-3)});
+     },
+     "t.mlir:29:3", "'tensor.expand_shape' output dim 0 is negative (-2)"},
+    {"negative_reshape_generic", kSized,
+     [](Module &m) {
+       m.function("reshaped")({f32({6}), Scalar::index(-2), Scalar::index(-3)}, Mode::Generic);
+     },
+     "t.mlir:29:3", "'tensor.expand_shape' output dim 0 is negative (-2)"},
     {"zero_divisor", kSized,
      [](Module &m) {
        m.function("split")({f32({8}), Scalar::index(0)});

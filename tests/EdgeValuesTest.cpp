@@ -12,6 +12,7 @@
 #include "runtime/Bfloat16.h"
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -341,6 +342,87 @@ TEST(EdgeValues, GuardedIntegerDivisionDoesNotTrap) {
       const int32_t want = b[i] > 0 ? a[i] / b[i] + a[i] % b[i] : -1;
       EXPECT_EQ(q.as<int32_t>()[i], want) << a[i] << " by " << b[i];
     }
+  }
+}
+
+// An scf.if region in a body runs where its condition holds, nested ones where every enclosing
+// condition does too, and so do its checks: a guarded division by zero, or one that overflows,
+// stops the kernel where the guard holds (it had divided by 1 instead: 20 / 0 gave 20), and a
+// guarded tensor.extract reads, and is checked, only there (index 7 of 4 elements behind
+// `i < 4` had stopped the kernel).
+TEST(EdgeValues, GuardedOpsTrapAndReadOnlyWhereTheGuardHolds) {
+  const char *text = R"(
+    func.func @f(%a: tensor<?xi32>, %b: tensor<?xi32>, %t: tensor<?xi32>, %on: i1) -> tensor<?xi32> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %a, %c0 : tensor<?xi32>
+      %len = tensor.dim %t, %c0 : tensor<?xi32>
+      %e = tensor.empty(%n) : tensor<?xi32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>,
+                                            affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%a, %b : tensor<?xi32>, tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%x: i32, %y: i32, %o: i32):
+        %hundred = arith.constant 100 : i32
+        %minus1 = arith.constant -1 : i32
+        %small = arith.cmpi slt, %x, %hundred : i32
+        %q = scf.if %on -> (i32) {
+          %inner = scf.if %small -> (i32) {
+            %d = arith.divsi %x, %y : i32
+            scf.yield %d : i32
+          } else {
+            %i = arith.index_cast %y : i32 to index
+            %fits = arith.cmpi slt, %i, %len : index
+            %v = scf.if %fits -> (i32) {
+              %read = tensor.extract %t[%i] : tensor<?xi32>
+              scf.yield %read : i32
+            } else {
+              scf.yield %minus1 : i32
+            }
+            scf.yield %v : i32
+          }
+          scf.yield %inner : i32
+        } else {
+          scf.yield %minus1 : i32
+        }
+        linalg.yield %q : i32
+      } -> tensor<?xi32>
+      return %r : tensor<?xi32>
+    })";
+  Function fn = context().loadString(text, "guarded.mlir").function("f");
+  std::vector<int32_t> t = {40, 41, 42, 43};
+  auto call = [&](std::vector<int32_t> a, std::vector<int32_t> b, bool on, Mode mode) {
+    const int64_t n = static_cast<int64_t>(a.size());
+    Tensor r =
+        fn({Tensor::borrow(a.data(), DType::I32, {n}), Tensor::borrow(b.data(), DType::I32, {n}),
+            Tensor::borrow(t.data(), DType::I32, {4}), Scalar::i1(on)},
+           mode)[0];
+    return std::vector<int32_t>(r.as<int32_t>(), r.as<int32_t>() + n);
+  };
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    // Small x divides; large x reads t[y] where y < 4, else -1: y = 7 reads nothing.
+    EXPECT_EQ(call({20, 7, 300, 300}, {4, -2, 2, 7}, true, mode),
+              (std::vector<int32_t>{5, -3, 42, -1}));
+    // The outer guard off: nothing divides or reads, whatever the divisors and indices.
+    EXPECT_EQ(call({20, INT32_MIN, 300}, {0, -1, 7}, false, mode),
+              (std::vector<int32_t>{-1, -1, -1}));
+    EXPECT_THAT(
+        [&] {
+          call({20, 300}, {0, 0}, true, mode);
+        },
+        testing::ThrowsMessage<Error>(
+            testing::HasSubstr("guarded.mlir:17:13: error: division by zero in "
+                               "'arith.divsi'")));
+    EXPECT_THAT(
+        [&] {
+          call({300, INT32_MIN}, {1, -1}, true, mode);
+        },
+        testing::ThrowsMessage<Error>(
+            testing::HasSubstr("error: 'arith.divsi' of -2147483648 by -1 overflows i32")));
+    // y = -2 passes the signed guard, and the read is checked.
+    EXPECT_THAT([&] { call({300}, {-2}, true, mode); },
+                testing::ThrowsMessage<Error>(testing::HasSubstr(
+                    "error: index -2 is out of bounds for dim 0 of '%t', which has size 4")));
   }
 }
 

@@ -106,6 +106,34 @@ func.func @f(%n: index) -> tensor<?xf32> {
       ThrowsMessage<Error>(HasSubstr("s.mlir:4:3: error: division by zero in 'arith.divsi'")));
 }
 
+// The smallest value by -1 overflows, in any width: reported as the kernel reports it when the
+// values come at run time (generic mode), where folding had wrapped to the dividend.
+TEST(Specialize, SignedDivisionOverflowIsAnError) {
+  const char *text = R"(
+func.func @f(%a: i32, %b: i32, %n: index, %m: index) -> (i32, index) {
+  %q = arith.remsi %a, %b : i32
+  %r = arith.divsi %n, %m : index
+  return %q, %r : i32, index
+}
+)";
+  auto m = parse(text);
+  auto fold = [&](int64_t a, int64_t b, int64_t n, int64_t k) {
+    specialize(*m->functions[0], {{Type::scalar(ElemKind::I32), a},
+                                  {Type::scalar(ElemKind::I32), b},
+                                  {Type::scalar(ElemKind::Index), n},
+                                  {Type::scalar(ElemKind::Index), k}});
+  };
+  EXPECT_THAT([&] { fold(INT32_MIN, -1, 6, 2); },
+              ThrowsMessage<Error>(HasSubstr(
+                  "s.mlir:3:3: error: 'arith.remsi' of -2147483648 by -1 overflows i32")));
+  EXPECT_THAT([&] { fold(7, 2, INT64_MIN, -1); },
+              ThrowsMessage<Error>(HasSubstr(
+                  "s.mlir:4:3: error: 'arith.divsi' of -9223372036854775808 by -1 overflows "
+                  "index")));
+  EXPECT_NO_THROW(fold(INT32_MIN, 1, INT64_MIN, 2));
+  EXPECT_NO_THROW(fold(INT32_MIN + 1, -1, INT64_MIN + 1, -1));
+}
+
 // Found by fuzz_specialize: attention_block's head split with n_head = -1 and
 // n_embd = INT64_MIN multiplied -1 by INT64_MIN (signed overflow), and two negative output dims
 // whose product is the source size passed as a valid split.

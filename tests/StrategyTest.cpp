@@ -199,6 +199,21 @@ TEST(Strategy, GoldenContractions) {
   bothTransposed.strides[0] = {1, 0, 128};
   for (Target target : {Target::avx2(), Target::avx512()})
     EXPECT_THAT(choose(bothTransposed, target), testing::HasSubstr("pack=#1^T"));
+  // However few m blocks: 7 rows by a 4096x4096 B took 48.9 ms in plain loops, 5.9 packed.
+  NestShape fewRows = transposedNest(7, 4096, 4096);
+  fewRows.strides[0] = {1, 0, 7};
+  for (Target target : {Target::avx2(), Target::avx512()})
+    EXPECT_THAT(choose(fewRows, target), testing::StartsWith("contraction.outer"));
+  // Never contraction.stream, which reads B's rows along n: a transposed B is read along k.
+  // (Once the stream took the packed tile's strategy and read B as if it were not transposed.)
+  EXPECT_THAT(
+      [&] {
+        loops::selectStrategy(fewRows, Target::avx512(),
+                              loops::parseConfig("pipeline=contraction.stream"));
+      },
+      testing::ThrowsMessage<Error>(testing::HasSubstr(
+          "contraction.stream does not apply: input #1 is read along k, and the stream reads "
+          "B's rows along d1")));
   EXPECT_EQ(choose(transposedNest(4, 128, 512), Target::avx512()),
             "contraction.dot m=d0 n=d1 k=d2 tile=4x4 lanes=16");
   // Q K^T at decode, one KV head: 512-byte key rows 4 KiB apart in [S, Hkv, D] give the

@@ -1,6 +1,8 @@
 // Integer op semantics on constants.
 #include "ir/IntegerSemantics.h"
 
+#include <limits>
+
 namespace frank {
 
 int64_t wrapToType(int64_t v, ElemKind type) {
@@ -21,6 +23,14 @@ static uint64_t unsignedOf(int64_t v, ElemKind type) {
 
 bool isIntegerDivision(OpKind op) {
   return op == OpKind::DivSI || op == OpKind::DivUI || op == OpKind::RemSI || op == OpKind::RemUI;
+}
+
+bool signedDivisionOverflows(OpKind op, ElemKind type, int64_t dividend, int64_t divisor) {
+  if (op != OpKind::DivSI && op != OpKind::RemSI)
+    return false;
+  const int64_t smallest = std::numeric_limits<int64_t>::min() >> (64 - elemBits(type));
+  return wrapToType(dividend, type) == wrapToType(smallest, type) &&
+         wrapToType(divisor, type) == wrapToType(-1, type);
 }
 
 std::optional<int64_t> foldInteger(OpKind op, ElemKind operandType, ElemKind resultType,

@@ -18,6 +18,10 @@ int64_t wrapToType(int64_t v, ElemKind type);
 
 bool isIntegerDivision(OpKind op);
 
+/// Whether signed division or remainder `op` of `dividend` by `divisor` (of `type`) overflows:
+/// the smallest value by -1, which traps on the host as division by zero does.
+bool signedDivisionOverflows(OpKind op, ElemKind type, int64_t dividend, int64_t divisor);
+
 /// The result of integer op `op` (arith binary, cast, cmpi or select) on `operands`, whose type
 /// is `operandType`, producing `resultType`; nullopt for an op that is not an integer op.
 /// Division by zero must be ruled out by the caller (it reports it in its own terms).

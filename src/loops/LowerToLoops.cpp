@@ -369,20 +369,34 @@ private:
     return c && *c != 0 && !(isSigned(op.kind) && *c == -1);
   }
 
-  // Stops the kernel at `op` when its division would trap.
-  void checkDivision(const Op &op, const std::vector<Expr> &args, std::vector<Stmt> &into) {
+  // Stops the kernel at `op` when its division would trap, where `guard` holds (the source runs
+  // the op only there; nullptr: always).
+  void checkDivision(const Op &op, const std::vector<Expr> &args, std::vector<Stmt> &into,
+                     const Expr &guard = nullptr) {
     if (!isIntegerDivision(op.kind) || divisionCannotTrap(op, args[1]))
       return;
     const ElemKind type = op.result()->type.elem;
-    checkInKernel(op, cmp("ne", args[1], intConst(0, type)), args[0], args[1],
+    checkInKernel(op, unlessGuard(guard, cmp("ne", args[1], intConst(0, type))), args[0], args[1],
                   fmt::format("division by zero in '{}'", op.name()), into);
     if (isSigned(op.kind))
-      checkInKernel(op,
-                    binary(OpKind::OrI, cmp("ne", args[0], smallestInteger(type)),
-                           cmp("ne", args[1], intConst(-1, type))),
-                    args[0], args[1],
-                    fmt::format("'{}' of {{}} by {{}} overflows {}", op.name(), elemName(type)),
-                    into);
+      checkInKernel(
+          op,
+          unlessGuard(guard, binary(OpKind::OrI, cmp("ne", args[0], smallestInteger(type)),
+                                    cmp("ne", args[1], intConst(-1, type)))),
+          args[0], args[1],
+          fmt::format("'{}' of {{}} by {{}} overflows {}", op.name(), elemName(type)), into);
+  }
+
+  // `holds` where `guard` holds: true where it does not (nullptr: always `holds`).
+  static Expr unlessGuard(const Expr &guard, Expr holds) {
+    return guard ? binary(OpKind::OrI, negation(guard), std::move(holds)) : holds;
+  }
+  static Expr negation(const Expr &condition) {
+    return binary(OpKind::XOrI, condition, intConst(1, ElemKind::I1));
+  }
+  // Both conditions; nullptr stands for true.
+  static Expr conjunction(const Expr &a, const Expr &b) {
+    return a ? binary(OpKind::AndI, a, b) : b;
   }
 
   // Stops the kernel at `op` unless `holds`, with `message` formatted with `a` and `b`. A check
@@ -1950,6 +1964,9 @@ private:
     // among them (if any) gives each chunk its region, else there is one.
     const bool packsPerChunk =
         packed >= 0 && parallel >= 0 && loops[size_t(parallel)].first != mBlock;
+    // Without m blocks the pack goes just before the tile, where it would go before them.
+    if (pack && !interleaved && !hasM)
+      stmts.insert(stmts.begin(), pack);
     // The leftover tile runs in the loops inside the m blocks, after them.
     bool insideM = hasM;
     for (size_t l = loops.size(); l-- > 0;) {
@@ -3122,9 +3139,12 @@ private:
 
   // Lowers the scalar ops of a generic body (or of an scf.if region inside one) into lets, and
   // returns the value its terminator yields (the first one for scf.yield with several).
+  // Both regions of an scf.if run, and a select picks the results: the ops of a region run
+  // where the source runs them only where `guard` holds (nullptr: everywhere). Their checks
+  // (bounds, division) hold only there, and elsewhere they neither read nor trap.
   Expr lowerScalarBlock(const Block &block, std::unordered_map<const Value *, Expr> &values,
                         const BodyContext &context, std::vector<Stmt> &inner,
-                        std::vector<Expr> *yields = nullptr, bool speculative = false) {
+                        std::vector<Expr> *yields = nullptr, const Expr &guard = nullptr) {
     for (auto &bodyOp : block.ops) {
       if (bodyOp->kind == OpKind::LinalgYield || bodyOp->kind == OpKind::ScfYield) {
         std::vector<Expr> out;
@@ -3142,15 +3162,17 @@ private:
         if (values.count(bodyOp->result()))
           continue; // read beforehand (a contraction.ranks tile's permuted row)
         values[bodyOp->result()] =
-            bindLet(bodyOp->result(), extractExpr(*bodyOp, values, inner, &context), inner);
+            bindLet(bodyOp->result(), extractExpr(*bodyOp, values, inner, &context, guard), inner);
         continue;
       }
       if (bodyOp->kind == OpKind::ScfIf) {
         // Both regions are pure scalar code: evaluate both, then select.
         Expr cond = lookupBody(values, bodyOp->operands[0]);
         std::vector<Expr> thenValues, elseValues;
-        lowerScalarBlock(*bodyOp->regions[0], values, context, inner, &thenValues, true);
-        lowerScalarBlock(*bodyOp->regions[1], values, context, inner, &elseValues, true);
+        lowerScalarBlock(*bodyOp->regions[0], values, context, inner, &thenValues,
+                         conjunction(guard, cond));
+        lowerScalarBlock(*bodyOp->regions[1], values, context, inner, &elseValues,
+                         conjunction(guard, negation(cond)));
         for (size_t r = 0; r < bodyOp->results.size(); ++r)
           values[bodyOp->result(static_cast<int>(r))] =
               bindLet(bodyOp->result(static_cast<int>(r)),
@@ -3162,9 +3184,8 @@ private:
       std::vector<Expr> args;
       for (const Value *v : bodyOp->operands)
         args.push_back(lookupBody(values, v));
-      if (!speculative)
-        checkDivision(*bodyOp, args, inner);
-      Expr e = scalarExpr(*bodyOp, args, speculative);
+      checkDivision(*bodyOp, args, inner, guard);
+      Expr e = scalarExpr(*bodyOp, args, /*speculative=*/guard != nullptr);
       // Only the accumulation itself may be reassociated, and only when specialized.
       bool accumulates = context.reassociate && e->kind == ExprKind::Binary &&
                          (bodyOp->operands[0] == context.accumulator ||
@@ -3192,9 +3213,22 @@ private:
 
   // tensor.extract: a load at the row-major position of the indices, each checked against its
   // dim first when bounds checks are on (an unsigned compare catches negative indices too).
-  // In a contraction.gather tile the choice was checked before the nest.
+  // In a contraction.gather tile the choice was checked before the nest. Under a `guard` (an
+  // scf.if region in a body), the check and the load happen only where the guard holds.
   Expr extractExpr(const Op &op, const std::unordered_map<const Value *, Expr> &values,
-                   std::vector<Stmt> &stmts, const BodyContext *body = nullptr) {
+                   std::vector<Stmt> &stmts, const BodyContext *body = nullptr,
+                   const Expr &guard = nullptr) {
+    if (guard) {
+      const ElemKind elem = op.operands[0]->type.elem;
+      Expr zero = isFloatElem(elem) ? floatConst(0, elem) : intConst(0, elem);
+      const std::string name = freshName(op.result()->name);
+      stmts.push_back(local(name, choiceLanes_ > 1 ? broadcast(zero, choiceLanes_) : zero));
+      std::vector<Stmt> guarded;
+      Expr value = extractExpr(op, values, guarded);
+      guarded.push_back(assign(name, value));
+      stmts.push_back(ifThen(guard, std::move(guarded)));
+      return var(name, elem, choiceLanes_);
+    }
     const TensorStorage &t = storageOf(op.operands[0]);
     std::vector<Expr> coords;
     for (size_t i = 1; i < op.operands.size(); ++i) {
@@ -3267,9 +3301,19 @@ private:
         }
     } else if (op.kind == OpKind::TensorExpandShape) {
       size_t next = 1;
-      for (const Attribute &a : op.attr("static_output_shape").list())
-        view.dims.push_back(a.integer() == kDynamic ? sizeOperand(op, op.operands[next++])
-                                                    : intConst(a.integer()));
+      for (const Attribute &a : op.attr("static_output_shape").list()) {
+        if (a.integer() != kDynamic) {
+          view.dims.push_back(intConst(a.integer()));
+          continue;
+        }
+        // As specialization does when the size folds: two negative sizes would otherwise
+        // multiply to the source's.
+        const size_t d = view.dims.size();
+        view.dims.push_back(sizeOperand(op, op.operands[next++]));
+        requireEqual(op, intConst(0), view.dims.back(),
+                     fmt::format("'tensor.expand_shape' output dim {} is negative ({{1}})", d),
+                     true);
+      }
       size_t dim = 0;
       const AttrList &groups = op.attr("reassociation").list();
       for (size_t g = 0; g < groups.size(); ++g) {
