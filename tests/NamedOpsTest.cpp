@@ -124,8 +124,8 @@ TEST(NamedOps, MatmulIndexingMapsTransposeTheOperands) {
 }
 
 // A and B both transposed: contraction.dot cannot read A along k, and plain loops took 2.55 s at
-// 128x4096x4096; B packs transposed for the outer tile instead, in both modes' results, however
-// few the rows (one row is a dot product along k).
+// 128x4096x4096; B packs transposed for the outer tile instead, in both modes' results, for 3
+// rows or more (one row is a dot product along k, and two run as fast in plain loops).
 TEST(NamedOps, BothOperandsTransposedTakeThePackedTile) {
   const int64_t k = 300, n = 48;
   const std::string text = R"(
@@ -138,7 +138,7 @@ TEST(NamedOps, BothOperandsTransposedTakeThePackedTile) {
     auto a = values(k * m, 10), b = values(n * k, 11), acc = values(m * n, 12);
     expectBoth(text, {borrow(a, {k, m}), borrow(b, {n, k}), borrow(acc, {m, n})},
                matmulOracle(a, b, acc, m, k, n, true, true), 1e-4, 1e-5);
-    if (m == 1)
+    if (m < 3)
       continue;
     std::string loops =
         context()

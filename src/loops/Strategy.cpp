@@ -413,11 +413,13 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   // With 32 registers it pays for a long k too: on the Xeon (alternating runs) B transposed at
   // 128x4096x4096 took 26.7-32.7 ms packed against 37.5-45.2 in contraction.dot, and at
   // 32x4096x4096 6.4-9.2 against 8.9-10.2.
-  // `anyTransposed` (contraction.dot cannot read the nest) takes any k, and any rows but one:
-  // 7 rows by a 4096x4096 B took 48.9 ms in plain loops on the Xeon, 5.9 packed.
+  // `anyTransposed` (contraction.dot cannot read the nest) takes any k, and 3 rows or more: by a
+  // 4096x4096 B on the Xeon, 7 rows took 48.9 ms in plain loops and 5.9 packed, 3 rows 8.3-9.2
+  // and 4.4-5.3, but 2 rows 3.6-4.0 and 4.1-4.3.
   const bool longK =
       nest.extents[s.dimK] > 16 * int64_t(lanes) && target.vectorRegisters < 32 && !anyTransposed;
-  const bool fewMBlocks = extentOr1(nest, s.dimM) / s.tileM < 4 && !(anyTransposed && s.dimM >= 0);
+  const bool fewMBlocks =
+      extentOr1(nest, s.dimM) / s.tileM < 4 && !(anyTransposed && extentOr1(nest, s.dimM) >= 3);
   if (s.packTransposed && (fewMBlocks || longK)) {
     why = fmt::format("input #{} is read along k, not d{} (contraction.dot takes it)", s.packInput,
                       n);
