@@ -10,6 +10,7 @@
 #include "parse/Parser.h"
 #include "runtime/Memory.h"
 #include "runtime/Parallel.h"
+#include "transforms/Inline.h"
 
 #include <llvm/ADT/APFloat.h>
 #include <llvm/ADT/Hashing.h>
@@ -877,6 +878,7 @@ static std::unique_ptr<ModuleOp> linked(std::unique_ptr<ModuleOp> module, const 
   if (link.componentLibrary)
     sources.searchPaths.push_back(FRANK_COMPONENTS_DIR);
   linkModule(*module, sources);
+  checkCalls(*module);
   return module;
 }
 

@@ -162,9 +162,34 @@ TEST_F(LinkTest, ALinkedModuleMayCallBackIntoTheMainOne) {
     util.return %a : tensor<?xf32>
   }
 })");
-  Module cyclic = ctx.load(main, {{cycle}, {}, false});
-  EXPECT_THAT([&] { cyclic.function("main")({Tensor::borrow(x.data(), DType::F32, {3})}); },
-              ThrowsMessage<Error>(HasSubstr("recursive call to")));
+  // Reported as the module loads (frank-jit link printed it), at the call that closes it.
+  EXPECT_THAT(
+      [&] {
+        ctx.load(main, {{cycle}, {}, false});
+      },
+      ThrowsMessage<Error>(HasSubstr(
+          "main.mlir:16:5: error: recursive call to '@lib.square_twice' is not supported")));
+}
+
+// Calls are checked across the linked module as it loads: one to a library function with the
+// wrong arguments is an error even where nothing calls the function holding it (frank-jit link
+// printed such a module).
+TEST_F(LinkTest, CallsAreCheckedWhenTheModuleLoads) {
+  std::string main = write("bad_call.mlir", R"(module @app {
+  util.func private @activation_components.swiglu(tensor<?x?x?xf32>, tensor<?x?x?xf32>) -> tensor<?x?x?xf32>
+  util.func public @unused(%a: tensor<?x?x?xf32>) -> tensor<?x?x?xf32> {
+    %r = util.call @activation_components.swiglu(%a) : (tensor<?x?x?xf32>) -> tensor<?x?x?xf32>
+    util.return %r : tensor<?x?x?xf32>
+  }
+  util.func public @fine(%a: tensor<?x?x?xf32>) -> tensor<?x?x?xf32> {
+    util.return %a : tensor<?x?x?xf32>
+  }
+})");
+  Context ctx;
+  EXPECT_THAT([&] { ctx.load(main); },
+              ThrowsMessage<Error>(HasSubstr(
+                  "bad_call.mlir:4:5: error: call to '@activation_components.swiglu' passes 1 "
+                  "arguments but it takes 2")));
 }
 
 TEST_F(LinkTest, MissingFunctionNamesTheModule) {

@@ -3,6 +3,7 @@
 #include "ir/Clone.h"
 #include "ir/Ops.h"
 
+#include <algorithm>
 #include <set>
 
 namespace frank {
@@ -28,6 +29,51 @@ Location calledFrom(const Location &loc, const std::shared_ptr<const Location> &
   return through;
 }
 
+// The function `call` calls, defined, with the call's signature.
+const FuncOp &calledFunction(const Op &call, const ModuleOp &module) {
+  const std::string &name = callee(call);
+  const FuncOp *target = module.lookup(name);
+  if (!target)
+    fail(call.loc, fmt::format("call to undefined function '@{}'", name));
+  if (target->isDeclaration())
+    fail(target->loc, fmt::format("unresolved external function '@{}'", name));
+  if (target->argTypes.size() != call.operands.size())
+    fail(call.loc, fmt::format("call to '@{}' passes {} arguments but it takes {}", name,
+                               call.operands.size(), target->argTypes.size()));
+  for (size_t a = 0; a < call.operands.size(); ++a)
+    if (call.operands[a]->type != target->argTypes[a])
+      fail(call.loc, fmt::format("call to '@{}': argument #{} has type '{}' but the function "
+                                 "takes '{}'",
+                                 name, a, call.operands[a]->type.str(), target->argTypes[a].str()));
+  if (target->resultTypes.size() != call.results.size())
+    fail(call.loc, fmt::format("call to '@{}' expects {} results but the function returns {}", name,
+                               call.results.size(), target->resultTypes.size()));
+  for (size_t r = 0; r < call.results.size(); ++r)
+    if (call.results[r]->type != target->resultTypes[r])
+      fail(call.loc,
+           fmt::format("call to '@{}': result #{} has type '{}' but the function "
+                       "returns '{}'",
+                       name, r, call.results[r]->type.str(), target->resultTypes[r].str()));
+  return *target;
+}
+
+// Depth first from `fn` through its calls: a call to a function on `stack` closes a cycle.
+void checkCallsFrom(const FuncOp &fn, const ModuleOp &module, std::vector<std::string> &stack,
+                    std::set<std::string> &done) {
+  stack.push_back(fn.name);
+  walk(*fn.body, [&](Op &op) {
+    if (op.kind != OpKind::Call)
+      return;
+    const FuncOp &target = calledFunction(op, module);
+    if (std::find(stack.begin(), stack.end(), target.name) != stack.end())
+      fail(op.loc, fmt::format("recursive call to '@{}' is not supported", target.name));
+    if (!done.count(target.name))
+      checkCallsFrom(target, module, stack, done);
+  });
+  stack.pop_back();
+  done.insert(fn.name);
+}
+
 void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string> &stack) {
   for (size_t i = 0; i < block.ops.size(); ++i) {
     Op &op = *block.ops[i];
@@ -36,30 +82,10 @@ void inlineCallsIn(Block &block, const ModuleOp &module, std::vector<std::string
     if (op.kind != OpKind::Call)
       continue;
     const std::string &name = callee(op);
-    const FuncOp *target = module.lookup(name);
-    if (!target)
-      fail(op.loc, fmt::format("call to undefined function '@{}'", name));
-    if (target->isDeclaration())
-      fail(target->loc, fmt::format("unresolved external function '@{}'", name));
+    const FuncOp *target = &calledFunction(op, module);
     for (const std::string &active : stack)
       if (active == name)
         fail(op.loc, fmt::format("recursive call to '@{}' is not supported", name));
-    if (target->argTypes.size() != op.operands.size())
-      fail(op.loc, fmt::format("call to '@{}' passes {} arguments but it takes {}", name,
-                               op.operands.size(), target->argTypes.size()));
-    for (size_t a = 0; a < op.operands.size(); ++a)
-      if (op.operands[a]->type != target->argTypes[a])
-        fail(op.loc, fmt::format("call to '@{}': argument #{} has type '{}' but the function "
-                                 "takes '{}'",
-                                 name, a, op.operands[a]->type.str(), target->argTypes[a].str()));
-    if (target->resultTypes.size() != op.results.size())
-      fail(op.loc, fmt::format("call to '@{}' expects {} results but the function returns {}", name,
-                               op.results.size(), target->resultTypes.size()));
-    for (size_t r = 0; r < op.results.size(); ++r)
-      if (op.results[r]->type != target->resultTypes[r])
-        fail(op.loc, fmt::format("call to '@{}': result #{} has type '{}' but the function "
-                                 "returns '{}'",
-                                 name, r, op.results[r]->type.str(), target->resultTypes[r].str()));
     // Clone the callee's body with its arguments bound to the call's operands.
     ValueMap map;
     for (size_t a = 0; a < op.operands.size(); ++a)
@@ -104,6 +130,14 @@ void inlineDispatchRegionsIn(Block &block) {
 }
 
 } // namespace
+
+void checkCalls(const ModuleOp &module) {
+  std::set<std::string> done;
+  std::vector<std::string> stack;
+  for (const auto &fn : module.functions)
+    if (fn->body && !done.count(fn->name))
+      checkCallsFrom(*fn, module, stack, done);
+}
 
 void inlineCalls(FuncOp &fn, const ModuleOp &module) {
   if (!fn.body)

@@ -6,6 +6,11 @@
 
 namespace frank {
 
+/// Checks every `util.call` of `module`'s functions: its callee is defined, takes the call's
+/// argument types and returns its result types, and no chain of calls comes back to a function
+/// it started from. A module of linked files is checked whole, as a verifier checks calls.
+void checkCalls(const ModuleOp &module);
+
 /// Inlines every `util.call` in `fn` (recursively), resolving callees in `module`. Recursion and
 /// calls to unresolved external declarations are errors at the call or declaration.
 void inlineCalls(FuncOp &fn, const ModuleOp &module);
