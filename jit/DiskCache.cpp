@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fcntl.h>
+#include <limits>
 #include <set>
 #include <unistd.h>
 
@@ -75,7 +76,8 @@ std::optional<uint64_t> parseBytes(const std::string &text) {
     shift = 30;
   else
     return std::nullopt;
-  if (value == 0)
+  // A count whose bytes do not fit 64 bits is no count (17179869184G shifted to 0).
+  if (value == 0 || value > (std::numeric_limits<uint64_t>::max() >> shift))
     return std::nullopt;
   return value << shift;
 }

@@ -223,6 +223,22 @@ void keepRuntimeDims(std::vector<ArgSpec> &specs, const RuntimeDims &dims) {
       specs[arg].type.shape[dim] = kDynamic;
 }
 
+// A tensor argument's dims are sizes, and its bytes fit in 2^63: a dim of -1 had read as a
+// runtime dim (zeros came back), and a byte count that wrapped to 0 let the kernel read past the
+// tensor's memory.
+void checkArgumentShape(const Tensor &t, const std::string &what) {
+  bool empty = false;
+  for (size_t d = 0; d < t.shape().size(); ++d) {
+    if (t.shape()[d] < 0)
+      throw Error(fmt::format("error: {} dim {} has negative size {}", what, d, t.shape()[d]));
+    empty |= t.shape()[d] == 0;
+  }
+  int64_t bytes = int64_t(dtypeSize(t.dtype()));
+  for (int64_t dim : t.shape())
+    if (!empty && __builtin_mul_overflow(bytes, dim, &bytes))
+      throw Error(fmt::format("error: {} ('{}') has more than 2^63 bytes", what, t.typeString()));
+}
+
 std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mode mode,
                               const RuntimeDims &runtimeDims) {
   if (args.size() != fn.argTypes.size())
@@ -232,6 +248,7 @@ std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mo
   for (size_t i = 0; i < args.size(); ++i) {
     ArgSpec spec;
     if (const Tensor *t = std::get_if<Tensor>(&args[i])) {
+      checkArgumentShape(*t, fmt::format("in call to '@{}': {}", fn.name, argumentName(fn, i)));
       spec.type = Type::tensor(elemOf(t->dtype()), t->shape());
     } else {
       const Type &declared = fn.argTypes[i];
@@ -371,6 +388,7 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
       }
       continue;
     }
+    checkArgumentShape(*t, fmt::format("kernel for '@{}': argument #{}", k.functionName, i));
     bool ok = elemOf(t->dtype()) == spec.type.elem && t->rank() == spec.type.rank();
     for (int64_t d = 0; ok && k.mode == Mode::Specialized && d < t->rank(); ++d)
       ok = spec.type.shape[d] == kDynamic || spec.type.shape[d] == t->shape()[d];

@@ -467,6 +467,31 @@ const ApiCase kApiCases[] = {
        m.function("add").specialize({Tensor::borrow(nullptr, DType::F32, {2, -3}), f32({2, 3})});
      },
      "", "in call to '@add': argument #0 (%a) dim 1 has negative size -3"},
+    // -1 is no runtime dim (it had come back as zeros), nor is any negative dim to a generic
+    // kernel called directly.
+    {"argument_dim_minus_one", kAdd,
+     [](Module &m) {
+       std::vector<float> x(6);
+       m.function("add")({Tensor::borrow(x.data(), DType::F32, {2, -1}), f32({2, 3})});
+     },
+     "", "in call to '@add': argument #0 (%a) dim 1 has negative size -1"},
+    {"generic_kernel_negative_dim", kAdd,
+     [](Module &m) {
+       std::vector<float> x(6);
+       Kernel k = m.function("add").specialize({f32({2, 3}), f32({2, 3})}, Mode::Generic);
+       k({Tensor::borrow(x.data(), DType::F32, {2, -3}), f32({2, 3})});
+     },
+     "", "kernel for '@add': argument #0 dim 1 has negative size -3"},
+    // Its bytes wrapped to 0 (2^64), and the kernel read past the memory.
+    {"argument_bytes_overflow", kAdd,
+     [](Module &m) {
+       std::vector<float> x(6);
+       m.function("add")({Tensor::borrow(x.data(), DType::F32, {1, int64_t{1} << 62}),
+                          Tensor::borrow(x.data(), DType::F32, {1, int64_t{1} << 62})});
+     },
+     "",
+     "in call to '@add': argument #0 (%a) ('1x4611686018427387904xf32') has more than 2^63 "
+     "bytes"},
     {"scalar_for_tensor", kAdd,
      [](Module &m) {
        m.function("add")({Scalar::f32(1), f32({2, 3})});

@@ -465,6 +465,15 @@ TEST(DiskCacheSettings, SizeCap) {
               "frank-jit: warning: ignoring FRANK_CACHE_MAX_BYTES='lots': expected a positive "
               "byte count such as 536870912 or 512M\n");
   }
+  // 2^64 bytes wrapped to a cap of 0, which emptied the cache as it filled it.
+  for (const char *huge : {"17179869184G", "17179869185G"}) {
+    ScopedEnv set("FRANK_CACHE_MAX_BYTES", huge);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(cap(), uint64_t{512} << 20) << huge;
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("ignoring FRANK_CACHE_MAX_BYTES"),
+              std::string::npos)
+        << huge;
+  }
   ScopedEnv set("FRANK_CACHE_MAX_BYTES", "1M");
   EXPECT_EQ(jit::resolveDiskCacheSettings(std::nullopt, "", 12345).maxBytes, 12345u);
 }

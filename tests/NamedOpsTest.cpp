@@ -451,6 +451,40 @@ TEST(NamedOps, TopKLargerThanTheSliceIsAnError) {
                 testing::ThrowsMessage<Error>(HasSubstr("topk selects 4 of only 3 elements")));
 }
 
+// The value and index outputs must select the same K, and span the input's other dims: index
+// outputs one wider had been filled with indices of nothing.
+TEST(NamedOps, TopKOutputsMustAgree) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>, %kv: index, %ki: index, %rows: index) -> (tensor<?x?xf32>, tensor<?x?xi32>) {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %v0 = tensor.empty(%n, %kv) : tensor<?x?xf32>
+      %i0 = tensor.empty(%rows, %ki) : tensor<?x?xi32>
+      %v, %i = iree_linalg_ext.topk dimension(1) ins(%x : tensor<?x?xf32>) outs(%v0, %i0 : tensor<?x?xf32>, tensor<?x?xi32>) {
+      ^bb0(%l: f32, %r: f32):
+        %c = arith.cmpf ogt, %l, %r : f32
+        iree_linalg_ext.yield %c : i1
+      } -> tensor<?x?xf32>, tensor<?x?xi32>
+      return %v, %i : tensor<?x?xf32>, tensor<?x?xi32>
+    })";
+  std::vector<float> x = {1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0, 9, 0, 9, 0};
+  Function fn = context().loadString(text, "topk.mlir").function("f");
+  auto call = [&](int64_t kv, int64_t ki, int64_t rows, Mode mode) {
+    return fn({borrow(x, {3, 5}), Scalar::index(kv), Scalar::index(ki), Scalar::index(rows)}, mode);
+  };
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    EXPECT_THAT([&] { call(3, 4, 3, mode); },
+                testing::ThrowsMessage<Error>(
+                    HasSubstr("topk.mlir:7:7: error: topk's index output has 4 elements along "
+                              "dim 1 but its value output has 3")));
+    EXPECT_THAT([&] { call(3, 3, 2, mode); }, testing::ThrowsMessage<Error>(HasSubstr(
+                                                  "topk output dim 0 is 2 but the input's is 3")));
+    std::vector<Tensor> r = call(2, 2, 3, mode);
+    EXPECT_EQ(std::vector<int32_t>(r[1].as<int32_t>(), r[1].as<int32_t>() + 6),
+              (std::vector<int32_t>{4, 3, 0, 1, 1, 3}));
+  }
+}
+
 struct AttentionCase {
   const char *mask; // "", "i1" or "f32"
 };

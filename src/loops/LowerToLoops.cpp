@@ -3558,7 +3558,22 @@ private:
       tensors_[op.result(r)] = t;
       outs.push_back(t);
     }
-    // K <= N (specialization checked it when both are known).
+    // The outputs span the input's other dims and agree on K (known dims are checked here,
+    // runtime ones when the kernel runs), and K <= N (specialization checked it when both are
+    // known).
+    for (int r = 0; r < 2; ++r)
+      for (size_t d = 0; d < in.dims.size(); ++d)
+        if (int64_t(d) != dim)
+          requireEqual(op, outs[r].dims[d], in.dims[d],
+                       fmt::format("topk output dim {} is {{}} but the input's is {{}}", d));
+    requireEqual(op, outs[1].dims[dim], outs[0].dims[dim],
+                 fmt::format("topk's index output has {{}} elements along dim {} but its value "
+                             "output has {{}}",
+                             dim));
+    if (inIdx)
+      for (size_t d = 0; d < in.dims.size(); ++d)
+        requireEqual(op, inIdx->dims[d], in.dims[d],
+                     fmt::format("topk's index input dim {} is {{}} but the input's is {{}}", d));
     Expr k = outs[0].dims[dim], n = in.dims[dim];
     if (!asConstant(k) || !asConstant(n))
       out_.constraints.push_back({k, n, op.loc, "topk selects {} of only {} elements", true});

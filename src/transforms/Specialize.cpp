@@ -301,7 +301,8 @@ private:
     ElemKind operandType =
         op.kind == OpKind::Select ? op.result()->type.elem : op.operands[0]->type.elem;
     // As the kernel reports it when the values are known only as it runs.
-    if (signedDivisionOverflows(op.kind, operandType, values[0], values[1]))
+    if (isIntegerDivision(op.kind) &&
+        signedDivisionOverflows(op.kind, operandType, values[0], values[1]))
       fail(op.loc, fmt::format("'{}' of {} by {} overflows {}", op.name(), values[0], values[1],
                                elemName(op.result()->type.elem)));
     return foldInteger(op.kind, operandType, op.result()->type.elem, values,
