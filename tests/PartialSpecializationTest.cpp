@@ -373,6 +373,53 @@ TEST(Partial, SignatureAndExplanationNameTheRuntimeDims) {
               testing::EndsWith(": keys in one piece: the key count is a runtime value"));
 }
 
+// Only V's keys a runtime dim, K's baked in: the keys stay in one piece, since V's chunks would
+// have a size its keys need not have (1024 keys failed to compile, splitting V into 4 x 256).
+TEST(Partial, KeysRuntimeInVAloneStayInOnePiece) {
+  const char *text = R"(
+    util.func public @att(%q: tensor<?x?x?xf32>, %k: tensor<?x?x?xf32>, %v: tensor<?x?x?xf32>, %scale: f32) -> tensor<?x?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %b = tensor.dim %q, %c0 : tensor<?x?x?xf32>
+      %m = tensor.dim %q, %c1 : tensor<?x?x?xf32>
+      %n = tensor.dim %v, %c2 : tensor<?x?x?xf32>
+      %e = tensor.empty(%b, %m, %n) : tensor<?x?x?xf32>
+      %r = iree_linalg_ext.attention {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> ()>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>]}
+          ins(%q, %k, %v, %scale : tensor<?x?x?xf32>, tensor<?x?x?xf32>, tensor<?x?x?xf32>, f32)
+          outs(%e : tensor<?x?x?xf32>) {
+      ^bb0(%score: f32):
+        iree_linalg_ext.yield %score : f32
+      } -> tensor<?x?x?xf32>
+      util.return %r : tensor<?x?x?xf32>
+    })";
+  const int64_t n = 1024, dh = 64;
+  std::vector<float> q = oracle::randomFloats(dh, 21, -2, 2), k = oracle::randomFloats(n * dh, 22),
+                     v = oracle::randomFloats(n * dh, 23);
+  const float scale = 0.125f;
+  // One query: softmax over the keys of its scaled scores, then the mix of V's rows.
+  std::vector<double> scores(n), expected(dh, 0.0);
+  double top = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    double s = 0;
+    for (int64_t c = 0; c < dh; ++c)
+      s += double(q[c]) * k[j * dh + c];
+    scores[j] = s * scale;
+    top = std::max(top, scores[j]);
+  }
+  for (int64_t j = 0; j < n; ++j)
+    sum += scores[j] = std::exp(scores[j] - top);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t c = 0; c < dh; ++c)
+      expected[c] += scores[j] / sum * v[j * dh + c];
+  Function fn = context().loadString(text, "att.mlir").function("att").withRuntimeDims({{"v", 1}});
+  Tensor out = fn({Tensor::borrow(q.data(), DType::F32, {1, 1, dh}),
+                   Tensor::borrow(k.data(), DType::F32, {1, n, dh}),
+                   Tensor::borrow(v.data(), DType::F32, {1, n, dh}), Scalar::f32(scale)})[0];
+  auto cmp = oracle::compare(out.as<float>(), expected, 1e-4, 1e-5);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
 TEST(Partial, QuestionMarksInTypeStringsAreRuntimeDims) {
   Context ctx(memoryOnly());
   Module module = ctx.load(componentPath("normalization/rms_norm.mlir"));

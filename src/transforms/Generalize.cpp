@@ -268,16 +268,22 @@ std::optional<std::pair<Value *, int64_t>> dimSource(MappedOperands operands, in
   return std::nullopt;
 }
 
-// The size of attention dim `d` when it is static.
+// The size of attention dim `d` when it is static in each of Q, K and V that reads it: one that
+// is a runtime value in V alone (partial specialization) had V split into chunks of a size its
+// keys need not have.
 std::optional<int64_t> staticAttentionDim(const Op &op, int d) {
   const AttrList &maps = op.attr("indexing_maps").list();
-  auto at = dimSource({{&maps[0].map(), op.operands[0]},
-                       {&maps[1].map(), op.operands[1]},
-                       {&maps[2].map(), op.operands[2]}},
-                      d);
-  if (!at || at->first->type.shape[at->second] == kDynamic)
-    return std::nullopt;
-  return at->first->type.shape[at->second];
+  std::optional<int64_t> size;
+  for (int i = 0; i < 3; ++i) {
+    const AffineMap &map = maps[size_t(i)].map();
+    for (size_t r = 0; r < map.results.size(); ++r)
+      if (!map.results[r].isConstant && map.results[r].value == d) {
+        if (op.operands[size_t(i)]->type.shape[r] == kDynamic)
+          return std::nullopt;
+        size = op.operands[size_t(i)]->type.shape[r];
+      }
+  }
+  return size;
 }
 
 // The points of attention dims `ds` when their sizes are static.
