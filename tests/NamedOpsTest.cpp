@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace frank::test {
@@ -431,6 +432,63 @@ INSTANTIATE_TEST_SUITE_P(Orders, TopKTest,
                          [](const auto &info) {
                            return fmt::format("{}_k{}", info.param.predicate, info.param.k);
                          });
+
+// Any pure body is an order (§4.6): the swapped `olt`, a comparison of magnitudes, `ugt`, and
+// a comparison of negations (each had been `unsupported`). Ties, which the body now decides
+// (neither ranks before the other), go to the lower index.
+TEST(NamedOps, TopKTakesAnyComparatorBody) {
+  struct Order {
+    const char *body;
+    std::function<bool(float, float)> before;
+  };
+  const std::vector<Order> orders = {
+      {"%c = arith.cmpf olt, %r, %l : f32", [](float l, float r) { return r < l; }},
+      {"%a = math.absf %l : f32\n %b = math.absf %r : f32\n %c = arith.cmpf ogt, %a, %b : f32",
+       [](float l, float r) { return std::fabs(l) > std::fabs(r); }},
+      {"%c = arith.cmpf ugt, %l, %r : f32", [](float l, float r) { return l > r; }},
+      {"%a = arith.negf %l : f32\n %b = arith.negf %r : f32\n %c = arith.cmpf olt, %a, %b : f32",
+       [](float l, float r) { return -l < -r; }},
+  };
+  const int64_t rows = 5, n = 11, k = 4;
+  // Values on a coarse grid of both signs, so that ties (of magnitude too) are common.
+  std::vector<float> x(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i)
+    x[i] = static_cast<float>((i * 7919) % 7) - 3.f;
+  for (const Order &order : orders) {
+    SCOPED_TRACE(order.body);
+    std::string text = fmt::format(R"(
+      func.func @f(%x: tensor<?x?xf32>) -> (tensor<?x{0}xf32>, tensor<?x{0}xi32>) {{
+        %c0 = arith.constant 0 : index
+        %rows = tensor.dim %x, %c0 : tensor<?x?xf32>
+        %v0 = tensor.empty(%rows) : tensor<?x{0}xf32>
+        %i0 = tensor.empty(%rows) : tensor<?x{0}xi32>
+        %v, %i = iree_linalg_ext.topk dimension(1) ins(%x : tensor<?x?xf32>) outs(%v0, %i0 : tensor<?x{0}xf32>, tensor<?x{0}xi32>) {{
+        ^bb0(%l: f32, %r: f32):
+          {1}
+          iree_linalg_ext.yield %c : i1
+        }} -> tensor<?x{0}xf32>, tensor<?x{0}xi32>
+        return %v, %i : tensor<?x{0}xf32>, tensor<?x{0}xi32>
+      }})",
+                                   k, order.body);
+    Function fn = context().loadString(text, "topk.mlir").function("f");
+    for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+      SCOPED_TRACE(modeName(mode));
+      auto r = fn({borrow(x, {rows, n})}, mode);
+      for (int64_t row = 0; row < rows; ++row) {
+        std::vector<int64_t> ranked(n);
+        for (int64_t i = 0; i < n; ++i)
+          ranked[i] = i;
+        std::stable_sort(ranked.begin(), ranked.end(), [&](int64_t a, int64_t b) {
+          return order.before(x[row * n + a], x[row * n + b]);
+        });
+        for (int64_t j = 0; j < k; ++j) {
+          EXPECT_EQ(r[1].as<int32_t>()[row * k + j], ranked[j]) << "row " << row << " rank " << j;
+          EXPECT_EQ(r[0].as<float>()[row * k + j], x[row * n + ranked[j]]);
+        }
+      }
+    }
+  }
+}
 
 TEST(NamedOps, TopKLargerThanTheSliceIsAnError) {
   const char *text = R"(

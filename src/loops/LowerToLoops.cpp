@@ -3146,7 +3146,8 @@ private:
                         const BodyContext &context, std::vector<Stmt> &inner,
                         std::vector<Expr> *yields = nullptr, const Expr &guard = nullptr) {
     for (auto &bodyOp : block.ops) {
-      if (bodyOp->kind == OpKind::LinalgYield || bodyOp->kind == OpKind::ScfYield) {
+      if (bodyOp->kind == OpKind::LinalgYield || bodyOp->kind == OpKind::ScfYield ||
+          bodyOp->kind == OpKind::ExtYield) {
         std::vector<Expr> out;
         for (const Value *v : bodyOp->operands)
           out.push_back(lookupBody(values, v));
@@ -3532,18 +3533,18 @@ private:
   // topk: per slice along `dimension`, K selection passes. Pass j keeps the best element that
   // ranks after the one pass j-1 chose, in the order (value, then lower index first), so ties go
   // to the lower index and come first.
+  // topk: K passes over each slice, each taking the best element that ranks after the last one
+  // taken (ties to the lower index). The comparator `cmpf ogt` or `olt` of (lhs, rhs) compares
+  // against infinite sentinels; any other pure body runs as scalar code, four times an element
+  // (each way against the last taken and against the best so far), with index guards instead.
   void lowerTopK(const Op &op) {
     const Block &region = *op.regions[0];
     const Op &comparator = *region.ops[0];
-    bool largest = false;
-    if (region.ops.size() == 2 && comparator.kind == OpKind::CmpF &&
-        (predicate(comparator) == "ogt" || predicate(comparator) == "olt") &&
-        comparator.operands[0] == region.arguments[0].get() &&
-        comparator.operands[1] == region.arguments[1].get())
-      largest = predicate(comparator) == "ogt";
-    else
-      fail(op.loc, "unsupported: a topk comparator other than 'arith.cmpf ogt' or 'olt' of "
-                   "(lhs, rhs)");
+    const bool plain = region.ops.size() == 2 && comparator.kind == OpKind::CmpF &&
+                       (predicate(comparator) == "ogt" || predicate(comparator) == "olt") &&
+                       comparator.operands[0] == region.arguments[0].get() &&
+                       comparator.operands[1] == region.arguments[1].get();
+    const bool largest = plain && predicate(comparator) == "ogt";
     int64_t ins = op.attr("num_inputs").integer();
     int64_t dim = op.attr("dimension").integer();
     const Value *x = op.operands[0];
@@ -3579,6 +3580,15 @@ private:
       out_.constraints.push_back({k, n, op.loc, "topk selects {} of only {} elements", true});
     ElemKind e = x->type.elem;
     double worst = largest ? -INFINITY : INFINITY;
+    // Whether `a` ranks before `b`, its scalar code (if any) appended to `into`.
+    const std::vector<Expr> noLoops;
+    auto before = [&](const Expr &a, const Expr &b, std::vector<Stmt> &into) {
+      if (plain)
+        return cmp(largest ? "ogt" : "olt", a, b);
+      std::unordered_map<const Value *, Expr> values{{region.arguments[0].get(), a},
+                                                     {region.arguments[1].get(), b}};
+      return lowerScalarBlock(region, values, {noLoops, noLoops, nullptr, false}, into);
+    };
     std::vector<Expr> sliceDims = in.dims;
     sliceDims[dim] = intConst(1);
     auto nest = loopNest(sliceDims, [&](const std::vector<Expr> &sliceIv) {
@@ -3595,21 +3605,29 @@ private:
       Expr bv = var(bestV, e), bi = var(bestI, ElemKind::Index);
       std::string xName = freshName("x");
       Expr xv = var(xName, e);
-      auto before = [&](Expr a, Expr b) { return cmp(largest ? "ogt" : "olt", a, b); };
-      // (x, i) ranks after (prev): worse value, or equal value and higher index.
-      Expr after = binary(OpKind::OrI, before(pv, xv),
-                          binary(OpKind::AndI, cmp("oeq", xv, pv), cmp("sgt", vi, pi)));
+      std::vector<Stmt> scan{let(xName, load(in.buffer, at(in.dims, vi), e))};
+      // Neither ranks before the other: `oeq` for the plain comparators.
+      auto tied = [&](const Expr &a, const Expr &b) {
+        if (plain)
+          return cmp("oeq", a, b);
+        return binary(OpKind::AndI, negation(before(a, b, scan)), negation(before(b, a, scan)));
+      };
+      // (x, i) ranks after (prev): worse value, or equal value and higher index (with another
+      // comparator, anything does before the first pass takes one).
+      Expr after = binary(OpKind::OrI, before(pv, xv, scan),
+                          binary(OpKind::AndI, tied(xv, pv), cmp("sgt", vi, pi)));
+      if (!plain)
+        after = binary(OpKind::OrI, cmp("slt", pi, intConst(0)), after);
       // (x, i) is better than the best so far: none yet, better value, or equal and lower index.
       Expr better = binary(OpKind::OrI, cmp("slt", bi, intConst(0)),
-                           binary(OpKind::OrI, before(xv, bv),
-                                  binary(OpKind::AndI, cmp("oeq", xv, bv), cmp("slt", vi, bi))));
+                           binary(OpKind::OrI, before(xv, bv, scan),
+                                  binary(OpKind::AndI, tied(xv, bv), cmp("slt", vi, bi))));
       // Bound once: both updates must see the same decision.
       std::string takeName = freshName("take");
       Expr take = var(takeName, ElemKind::I1);
-      std::vector<Stmt> scan{let(xName, load(in.buffer, at(in.dims, vi), e)),
-                             let(takeName, binary(OpKind::AndI, after, better)),
-                             assign(bestV, select(take, xv, bv)),
-                             assign(bestI, select(take, vi, bi))};
+      scan.push_back(let(takeName, binary(OpKind::AndI, after, better)));
+      scan.push_back(assign(bestV, select(take, xv, bv)));
+      scan.push_back(assign(bestI, select(take, vi, bi)));
       Expr index = bi;
       if (inIdx)
         index = cast(OpKind::ExtSI, load(inIdx->buffer, at(inIdx->dims, bi), ElemKind::I32),
