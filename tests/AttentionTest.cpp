@@ -265,7 +265,8 @@ TEST(AttentionCausal, RuntimeLengthsSkipTheKeysTheMaskHides) {
   // Q·Kᵀ's tiles (keys as n) and P·V's keys stop after the last key their rows see: the row's
   // index mod S, plus Skv - S.
   EXPECT_THAT(loops, testing::HasSubstr("// unless its rows see none of its keys"));
-  EXPECT_THAT(loops, testing::HasSubstr("(dims[0] - 1)) + (dims[1] + (dims[0] * -1))) + 1), 0)) {"))
+  EXPECT_THAT(loops,
+              testing::HasSubstr("(dims[0] - 1)) + (dims[1] + (dims[0] * -1))), 0) + 1), 0)) {"))
       << loops;
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("mask"))) << loops;
   // The softmax's nests fuse with Q·Kᵀ and P·V into one parallel loop over the KV heads,
@@ -278,6 +279,87 @@ TEST(AttentionCausal, RuntimeLengthsSkipTheKeysTheMaskHides) {
   EXPECT_THAT(loops, testing::HasSubstr(" % dims[0]) * 4096)")) << loops;
   // Its 4 S rows a KV head come in whole tiles whatever S is: no loop of rows left over.
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("m_left"))) << loops;
+}
+
+// A causal mask of indices with fewer keys than queries (keep = j <= i + Skv - S) hides every
+// key from the first S - Skv rows. Their softmax is NaN, as with the same mask given as data
+// (§4.6); the causal path, which skips hidden keys, had made them 0. The other rows agree.
+TEST(AttentionCausal, RowsThatSeeNoKeyAreNaNAsWithTheMaskAsData) {
+  const char *maps = R"(
+    #q = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>
+    #k = affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d2)>
+    #v = affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d4)>
+    #s = affine_map<(d0, d1, d2, d3, d4) -> ()>
+    #mk = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3)>
+    #o = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>
+    #id3 = affine_map<(b, i, j) -> (b, i, j)>)";
+  const char *attention = R"(
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %c2 = arith.constant 2 : index
+      %b = tensor.dim %q, %c0 : tensor<?x?x?xf32>
+      %m = tensor.dim %q, %c1 : tensor<?x?x?xf32>
+      %j = tensor.dim %k, %c1 : tensor<?x?x?xf32>
+      %n = tensor.dim %v, %c2 : tensor<?x?x?xf32>
+      %e = tensor.empty(%b, %m, %n) : tensor<?x?x?xf32>
+      %r = iree_linalg_ext.attention {indexing_maps = [#q, #k, #v, #s, #mk, #o]}
+          ins(%q, %k, %v, %scale, %mask : tensor<?x?x?xf32>, tensor<?x?x?xf32>, tensor<?x?x?xf32>, f32, tensor<?x?x?xi1>)
+          outs(%e : tensor<?x?x?xf32>) {
+      ^bb0(%score: f32):
+        iree_linalg_ext.yield %score : f32
+      } -> tensor<?x?x?xf32>
+      util.return %r : tensor<?x?x?xf32>
+    })";
+  const std::string computed = std::string(maps) + R"(
+    util.func public @f(%q: tensor<?x?x?xf32>, %k: tensor<?x?x?xf32>, %v: tensor<?x?x?xf32>, %scale: f32) -> tensor<?x?x?xf32> {
+      %cq = arith.constant 1 : index
+      %ck = arith.constant 1 : index
+      %queries = tensor.dim %q, %cq : tensor<?x?x?xf32>
+      %keys = tensor.dim %k, %ck : tensor<?x?x?xf32>
+      %batch0 = arith.constant 0 : index
+      %batch = tensor.dim %q, %batch0 : tensor<?x?x?xf32>
+      %off = arith.subi %keys, %queries : index
+      %me = tensor.empty(%batch, %queries, %keys) : tensor<?x?x?xi1>
+      %mask = linalg.generic {indexing_maps = [#id3], iterator_types = ["parallel", "parallel", "parallel"]}
+          outs(%me : tensor<?x?x?xi1>) {
+      ^bb0(%u: i1):
+        %i = linalg.index 1 : index
+        %jj = linalg.index 2 : index
+        %last = arith.addi %i, %off : index
+        %keep = arith.cmpi sle, %jj, %last : index
+        linalg.yield %keep : i1
+      } -> tensor<?x?x?xi1>)" + attention;
+  const std::string given = std::string(maps) + R"(
+    util.func public @f(%q: tensor<?x?x?xf32>, %k: tensor<?x?x?xf32>, %v: tensor<?x?x?xf32>, %scale: f32, %mask: tensor<?x?x?xi1>) -> tensor<?x?x?xf32> {)" +
+                            attention;
+  const int64_t queries = 8, keys = 3, d = 16;
+  std::vector<float> q = oracle::randomFloats(queries * d, 31),
+                     k = oracle::randomFloats(keys * d, 32), v = oracle::randomFloats(keys * d, 33);
+  std::vector<uint8_t> mask(queries * keys);
+  for (int64_t i = 0; i < queries; ++i)
+    for (int64_t j = 0; j < keys; ++j)
+      mask[i * keys + j] = j <= i + keys - queries;
+  std::vector<Arg> args = {Tensor::borrow(q.data(), DType::F32, {1, queries, d}),
+                           Tensor::borrow(k.data(), DType::F32, {1, keys, d}),
+                           Tensor::borrow(v.data(), DType::F32, {1, keys, d}), Scalar::f32(0.3f)};
+  std::vector<Arg> withMask = args;
+  withMask.push_back(Tensor::borrow(mask.data(), DType::I1, {1, queries, keys}));
+  Function byIndex = context().loadString(computed, "computed.mlir").function("f");
+  Function byData = context().loadString(given, "given.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(modeName(mode));
+    for (Function fn : {byIndex, byIndex.withRuntimeDims({{"q", 1}, {"k", 1}, {"v", 1}})}) {
+      Tensor a = fn(args, mode)[0], b = byData(withMask, mode)[0];
+      for (int64_t i = 0; i < queries; ++i)
+        for (int64_t c = 0; c < d; ++c) {
+          const float x = a.as<float>()[i * d + c], y = b.as<float>()[i * d + c];
+          if (i < queries - keys)
+            EXPECT_TRUE(std::isnan(x) && std::isnan(y)) << "row " << i << ": " << x << ", " << y;
+          else
+            EXPECT_NEAR(x, y, 1e-5) << "row " << i;
+        }
+    }
+  }
 }
 
 class AttentionDecodeTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};

@@ -1456,7 +1456,12 @@ private:
           binary(OpKind::MinSI, add(binary(OpKind::RemUI, firstRow, period), intConst(rows - 1)),
                  asConstant(period) ? intConst(*asConstant(period) - 1)
                                     : binary(OpKind::SubI, period, intConst(1)));
-    return add(lastRow, offset);
+    // Rows that see no key (an offset below minus the row) still run key 0, which the mask
+    // hides: their softmax is then NaN, as with the mask given as data (§4.6), not skipped to 0.
+    Expr last = add(lastRow, offset);
+    if (auto c = asConstant(offset); c && *c >= 0)
+      return last;
+    return binary(OpKind::MaxSI, last, intConst(0));
   }
 
   // The register-blocked contraction pipelines (loops/Strategy.h). The nest, outside in:

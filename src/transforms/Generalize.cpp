@@ -683,12 +683,15 @@ Value *attention(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
                             {over(sDims, sDims), over(sDims, rowDims)}, keyRed, sum,
                             split ? "chunk_sum" : "row_sum");
   Value *probs = exps;
-  if (causal) // P·V reads a tile's keys past a row's own: 0 there, whatever exps holds
+  // P·V reads a tile's keys past a row's own: 0 there, whatever exps holds, divided by the row's
+  // sum like the rest. So a row that sees no key (its sum 0) is NaN, as a mask given as data
+  // makes it (§4.6), not 0.
+  if (causal)
     probs = b.generic(
         {exps, rowSum}, emptyOver(sDims),
         {over(sDims, sDims), over(sDims, rowDims), over(sDims, sDims)}, elementwise,
         [&](Builder &bb, const Args &a) {
-          return bb.select(keepAt(bb, sDims), bb.binary(OpKind::DivF, a[0], a[1]), zero);
+          return bb.binary(OpKind::DivF, bb.select(keepAt(bb, sDims), a[0], zero), a[1]);
         },
         "probs");
   else if (!split)
