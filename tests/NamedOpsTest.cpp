@@ -942,6 +942,83 @@ TEST(ScfFor, CarriesTensorsAndScalarsAndUpdatesInPlace) {
   EXPECT_THAT(loops, testing::Not(HasSubstr("f32[20] at workspace")));
 }
 
+// scf.yield hands its values to the next iteration at once: a swap of two tensors, (p, q) ->
+// (q, p + q) on integers, and a reset of one carry while the other keeps an in-place update of
+// it. Each had read a carry that an earlier slot of the same yield had overwritten (the swap
+// gave [3 4] twice, fib(5) gave 16).
+TEST(ScfFor, YieldIsAParallelAssignment) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xf32>, %y: tensor<?xf32>, %row: tensor<1xf32>, %n: index) -> (tensor<?xf32>, tensor<?xf32>, index, tensor<?xf32>) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %swapped:2 = scf.for %i = %c0 to %n step %c1 iter_args(%a = %x, %b = %y) -> (tensor<?xf32>, tensor<?xf32>) {
+        scf.yield %b, %a : tensor<?xf32>, tensor<?xf32>
+      }
+      %fib:2 = scf.for %i = %c0 to %n step %c1 iter_args(%p = %c0, %q = %c1) -> (index, index) {
+        %s = arith.addi %p, %q : index
+        scf.yield %q, %s : index, index
+      }
+      %kept:2 = scf.for %i = %c0 to %n step %c1 iter_args(%a = %y, %b = %y) -> (tensor<?xf32>, tensor<?xf32>) {
+        %u = tensor.insert_slice %row into %a[%i] [1] [1] : tensor<1xf32> into tensor<?xf32>
+        scf.yield %x, %u : tensor<?xf32>, tensor<?xf32>
+      }
+      return %swapped#0, %swapped#1, %fib#0, %kept#1 : tensor<?xf32>, tensor<?xf32>, index, tensor<?xf32>
+    })";
+  Function fn = context().loadString(text, "yield.mlir").function("f");
+  std::vector<float> x = {1, 2, 3}, y = {4, 5, 6}, row = {-1};
+  auto values = [](const Tensor &t) {
+    return std::vector<float>(t.as<float>(), t.as<float>() + t.numel());
+  };
+  for (Mode mode : {Mode::Specialized, Mode::Generic})
+    for (int64_t n : {1, 2, 3}) {
+      SCOPED_TRACE(fmt::format("{}, {} iterations", modeName(mode), n));
+      auto r = fn({borrow(x, {3}), borrow(y, {3}), borrow(row, {1}), Scalar::index(n)}, mode);
+      EXPECT_EQ(values(r[0]), n % 2 ? y : x);
+      EXPECT_EQ(values(r[1]), n % 2 ? x : y);
+      EXPECT_EQ(r[2].as<int64_t>()[0], (std::vector<int64_t>{0, 1, 1, 2})[size_t(n)]);
+      // The last iteration inserts into x (the first into y).
+      std::vector<float> updated = n == 1 ? y : x;
+      updated[size_t(n - 1)] = -1;
+      EXPECT_EQ(values(r[3]), updated);
+      EXPECT_EQ(x, (std::vector<float>{1, 2, 3})) << "an argument changed";
+      EXPECT_EQ(y, (std::vector<float>{4, 5, 6})) << "an argument changed";
+    }
+}
+
+// With a runtime dim in the carried tensor (partial specialization) the yielded one, refined
+// from a static operand, meets it through a tensor.cast: the types had disagreed, an error on a
+// valid program.
+TEST(ScfFor, RuntimeDimsOfTheCarryMeetStaticYields) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>, %y: tensor<?x?xf32>, %n: index) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %s = scf.for %i = %c0 to %n step %c1 iter_args(%a = %x) -> (tensor<?x?xf32>) {
+        %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}
+            ins(%a : tensor<?x?xf32>) outs(%y : tensor<?x?xf32>) {
+        ^bb0(%p: f32, %q: f32):
+          %t = arith.addf %p, %q : f32
+          linalg.yield %t : f32
+        } -> tensor<?x?xf32>
+        scf.yield %r : tensor<?x?xf32>
+      }
+      return %s : tensor<?x?xf32>
+    })";
+  Function fn = context().loadString(text, "carry.mlir").function("f");
+  std::vector<float> x = {0, 1, 2, 3, 4, 5}, y(6, 10.f);
+  for (std::vector<RuntimeDim> dims :
+       {std::vector<RuntimeDim>{{"x", 0}}, std::vector<RuntimeDim>{{"y", 1}},
+        std::vector<RuntimeDim>{{"x", 1}}}) {
+    Tensor r =
+        fn.withRuntimeDims(dims)({borrow(x, {2, 3}), borrow(y, {2, 3}), Scalar::index(2)})[0];
+    EXPECT_EQ(std::vector<float>(r.as<float>(), r.as<float>() + 6),
+              (std::vector<float>{20, 21, 22, 23, 24, 25}));
+  }
+  EXPECT_THAT(
+      fn.withRuntimeDims({{"x", 0}}).emit(Stage::Specialized, {"2x3xf32", "2x3xf32", "index=2"}),
+      HasSubstr("tensor.cast %r : tensor<2x3xf32> to tensor<?x3xf32>"));
+}
+
 // A dispatch region inside an scf.for and an scf.if runs inline as it does at function scope
 // (the fused rms_norm in a loop over layers): it had been inlined at function scope only, and
 // failed inside loops with a type error of its own region, or as an unsupported op.

@@ -3699,22 +3699,48 @@ private:
         lowerOp(*inner);
         continue;
       }
+      // The yield hands every value to the next iteration at once, as a parallel assignment:
+      // each is read before any carry is written. Scalars are bound first (a swap, or (p, q)
+      // -> (q, p + q), had read a carry already overwritten), and a tensor read from a buffer
+      // that another carry's copy overwrites is copied aside first.
+      std::vector<Expr> scalars(inner->operands.size());
+      std::vector<TensorStorage> yielded(inner->operands.size());
       for (size_t r = 0; r < inner->operands.size(); ++r) {
         const Value *v = inner->operands[r];
         if (!locals[r].empty()) {
-          loopBody.push_back(assign(locals[r], scalarOf(v)));
+          scalars[r] = bindLet(locals[r] + "_next", scalarOf(v), loopBody);
           continue;
         }
-        const TensorStorage &yielded = storageOf(v);
+        yielded[r] = storageOf(v);
         // A carry keeps its size (specialization checks known ones): the next iteration reads
         // it as the size it came in with.
-        for (size_t d = 0; d < yielded.dims.size(); ++d)
-          requireEqual(*inner, yielded.dims[d], carries[r].dims[d],
+        for (size_t d = 0; d < yielded[r].dims.size(); ++d)
+          requireEqual(*inner, yielded[r].dims[d], carries[r].dims[d],
                        fmt::format("'scf.yield' operand #{} has {{}} along dim {} where the "
                                    "'scf.for' carries {{}}",
                                    r, d));
-        if (yielded.buffer != carries[r].buffer)
-          emitCopy(yielded, carries[r]);
+      }
+      auto overwritten = [&](int buffer, size_t by) {
+        for (size_t o = 0; o < yielded.size(); ++o)
+          if (o != by && locals[o].empty() && yielded[o].buffer != carries[o].buffer &&
+              carries[o].buffer == buffer)
+            return true;
+        return false;
+      };
+      for (size_t r = 0; r < yielded.size(); ++r)
+        if (locals[r].empty() && yielded[r].buffer != carries[r].buffer &&
+            overwritten(yielded[r].buffer, r)) {
+          TensorStorage aside{addTemp(freshName("yielded"), inner->operands[r]->type.elem,
+                                      numElements(carries[r].dims)),
+                              carries[r].dims};
+          emitCopy(yielded[r], aside);
+          yielded[r] = aside;
+        }
+      for (size_t r = 0; r < yielded.size(); ++r) {
+        if (!locals[r].empty())
+          loopBody.push_back(assign(locals[r], scalars[r]));
+        else if (yielded[r].buffer != carries[r].buffer)
+          emitCopy(yielded[r], carries[r]);
       }
     }
     current_ = outer;

@@ -1,5 +1,6 @@
 // Shape specialization (see Specialize.h for the algorithm).
 #include "transforms/Specialize.h"
+#include "ir/Builder.h"
 #include "ir/Clone.h"
 #include "ir/IntegerSemantics.h"
 #include "ir/Ops.h"
@@ -54,6 +55,8 @@ public:
           op.regions[0]->arguments[a - 2]->type = op.operands[a]->type;
       for (auto &region : op.regions)
         run(*region);
+      if (op.kind == OpKind::ScfFor && shapes_)
+        castYieldsToCarriedTypes(*op.regions[0]);
       std::optional<int64_t> folded = fold(op);
       if (folded) {
         auto constant = makeConstant(op.result()->type, *folded, op.loc, &block);
@@ -64,6 +67,28 @@ public:
       }
       if (shapes_)
         refineTypes(op);
+    }
+  }
+
+  // An scf.for's yielded tensors and its carried ones, refined apart (one dim static where a
+  // runtime dim of the other stands: partial specialization), meet through a tensor.cast before
+  // the yield, which checks a static dim it casts to when the kernel runs. Sizes that differ
+  // stay as they are, for the lowering to report.
+  void castYieldsToCarriedTypes(Block &body) {
+    Op &yield = *body.ops.back();
+    for (size_t r = 0; r < yield.operands.size(); ++r) {
+      const Type &carried = body.arguments[r + 1]->type, &yielded = yield.operands[r]->type;
+      if (!carried.isTensor() || carried == yielded || carried.rank() != yielded.rank() ||
+          carried.elem != yielded.elem)
+        continue;
+      bool compatible = true;
+      for (int64_t d = 0; d < carried.rank(); ++d)
+        compatible &= carried.shape[d] == yielded.shape[d] || carried.shape[d] == kDynamic ||
+                      yielded.shape[d] == kDynamic;
+      if (!compatible)
+        continue;
+      Builder b(body, body.ops.size() - 1, yield.loc);
+      yield.operands[r] = b.create(OpKind::TensorCast, {yield.operands[r]}, {carried})->result();
     }
   }
 
