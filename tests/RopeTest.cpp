@@ -12,10 +12,11 @@
 //
 // The angle is only as exact as theta_i. §4.3 lets powf be off by a few ulp, and one ulp of
 // theta_i moves the angle by up to pos * theta_i * 2^-23: 5e-4 rad at pos = 4000 and theta_i
-// near 1, over this tolerance. powf is not correctly rounded in practice: glibc's differs from
-// the correctly rounded result for about 0.1% of rope's (base, D, i), and the specialized
-// kernels' vectorized powf is off by 0.55 ulp at a few theta_i of base 1e4, D = 128 (1 ulp from
-// the correctly rounded value). So every comparison accepts, for each pair index i, either f32
+// near 1, over this tolerance. frank-jit computes powf as pow of doubles rounded once, which is
+// correctly rounded but in rare cases (Math.PowfRoundsOnceFromDoubles); its vectorized f32 pow
+// had been off by 0.55 ulp at a few theta_i of base 1e4, D = 128. glibc's powf differs from the
+// correctly rounded result for about 0.1% of rope's (base, D, i). So every comparison, which
+// holds any faithful powf to the tolerance, accepts, for each pair index i, either f32
 // neighbour of the exact power base^-(2i/D) (what any faithfully rounded powf returns), and
 // requires all outputs of that pair index to match the oracle computed with one of them at
 // rtol 1e-4, atol 1e-5. A powf worse than one ulp fails at large positions, and the message

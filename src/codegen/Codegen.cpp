@@ -350,6 +350,18 @@ private:
     return b_.CreateSelect(b_.CreateFCmpUNO(a, b), llvm::ConstantFP::getNaN(t), ordered);
   }
 
+  // powf of narrower floats as pow of doubles, rounded once to the operands' type: correctly
+  // rounded but in rare cases, where an f32 pow is off by an ulp at times (rope's angles, a
+  // position times base^(-2i/D), magnify that ulp 70000 times).
+  llvm::Value *powInDouble(llvm::Value *a, llvm::Value *b) {
+    llvm::Type *t = a->getType();
+    if (t->getScalarType()->isDoubleTy())
+      return intrinsic(llvm::Intrinsic::pow, {a, b});
+    llvm::Type *wide = t->getWithNewType(b_.getDoubleTy());
+    return b_.CreateFPTrunc(
+        intrinsic(llvm::Intrinsic::pow, {b_.CreateFPExt(a, wide), b_.CreateFPExt(b, wide)}), t);
+  }
+
   llvm::Value *emitBinary(const ExprNode &e, llvm::Value *a, llvm::Value *b) {
     using BO = llvm::Instruction::BinaryOps;
     switch (e.op) {
@@ -360,7 +372,7 @@ private:
     case OpKind::RemF: return floatBinary(BO::FRem, a, b, false);
     case OpKind::MaximumF: return minMax(llvm::Intrinsic::maximum, a, b);
     case OpKind::MinimumF: return minMax(llvm::Intrinsic::minimum, a, b);
-    case OpKind::PowF: return intrinsic(llvm::Intrinsic::pow, {a, b});
+    case OpKind::PowF: return powInDouble(a, b);
     case OpKind::AddI: return b_.CreateAdd(a, b);
     case OpKind::SubI: return b_.CreateSub(a, b);
     case OpKind::MulI: return b_.CreateMul(a, b);
