@@ -426,6 +426,44 @@ TEST(EdgeValues, GuardedOpsTrapAndReadOnlyWhereTheGuardHolds) {
   }
 }
 
+// A division of constants by zero inside a guarded region is not folded into an error: the
+// kernel checks it where the guard holds (the region had failed to compile, guard or not).
+TEST(EdgeValues, GuardedConstantDivisionIsCheckedWhereItRuns) {
+  const char *text = R"(
+    func.func @f(%a: tensor<?xi32>) -> tensor<?xi32> {
+      %c0 = arith.constant 0 : index
+      %n = tensor.dim %a, %c0 : tensor<?xi32>
+      %e = tensor.empty(%n) : tensor<?xi32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}
+          ins(%a : tensor<?xi32>) outs(%e : tensor<?xi32>) {
+      ^bb0(%x: i32, %o: i32):
+        %big = arith.constant 1000 : i32
+        %c = arith.cmpi sgt, %x, %big : i32
+        %q = scf.if %c -> (i32) {
+          %num = arith.constant 100 : i32
+          %den = arith.constant 0 : i32
+          %d = arith.divsi %num, %den : i32
+          scf.yield %d : i32
+        } else {
+          scf.yield %x : i32
+        }
+        linalg.yield %q : i32
+      } -> tensor<?xi32>
+      return %r : tensor<?xi32>
+    })";
+  Function fn = context().loadString(text, "guarded.mlir").function("f");
+  std::vector<int32_t> small = {1, 2, 3}, large = {1, 2000, 3};
+  for (Mode mode : kModes) {
+    SCOPED_TRACE(modeName(mode));
+    Tensor r = fn({Tensor::borrow(small.data(), DType::I32, {3})}, mode)[0];
+    EXPECT_EQ(std::vector<int32_t>(r.as<int32_t>(), r.as<int32_t>() + 3), small);
+    EXPECT_THAT([&] { fn({Tensor::borrow(large.data(), DType::I32, {3})}, mode); },
+                testing::ThrowsMessage<Error>(testing::HasSubstr(
+                    "guarded.mlir:15:11: error: division by zero in 'arith.divsi'")));
+  }
+}
+
 // True is -1 as a signed i1 (LLVM's reading): an i1 flag sign-extended to an all-ones mask,
 // from an argument, a constant at function scope and a constant in a body, and a signed
 // comparison of flags. Folded constants had read true as +1 (masks of 1, true < false false).

@@ -448,6 +448,9 @@ TEST(NamedOps, TopKTakesAnyComparatorBody) {
       {"%c = arith.cmpf ugt, %l, %r : f32", [](float l, float r) { return l > r; }},
       {"%a = arith.negf %l : f32\n %b = arith.negf %r : f32\n %c = arith.cmpf olt, %a, %b : f32",
        [](float l, float r) { return -l < -r; }},
+      // Non-strict: a ranks before b where b does not rank before a (it had picked one element K
+      // times).
+      {"%c = arith.cmpf oge, %l, %r : f32", [](float l, float r) { return l > r; }},
   };
   const int64_t rows = 5, n = 11, k = 4;
   // Values on a coarse grid of both signs, so that ties (of magnitude too) are common.
@@ -486,6 +489,50 @@ TEST(NamedOps, TopKTakesAnyComparatorBody) {
           EXPECT_EQ(r[0].as<float>()[row * k + j], x[row * n + ranked[j]]);
         }
       }
+    }
+  }
+}
+
+// Integer inputs with `cmpi` (their starting values had been float infinities, which crashed
+// the code generator), and NaN with the plain `ogt`: it ranks after every number, so all K
+// picks are input elements (a NaN had never been picked, leaving index -1 and -inf).
+TEST(NamedOps, TopKOfIntegersAndOfNaN) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xi32>, %y: tensor<?xf32>, %k: index) -> (tensor<?xi32>, tensor<?xi32>, tensor<?xf32>, tensor<?xi32>) {
+      %v0 = tensor.empty(%k) : tensor<?xi32>
+      %i0 = tensor.empty(%k) : tensor<?xi32>
+      %v, %i = iree_linalg_ext.topk dimension(0) ins(%x : tensor<?xi32>) outs(%v0, %i0 : tensor<?xi32>, tensor<?xi32>) {
+      ^bb0(%l: i32, %r: i32):
+        %c = arith.cmpi sgt, %l, %r : i32
+        iree_linalg_ext.yield %c : i1
+      } -> tensor<?xi32>, tensor<?xi32>
+      %w0 = tensor.empty(%k) : tensor<?xf32>
+      %j0 = tensor.empty(%k) : tensor<?xi32>
+      %w, %j = iree_linalg_ext.topk dimension(0) ins(%y : tensor<?xf32>) outs(%w0, %j0 : tensor<?xf32>, tensor<?xi32>) {
+      ^bb0(%l: f32, %r: f32):
+        %c = arith.cmpf ogt, %l, %r : f32
+        iree_linalg_ext.yield %c : i1
+      } -> tensor<?xf32>, tensor<?xi32>
+      return %v, %i, %w, %j : tensor<?xi32>, tensor<?xi32>, tensor<?xf32>, tensor<?xi32>
+    })";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int32_t> x = {3, -1, 4, -1, 5, -9, 2, 6, 5, 3};
+  std::vector<float> y = {1, nan, 2, nan, -3, 0, 0, 0, 0, 0};
+  Function fn = context().loadString(text, "topk.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(modeName(mode));
+    auto r =
+        fn({Tensor::borrow(x.data(), DType::I32, {10}), borrow(y, {10}), Scalar::index(10)}, mode);
+    auto ints = [](const Tensor &t) {
+      return std::vector<int32_t>(t.as<int32_t>(), t.as<int32_t>() + t.numel());
+    };
+    EXPECT_EQ(ints(r[0]), (std::vector<int32_t>{6, 5, 5, 4, 3, 3, 2, -1, -1, -9}));
+    EXPECT_EQ(ints(r[1]), (std::vector<int32_t>{7, 4, 8, 2, 0, 9, 6, 1, 3, 5}));
+    // Numbers best first, then the NaNs by index.
+    EXPECT_EQ(ints(r[3]), (std::vector<int32_t>{2, 0, 5, 6, 7, 8, 9, 4, 1, 3}));
+    for (int64_t i = 0; i < 10; ++i) {
+      const float got = r[2].as<float>()[i], want = y[size_t(r[3].as<int32_t>()[i])];
+      EXPECT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << i;
     }
   }
 }

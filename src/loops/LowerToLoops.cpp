@@ -3400,6 +3400,16 @@ private:
       toDrop -= drop;
       w.dropped.push_back(drop);
     }
+    // As specialization says it when the sizes are known; generic mode had read past the dims.
+    if (toDrop != 0) {
+      std::vector<std::string> words;
+      for (const Attribute &a : op.attr("static_sizes").list())
+        words.push_back(a.integer() == kDynamic ? "?" : std::to_string(a.integer()));
+      const Type &slice =
+          op.kind == OpKind::TensorInsertSlice ? op.operands[0]->type : op.result()->type;
+      fail(op.loc, fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(words, ", "),
+                               slice.str()));
+    }
     return w;
   }
 
@@ -3540,8 +3550,11 @@ private:
   // to the lower index and come first.
   // topk: K passes over each slice, each taking the best element that ranks after the last one
   // taken (ties to the lower index). The comparator `cmpf ogt` or `olt` of (lhs, rhs) compares
-  // against infinite sentinels; any other pure body runs as scalar code, four times an element
-  // (each way against the last taken and against the best so far), with index guards instead.
+  // against infinite sentinels, NaN ranking after every number (so that all K picks are input
+  // elements: a NaN had never been picked, leaving index -1). Any other pure body runs as scalar
+  // code, four times an element (each way against the last taken and against the best so far),
+  // with index guards instead; a ranks strictly before b where the body says a before b but not
+  // b before a, so that a non-strict body (`oge`) picks each element once.
   void lowerTopK(const Op &op) {
     const Block &region = *op.regions[0];
     const Op &comparator = *region.ops[0];
@@ -3584,15 +3597,29 @@ private:
     if (!asConstant(k) || !asConstant(n))
       out_.constraints.push_back({k, n, op.loc, "topk selects {} of only {} elements", true});
     ElemKind e = x->type.elem;
-    double worst = largest ? -INFINITY : INFINITY;
-    // Whether `a` ranks before `b`, its scalar code (if any) appended to `into`.
+    // The plain comparators' sentinels; the others start from any value, the guards ignore it.
+    Expr worst = plain            ? floatConst(largest ? -INFINITY : INFINITY, e)
+                 : isFloatElem(e) ? floatConst(0, e)
+                                  : intConst(0, e);
+    Expr best = plain ? floatConst(largest ? INFINITY : -INFINITY, e) : worst;
+    // The body's verdict, `a` before `b`, its scalar code appended to `into`.
     const std::vector<Expr> noLoops;
-    auto before = [&](const Expr &a, const Expr &b, std::vector<Stmt> &into) {
-      if (plain)
-        return cmp(largest ? "ogt" : "olt", a, b);
+    auto body = [&](const Expr &a, const Expr &b, std::vector<Stmt> &into) {
       std::unordered_map<const Value *, Expr> values{{region.arguments[0].get(), a},
                                                      {region.arguments[1].get(), b}};
       return lowerScalarBlock(region, values, {noLoops, noLoops, nullptr, false}, into);
+    };
+    // Whether `a` ranks strictly before `b`, and whether neither does (a tie).
+    auto ranking = [&](const Expr &a, const Expr &b, std::vector<Stmt> &into) {
+      if (plain) {
+        Expr nanLast = binary(OpKind::AndI, cmp("ord", a, a), cmp("uno", b, b));
+        Expr bothNaN = binary(OpKind::AndI, cmp("uno", a, a), cmp("uno", b, b));
+        return std::pair{binary(OpKind::OrI, cmp(largest ? "ogt" : "olt", a, b), nanLast),
+                         binary(OpKind::OrI, cmp("oeq", a, b), bothNaN)};
+      }
+      Expr ab = body(a, b, into), ba = body(b, a, into);
+      return std::pair{binary(OpKind::AndI, ab, negation(ba)),
+                       negation(binary(OpKind::XOrI, ab, ba))};
     };
     std::vector<Expr> sliceDims = in.dims;
     sliceDims[dim] = intConst(1);
@@ -3611,22 +3638,18 @@ private:
       std::string xName = freshName("x");
       Expr xv = var(xName, e);
       std::vector<Stmt> scan{let(xName, load(in.buffer, at(in.dims, vi), e))};
-      // Neither ranks before the other: `oeq` for the plain comparators.
-      auto tied = [&](const Expr &a, const Expr &b) {
-        if (plain)
-          return cmp("oeq", a, b);
-        return binary(OpKind::AndI, negation(before(a, b, scan)), negation(before(b, a, scan)));
-      };
       // (x, i) ranks after (prev): worse value, or equal value and higher index (with another
       // comparator, anything does before the first pass takes one).
-      Expr after = binary(OpKind::OrI, before(pv, xv, scan),
-                          binary(OpKind::AndI, tied(xv, pv), cmp("sgt", vi, pi)));
+      auto [prevFirst, tiedWithPrev] = ranking(pv, xv, scan);
+      Expr after =
+          binary(OpKind::OrI, prevFirst, binary(OpKind::AndI, tiedWithPrev, cmp("sgt", vi, pi)));
       if (!plain)
         after = binary(OpKind::OrI, cmp("slt", pi, intConst(0)), after);
       // (x, i) is better than the best so far: none yet, better value, or equal and lower index.
-      Expr better = binary(OpKind::OrI, cmp("slt", bi, intConst(0)),
-                           binary(OpKind::OrI, before(xv, bv, scan),
-                                  binary(OpKind::AndI, tied(xv, bv), cmp("slt", vi, bi))));
+      auto [xFirst, tiedWithBest] = ranking(xv, bv, scan);
+      Expr better = binary(
+          OpKind::OrI, cmp("slt", bi, intConst(0)),
+          binary(OpKind::OrI, xFirst, binary(OpKind::AndI, tiedWithBest, cmp("slt", vi, bi))));
       // Bound once: both updates must see the same decision.
       std::string takeName = freshName("take");
       Expr take = var(takeName, ElemKind::I1);
@@ -3638,14 +3661,14 @@ private:
         index = cast(OpKind::ExtSI, load(inIdx->buffer, at(inIdx->dims, bi), ElemKind::I32),
                      ElemKind::Index);
       std::vector<Stmt> pass{
-          local(bestV, floatConst(worst, e)),
+          local(bestV, worst),
           local(bestI, intConst(-1)),
           forLoop(i, in.dims[dim], ForKind::Serial, std::move(scan)),
           store(outs[0].buffer, at(outs[0].dims, vj), bv),
           store(outs[1].buffer, at(outs[1].dims, vj), cast(OpKind::TruncI, index, ElemKind::I32)),
           assign(prevV, bv),
           assign(prevI, bi)};
-      return std::vector<Stmt>{local(prevV, floatConst(-worst, e)), local(prevI, intConst(-1)),
+      return std::vector<Stmt>{local(prevV, best), local(prevI, intConst(-1)),
                                forLoop(j, outs[0].dims[dim], ForKind::Serial, std::move(pass))};
     });
     append(nest);

@@ -53,8 +53,12 @@ public:
       if (op.kind == OpKind::ScfFor && shapes_)
         for (size_t a = 3; a < op.operands.size(); ++a)
           op.regions[0]->arguments[a - 2]->type = op.operands[a]->type;
+      // An scf.if's regions run only where its condition holds: a division there that would
+      // trap stays for the kernel to check under the condition.
+      conditional_ += op.kind == OpKind::ScfIf;
       for (auto &region : op.regions)
         run(*region);
+      conditional_ -= op.kind == OpKind::ScfIf;
       if (op.kind == OpKind::ScfFor && shapes_)
         castYieldsToCarriedTypes(*op.regions[0]);
       std::optional<int64_t> folded = fold(op);
@@ -320,14 +324,18 @@ private:
         return std::nullopt;
       values.push_back(*c);
     }
-    if (isIntegerDivision(op.kind) && values[1] == 0)
-      fail(op.loc, fmt::format("division by zero in '{}'", op.name()));
     // select's operand 0 is its i1 condition; the chosen values have the result's type.
     ElemKind operandType =
         op.kind == OpKind::Select ? op.result()->type.elem : op.operands[0]->type.elem;
     // As the kernel reports it when the values are known only as it runs.
-    if (isIntegerDivision(op.kind) &&
-        signedDivisionOverflows(op.kind, operandType, values[0], values[1]))
+    const bool traps =
+        isIntegerDivision(op.kind) &&
+        (values[1] == 0 || signedDivisionOverflows(op.kind, operandType, values[0], values[1]));
+    if (traps && conditional_ > 0)
+      return std::nullopt;
+    if (traps && values[1] == 0)
+      fail(op.loc, fmt::format("division by zero in '{}'", op.name()));
+    if (traps)
       fail(op.loc, fmt::format("'{}' of {} by {} overflows {}", op.name(), values[0], values[1],
                                elemName(op.result()->type.elem)));
     return foldInteger(op.kind, operandType, op.result()->type.elem, values,
@@ -445,6 +453,7 @@ private:
 
   FuncOp &fn_;
   bool shapes_;
+  int conditional_ = 0; // how many scf.if regions enclose the ops being folded
   std::unordered_map<const Value *, int64_t> constants_;
 };
 
