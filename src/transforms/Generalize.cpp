@@ -110,18 +110,20 @@ Value *reduce(Builder &b, Op &op) {
       op.result()->name);
 }
 
-// Reduces `x` over `dim` into a fresh tensor starting at `init`, combining with `combine`.
+// Reduces `x` over `dim` into a fresh tensor of `x`'s element type, or `into` if given,
+// starting at `init`, combining with `combine`.
 Value *reduceOver(Builder &b, Value *x, int dim, double init, const Args &extraInputs,
-                  const std::function<Value *(Builder &, const Args &)> &combine,
-                  const char *name) {
+                  const std::function<Value *(Builder &, const Args &)> &combine, const char *name,
+                  std::optional<ElemKind> into = std::nullopt) {
   int n = static_cast<int>(x->type.rank());
   std::vector<int> kept = keptDims(n, {dim});
   Type type = x->type;
   type.shape.erase(type.shape.begin() + dim);
+  type.elem = into.value_or(x->type.elem);
   DimSources sources;
   for (int d : kept)
     sources.push_back({x, d});
-  Value *start = b.fill(b.constantFloat(init, x->type.elem), b.empty(type, sources));
+  Value *start = b.fill(b.constantFloat(init, type.elem), b.empty(type, sources));
   Args inputs{x};
   std::vector<AffineMap> maps{mapOf(n, iota(n))};
   for (Value *e : extraInputs) {
@@ -154,14 +156,24 @@ Value *softmax(Builder &b, Op &op) {
         return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
       },
       "softmax_exp");
+  // 16-bit exponentials are summed in f32: an f16 sum of ones stops at 2048, a bf16 one at 256
+  // (a row of 3000 zeros had come out as 1/2048 each). The quotient rounds once to the type.
+  const ElemKind e = x->type.elem;
+  const bool narrow = e == ElemKind::F16 || e == ElemKind::BF16;
+  auto widened = [&](Builder &bb, Value *v) {
+    return narrow ? bb.cast(OpKind::ExtF, v, ElemKind::F32) : v;
+  };
   Value *sum = reduceOver(
       b, exps, d, 0.0, {},
-      [](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); },
-      "softmax_sum");
+      [&](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], widened(bb, a[0])); },
+      "softmax_sum", narrow ? std::optional(ElemKind::F32) : std::nullopt);
   return b.generic(
       {exps, sum}, op.operands[1], {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, iota(n))},
       std::vector<bool>(n, false),
-      [](Builder &bb, const Args &a) { return bb.binary(OpKind::DivF, a[0], a[1]); },
+      [&](Builder &bb, const Args &a) {
+        Value *p = bb.binary(OpKind::DivF, widened(bb, a[0]), a[1]);
+        return narrow ? bb.cast(OpKind::TruncF, p, e) : p;
+      },
       op.result()->name);
 }
 
@@ -777,6 +789,43 @@ struct AttentionChoices {
   std::vector<std::string> *explain = nullptr;
 };
 
+// `x` converted elementwise to `to` (extf or truncf) into `into`, or a fresh tensor.
+Value *convertedTensor(Builder &b, Value *x, ElemKind to, Value *into, const std::string &name) {
+  const int n = static_cast<int>(x->type.rank());
+  if (!into) {
+    Type type = x->type;
+    type.elem = to;
+    DimSources sources;
+    for (int d = 0; d < n; ++d)
+      sources.push_back({x, d});
+    into = b.empty(type, sources);
+  }
+  return b.generic(
+      {x}, into, {mapOf(n, iota(n)), mapOf(n, iota(n))}, std::vector<bool>(n, false),
+      [&](Builder &bb, const Args &a) { return convertFloat(bb, a[0], to); }, name);
+}
+
+// 16-bit attention computes in f32: Q, K, V (and a float mask) widened, the output narrowed
+// once. In f16 the row sums of 4096 keys stopped at 2048 and P·V's small steps were lost, so
+// generic mode returned twice the mean of V.
+Value *attentionInF32(Builder &b, Op &op, int64_t keyChunks, int64_t queryBlocks) {
+  const std::vector<Value *> operands = op.operands;
+  Value *init = op.operands.back();
+  for (size_t i : {size_t(0), size_t(1), size_t(2), size_t(4)})
+    if (i + 1 < op.operands.size() && isFloatElem(op.operands[i]->type.elem))
+      op.operands[i] =
+          convertedTensor(b, op.operands[i], ElemKind::F32, nullptr, op.operands[i]->name + "_f32");
+  Type wide = init->type;
+  wide.elem = ElemKind::F32;
+  DimSources sources;
+  for (int64_t d = 0; d < wide.rank(); ++d)
+    sources.push_back({init, d});
+  op.operands.back() = b.empty(wide, sources);
+  Value *out = attention(b, op, keyChunks, queryBlocks);
+  op.operands = operands;
+  return convertedTensor(b, out, init->type.elem, init, op.result()->name);
+}
+
 // The chunks of keys and blocks of queries `op` runs in, from the function's config and the
 // op's own attribute.
 std::pair<int64_t, int64_t> choosePieces(const Op &op, const AttentionChoices &choices) {
@@ -816,7 +865,10 @@ void generalizeBlock(FuncOp &fn, Block &block, Ops which, const AttentionChoices
     case OpKind::Attention: {
       auto [chunks, blocks] =
           which == Ops::Attention ? choosePieces(op, choices) : std::pair<int64_t, int64_t>{1, 1};
-      replacement = attention(b, op, chunks, blocks);
+      const ElemKind e = op.operands.back()->type.elem;
+      replacement = e == ElemKind::F16 || e == ElemKind::BF16
+                        ? attentionInF32(b, op, chunks, blocks)
+                        : attention(b, op, chunks, blocks);
       break;
     }
     default: continue;
