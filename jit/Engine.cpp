@@ -74,17 +74,20 @@ std::string printModule(const llvm::Module &m) {
 // AVX-512 ('e') variants. LLVM 19's own libmvec table stops at 8 lanes and lacks tanh, erf and
 // exp2, so the mappings are listed here and offered only where the host and library have them.
 struct VectorMathFunction {
-  const char *scalar;    // the libm name codegen calls
+  const char *scalar;    // the name codegen calls
   const char *intrinsic; // the LLVM intrinsic codegen emits instead, if any
   int arity;
-  bool f64 = false; // of doubles: half the lanes of a register
+  bool f64 = false;              // of doubles: half the lanes of a register
+  const char *libmvec = nullptr; // libmvec's base name, if not `scalar`
 };
-// powf is computed as pow of doubles (codegen), so that it rounds correctly but in rare cases:
-// rope's angles, a position times base^(-2i/D), magnify an ulp of the f32 power 70000 times.
+// A 16- or 32-bit powf is frank.pow.f64 of the widened operands (codegen), rounded once: libmvec's
+// double pow is within an ulp of a double, so the narrowed power is correctly rounded but in rare
+// cases. f64 powf keeps libm's scalar pow (libmvec's is an ulp off at times).
 constexpr VectorMathFunction kVectorMath[] = {
-    {"sinf", "llvm.sin.f32", 1},   {"cosf", "llvm.cos.f32", 1}, {"logf", "llvm.log.f32", 1},
-    {"exp2f", "llvm.exp2.f32", 1}, {"expf", "llvm.exp.f32", 1}, {"pow", "llvm.pow.f64", 2, true},
-    {"tanhf", nullptr, 1},         {"erff", nullptr, 1},
+    {"sinf", "llvm.sin.f32", 1}, {"cosf", "llvm.cos.f32", 1},
+    {"logf", "llvm.log.f32", 1}, {"exp2f", "llvm.exp2.f32", 1},
+    {"expf", "llvm.exp.f32", 1}, {kWidenedPow, nullptr, 2, true, "pow"},
+    {"tanhf", nullptr, 1},       {"erff", nullptr, 1},
 };
 
 // A kernel's objects as one payload, the disk cache's: their count (u32), then each object's
@@ -300,7 +303,7 @@ struct Engine::Impl {
         continue;
       for (const VectorMathFunction &f : kVectorMath) {
         std::string params(f.arity, 'v');
-        std::string base(f.scalar);
+        std::string base(f.libmvec ? f.libmvec : f.scalar);
         const unsigned lanes = f.f64 ? w.lanes / 2 : w.lanes;
         const std::string &vector =
             names.emplace_back(fmt::format("_ZGV{}N{}{}_{}", w.isa, lanes, params, base));

@@ -537,6 +537,35 @@ TEST(NamedOps, TopKOfIntegersAndOfNaN) {
   }
 }
 
+// A comparator body runs on input elements only: one dividing by its arguments had divided by
+// a placeholder 0 (an error no input causes).
+TEST(NamedOps, TopKBodiesRunOnElementsOnly) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?xi32>, %k: index) -> (tensor<?xi32>, tensor<?xi32>) {
+      %v0 = tensor.empty(%k) : tensor<?xi32>
+      %i0 = tensor.empty(%k) : tensor<?xi32>
+      %v, %i = iree_linalg_ext.topk dimension(0) ins(%x : tensor<?xi32>) outs(%v0, %i0 : tensor<?xi32>, tensor<?xi32>) {
+      ^bb0(%l: i32, %r: i32):
+        %hundred = arith.constant 100 : i32
+        %a = arith.divsi %hundred, %l : i32
+        %b = arith.divsi %hundred, %r : i32
+        %c = arith.cmpi sgt, %a, %b : i32
+        iree_linalg_ext.yield %c : i1
+      } -> tensor<?xi32>, tensor<?xi32>
+      return %v, %i : tensor<?xi32>, tensor<?xi32>
+    })";
+  std::vector<int32_t> x = {3, 1, 7, -2, 50};
+  Function fn = context().loadString(text, "topk.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    SCOPED_TRACE(modeName(mode));
+    auto r = fn({Tensor::borrow(x.data(), DType::I32, {5}), Scalar::index(3)}, mode);
+    EXPECT_EQ(std::vector<int32_t>(r[0].as<int32_t>(), r[0].as<int32_t>() + 3),
+              (std::vector<int32_t>{1, 3, 7}));
+    EXPECT_EQ(std::vector<int32_t>(r[1].as<int32_t>(), r[1].as<int32_t>() + 3),
+              (std::vector<int32_t>{1, 0, 2}));
+  }
+}
+
 TEST(NamedOps, TopKLargerThanTheSliceIsAnError) {
   const char *text = R"(
     func.func @f(%x: tensor<?xf32>) -> (tensor<4xf32>, tensor<4xi32>) {

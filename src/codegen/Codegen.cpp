@@ -350,16 +350,12 @@ private:
     return b_.CreateSelect(b_.CreateFCmpUNO(a, b), llvm::ConstantFP::getNaN(t), ordered);
   }
 
-  // powf of narrower floats as pow of doubles, rounded once to the operands' type: correctly
-  // rounded but in rare cases, where an f32 pow is off by an ulp at times (rope's angles, a
-  // position times base^(-2i/D), magnify that ulp 70000 times).
+  // powf of narrower floats as pow of doubles, rounded once to the operands' type: an f32 pow is
+  // an ulp off at times, which rope's angles (a position times base^(-2i/D)) magnify 70000 times.
   llvm::Value *powInDouble(llvm::Value *a, llvm::Value *b) {
-    llvm::Type *t = a->getType();
-    if (t->getScalarType()->isDoubleTy())
+    if (a->getType()->getScalarType()->isDoubleTy())
       return intrinsic(llvm::Intrinsic::pow, {a, b});
-    llvm::Type *wide = t->getWithNewType(b_.getDoubleTy());
-    return b_.CreateFPTrunc(
-        intrinsic(llvm::Intrinsic::pow, {b_.CreateFPExt(a, wide), b_.CreateFPExt(b, wide)}), t);
+    return powThroughDoubles(*module_, b_, a, b);
   }
 
   llvm::Value *emitBinary(const ExprNode &e, llvm::Value *a, llvm::Value *b) {

@@ -1,6 +1,8 @@
 // Math functions called by name during optimization and inlined after it.
 #include "codegen/MathFunctions.h"
+
 #include "ir/Diagnostics.h"
+#include <llvm/IR/Intrinsics.h>
 
 #include <llvm/ADT/bit.h>
 #include <llvm/IR/IRBuilder.h>
@@ -184,6 +186,27 @@ llvm::Value *callExpF32(llvm::Module &module, llvm::IRBuilderBase &builder, llvm
   return builder.CreateCall(callee, {x});
 }
 
+llvm::Value *powThroughDoubles(llvm::Module &module, llvm::IRBuilderBase &builder, llvm::Value *x,
+                               llvm::Value *y) {
+  llvm::Type *type = x->getType();
+  llvm::Type *wide = type->getWithNewType(builder.getDoubleTy());
+  llvm::Value *a = builder.CreateFPExt(x, wide), *b = builder.CreateFPExt(y, wide);
+  llvm::Value *power;
+  if (type->isVectorTy()) {
+    power = builder.CreateBinaryIntrinsic(llvm::Intrinsic::pow, a, b);
+  } else {
+    llvm::FunctionCallee callee =
+        module.getOrInsertFunction(kWidenedPow, llvm::FunctionType::get(wide, {wide, wide}, false));
+    auto *f = llvm::cast<llvm::Function>(callee.getCallee());
+    f->setDoesNotAccessMemory();
+    f->setDoesNotThrow();
+    f->setWillReturn();
+    f->addFnAttr(llvm::Attribute::Speculatable);
+    power = builder.CreateCall(callee, {a, b});
+  }
+  return builder.CreateFPTrunc(power, type);
+}
+
 std::vector<llvm::VecDesc> mathVectorMappings() {
   // VecDesc holds string references: these literals outlive every use.
   return {
@@ -195,6 +218,11 @@ std::vector<llvm::VecDesc> mathVectorMappings() {
 }
 
 void defineMathFunctions(llvm::Module &module, MathTarget target) {
+  if (llvm::Function *pow = module.getFunction(kWidenedPow)) {
+    pow->replaceAllUsesWith(llvm::Intrinsic::getDeclaration(
+        &module, llvm::Intrinsic::pow, {llvm::Type::getDoubleTy(module.getContext())}));
+    pow->eraseFromParent();
+  }
   std::vector<llvm::Function *> declared;
   for (llvm::Function &f : module)
     if (f.isDeclaration() && f.getName().starts_with(kExpPrefix))

@@ -25,6 +25,15 @@ namespace frank {
 /// A call to exp for `x` (f32 or a vector of f32); the function is declared on first use.
 llvm::Value *callExpF32(llvm::Module &module, llvm::IRBuilderBase &builder, llvm::Value *x);
 
+/// pow of doubles for a narrower powf: a call the vectorizer may widen to libmvec's double pow
+/// (and only this one: an f64 powf stays libm's scalar pow), lowered to llvm.pow.f64 after it.
+inline constexpr const char *kWidenedPow = "frank.pow.f64";
+
+/// powf of `x` and `y` (f16, bf16 or f32, scalars or vectors) as pow of doubles rounded once to
+/// their type: correctly rounded but in rare cases, the same on every CPU and lane count.
+llvm::Value *powThroughDoubles(llvm::Module &module, llvm::IRBuilderBase &builder, llvm::Value *x,
+                               llvm::Value *y);
+
 /// The vector versions of the math functions for the loop vectorizer, at 4, 8 and 16 lanes.
 std::vector<llvm::VecDesc> mathVectorMappings();
 
@@ -35,7 +44,8 @@ struct MathTarget {
 };
 
 /// Gives the math functions `module` declares their bodies (for 8 and 16 lanes, with the
-/// instructions `target` allows) and inlines every call to them.
+/// instructions `target` allows) and inlines every call to them; scalar calls to kWidenedPow
+/// become llvm.pow.f64.
 void defineMathFunctions(llvm::Module &module, MathTarget target);
 
 } // namespace frank

@@ -3660,14 +3660,21 @@ private:
       if (inIdx)
         index = cast(OpKind::ExtSI, load(inIdx->buffer, at(inIdx->dims, bi), ElemKind::I32),
                      ElemKind::Index);
-      std::vector<Stmt> pass{
-          local(bestV, worst),
-          local(bestI, intConst(-1)),
-          forLoop(i, in.dims[dim], ForKind::Serial, std::move(scan)),
-          store(outs[0].buffer, at(outs[0].dims, vj), bv),
-          store(outs[1].buffer, at(outs[1].dims, vj), cast(OpKind::TruncI, index, ElemKind::I32)),
-          assign(prevV, bv),
-          assign(prevI, bi)};
+      // Another comparator's body runs on elements only (a body dividing by its argument, or
+      // indexing a table with it, had failed on a placeholder): before a pass takes one, the
+      // best and the last taken stand for element 0, which the index guards then ignore.
+      std::vector<Stmt> pass;
+      Expr first = worst;
+      if (!plain) {
+        first = bindLet("first", load(in.buffer, at(in.dims, intConst(0)), e), pass);
+        pass.push_back(assign(prevV, select(cmp("slt", pi, intConst(0)), first, pv)));
+      }
+      pass.insert(pass.end(), {local(bestV, first), local(bestI, intConst(-1)),
+                               forLoop(i, in.dims[dim], ForKind::Serial, std::move(scan)),
+                               store(outs[0].buffer, at(outs[0].dims, vj), bv),
+                               store(outs[1].buffer, at(outs[1].dims, vj),
+                                     cast(OpKind::TruncI, index, ElemKind::I32)),
+                               assign(prevV, bv), assign(prevI, bi)});
       return std::vector<Stmt>{local(prevV, best), local(prevI, intConst(-1)),
                                forLoop(j, outs[0].dims[dim], ForKind::Serial, std::move(pass))};
     });
