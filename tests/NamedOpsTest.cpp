@@ -1018,6 +1018,34 @@ TEST(ScfFor, CarriesTensorsAndScalarsAndUpdatesInPlace) {
   EXPECT_THAT(loops, testing::Not(HasSubstr("f32[20] at workspace")));
 }
 
+// A rank-reducing slice may drop a trailing unit dim: sizes [1, n, 1] as 1xn keep the leading
+// 1, as MLIR matches them (the first unit dim had always been dropped, an error here), with n
+// known or a runtime value, out of and into the tensor.
+TEST(Slices, RankReducingSlicesDropTrailingUnitDims) {
+  const char *text = R"(
+    func.func @f(%t: tensor<?x?x?xf32>, %n: index) -> (tensor<1x?xf32>, tensor<?x?x?xf32>) {
+      %s = tensor.extract_slice %t[1, 0, 1] [1, %n, 1] [1, 1, 1] : tensor<?x?x?xf32> to tensor<1x?xf32>
+      %u = tensor.insert_slice %s into %t[2, 0, 0] [1, %n, 1] [1, 1, 1] : tensor<1x?xf32> into tensor<?x?x?xf32>
+      return %s, %u : tensor<1x?xf32>, tensor<?x?x?xf32>
+    })";
+  std::vector<float> t(3 * 5 * 2);
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<float>(i);
+  Function fn = context().loadString(text, "slices.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic})
+    for (int64_t n : {1, 5}) {
+      SCOPED_TRACE(fmt::format("{}, n = {}", modeName(mode), n));
+      auto r = fn({borrow(t, {3, 5, 2}), Scalar::index(n)}, mode);
+      ASSERT_EQ(r[0].shape(), (std::vector<int64_t>{1, n}));
+      std::vector<float> updated = t;
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_EQ(r[0].as<float>()[j], t[size_t(10 + 2 * j + 1)]) << j;
+        updated[size_t(20 + 2 * j)] = t[size_t(10 + 2 * j + 1)];
+      }
+      EXPECT_EQ(std::vector<float>(r[1].as<float>(), r[1].as<float>() + 30), updated);
+    }
+}
+
 // scf.yield hands its values to the next iteration at once: a swap of two tensors, (p, q) ->
 // (q, p + q) on integers, and a reset of one carry while the other keeps an in-place update of
 // it. Each had read a carry that an earlier slot of the same yield had overwritten (the swap

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace frank {
 
@@ -166,6 +167,32 @@ bool lookupOpKind(std::string_view name, OpKind &kind) {
       return true;
     }
   return false;
+}
+
+std::optional<std::vector<bool>> droppedSliceDims(const std::vector<int64_t> &sizes,
+                                                  const std::vector<int64_t> &slice) {
+  std::vector<bool> dropped(sizes.size(), false);
+  // Sizes from `at` on, against the slice's dims from `kept` on: keeping a size that fits the
+  // next dim first, as MLIR matches them ([1, 5, 1] to 1x? keeps the leading 1), else dropping
+  // a unit size.
+  std::function<bool(size_t, size_t)> match = [&](size_t at, size_t kept) {
+    if (at == sizes.size())
+      return kept == slice.size();
+    if (kept < slice.size() &&
+        (sizes[at] == slice[kept] || sizes[at] == kDynamic || slice[kept] == kDynamic) &&
+        match(at + 1, kept + 1))
+      return true;
+    if (sizes[at] != 1)
+      return false;
+    dropped[at] = true;
+    if (match(at + 1, kept))
+      return true;
+    dropped[at] = false;
+    return false;
+  };
+  if (sizes.size() < slice.size() || !match(0, 0))
+    return std::nullopt;
+  return dropped;
 }
 
 std::vector<int64_t> concatShape(const Op &op, const Type &result) {

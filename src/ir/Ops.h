@@ -79,6 +79,12 @@ inline int64_t concatDim(const Op &op) { return op.attr("dimension").integer(); 
 /// type's static dims differ from the operands'.
 std::vector<int64_t> concatShape(const Op &op, const Type &result);
 
+/// Which of a slice's `sizes` (kDynamic where unknown) a rank-reducing slice whose type has
+/// dims `slice` leaves out: static unit sizes, the others matching the slice's dims in order
+/// (equal, or one of them dynamic), each size kept where it can be. nullopt where none fits.
+std::optional<std::vector<bool>> droppedSliceDims(const std::vector<int64_t> &sizes,
+                                                  const std::vector<int64_t> &slice);
+
 bool isTerminator(OpKind kind);
 /// Scalar ops whose result depends only on their operands (arith and math).
 bool isPureScalarOp(OpKind kind);

@@ -3394,22 +3394,21 @@ private:
                                                 : intConst(a.integer()));
     for (const Attribute &a : op.attr("static_strides").list())
       w.strides.push_back(a.integer());
-    int64_t toDrop = static_cast<int64_t>(w.sizes.size()) - sliceRank;
-    for (const Expr &size : w.sizes) {
-      bool drop = toDrop > 0 && asConstant(size) && *asConstant(size) == 1;
-      toDrop -= drop;
-      w.dropped.push_back(drop);
-    }
+    std::vector<int64_t> sizes;
+    for (const Expr &size : w.sizes)
+      sizes.push_back(asConstant(size).value_or(kDynamic));
+    const Type &slice =
+        op.kind == OpKind::TensorInsertSlice ? op.operands[0]->type : op.result()->type;
+    std::optional<std::vector<bool>> dropped = droppedSliceDims(sizes, slice.shape);
     // As specialization says it when the sizes are known; generic mode had read past the dims.
-    if (toDrop != 0) {
+    if (!dropped || slice.rank() != sliceRank) {
       std::vector<std::string> words;
       for (const Attribute &a : op.attr("static_sizes").list())
         words.push_back(a.integer() == kDynamic ? "?" : std::to_string(a.integer()));
-      const Type &slice =
-          op.kind == OpKind::TensorInsertSlice ? op.operands[0]->type : op.result()->type;
       fail(op.loc, fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(words, ", "),
                                slice.str()));
     }
+    w.dropped = *dropped;
     return w;
   }
 

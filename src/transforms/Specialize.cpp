@@ -225,18 +225,14 @@ public:
   std::vector<int64_t> droppedUnitDims(const Op &op, const std::vector<int64_t> &sizes,
                                        const Type &slice) {
     std::vector<int64_t> shape;
-    int64_t toDrop = static_cast<int64_t>(sizes.size()) - slice.rank();
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      if (toDrop > 0 && sizes[d] == 1) {
-        --toDrop;
-        continue;
-      }
-      shape.push_back(sizes[d]);
-    }
+    std::optional<std::vector<bool>> dropped = droppedSliceDims(sizes, slice.shape);
+    for (size_t d = 0; dropped && d < sizes.size(); ++d)
+      if (!(*dropped)[d])
+        shape.push_back(sizes[d]);
     auto text = [](int64_t size) {
       return size == kDynamic ? std::string("?") : std::to_string(size);
     };
-    if (toDrop != 0 || static_cast<int64_t>(shape.size()) != slice.rank()) {
+    if (!dropped) {
       std::vector<std::string> words;
       for (int64_t size : sizes)
         words.push_back(text(size));
