@@ -464,6 +464,73 @@ TEST(EdgeValues, GuardedConstantDivisionIsCheckedWhereItRuns) {
   }
 }
 
+// 16-bit softmax computes in f32 and rounds once: f16 sums of ones had stopped at 2048 (a row
+// of 3000 zeros gave 1/2048 each), and bf16's x - max rounded on the way (6.734375 to 6.75)
+// moved a probability by 2%. Each probability is the f32 computation's, rounded once.
+TEST(EdgeValues, SixteenBitSoftmaxRoundsOnce) {
+  for (const char *type : {"f16", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string text = fmt::format(R"(
+      func.func @f(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {{
+        %c0 = arith.constant 0 : index
+        %c1 = arith.constant 1 : index
+        %n = tensor.dim %x, %c0 : tensor<?x?xf32>
+        %m = tensor.dim %x, %c1 : tensor<?x?xf32>
+        %e = tensor.empty(%n, %m) : tensor<?x?x{0}>
+        %h = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}}
+            ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?x{0}>) {{
+        ^bb0(%a: f32, %o: {0}):
+          %t = arith.truncf %a : f32 to {0}
+          linalg.yield %t : {0}
+        }} -> tensor<?x?x{0}>
+        %s0 = tensor.empty(%n, %m) : tensor<?x?x{0}>
+        %s = linalg.softmax dimension(1) ins(%h : tensor<?x?x{0}>) outs(%s0 : tensor<?x?x{0}>) -> tensor<?x?x{0}>
+        %w0 = tensor.empty(%n, %m) : tensor<?x?xf32>
+        %w = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]}}
+            ins(%s : tensor<?x?x{0}>) outs(%w0 : tensor<?x?xf32>) {{
+        ^bb0(%a: {0}, %o: f32):
+          %t = arith.extf %a : {0} to f32
+          linalg.yield %t : f32
+        }} -> tensor<?x?xf32>
+        return %w : tensor<?x?xf32>
+      }})",
+                                         type);
+    Function fn = context().loadString(text, "softmax16.mlir").function("f");
+    const bool bf16 = std::string(type) == "bf16";
+    auto narrow = [&](double v) {
+      const float f = static_cast<float>(v);
+      if (bf16) {
+        const uint32_t bits = uint32_t(runtime::bfloat16Bits(f)) << 16;
+        float narrowed;
+        std::memcpy(&narrowed, &bits, 4);
+        return static_cast<double>(narrowed);
+      }
+      return static_cast<double>(static_cast<float>(static_cast<_Float16>(f)));
+    };
+    // Row 0: 3000 zeros. Row 1: [3, -3.734375 x 3], exact in both types, then zeros.
+    const int64_t m = 3000;
+    std::vector<float> x(2 * m, 0.f);
+    x[m] = 3.f;
+    x[m + 1] = x[m + 2] = x[m + 3] = -3.734375f;
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(modeName(mode));
+      Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {2, m})}, mode)[0];
+      for (int64_t row = 0; row < 2; ++row) {
+        // The f32 computation: exp(x - max) summed in f32, each quotient then narrowed once.
+        const float top = row ? 3.f : 0.f;
+        float sum = 0;
+        for (int64_t j = 0; j < m; ++j)
+          sum += std::exp(x[size_t(row * m + j)] - top);
+        for (int64_t j : {int64_t{0}, int64_t{1}, int64_t{2}, m - 1}) {
+          const double want = narrow(std::exp(x[size_t(row * m + j)] - top) / sum);
+          EXPECT_NEAR(y.as<float>()[row * m + j], want, std::fabs(want) * 1e-2)
+              << "row " << row << " column " << j;
+        }
+      }
+    }
+  }
+}
+
 // True is -1 as a signed i1 (LLVM's reading): an i1 flag sign-extended to an all-ones mask,
 // from an argument, a constant at function scope and a constant in a body, and a signed
 // comparison of flags. Folded constants had read true as +1 (masks of 1, true < false false).

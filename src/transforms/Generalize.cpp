@@ -110,20 +110,18 @@ Value *reduce(Builder &b, Op &op) {
       op.result()->name);
 }
 
-// Reduces `x` over `dim` into a fresh tensor of `x`'s element type, or `into` if given,
-// starting at `init`, combining with `combine`.
+// Reduces `x` over `dim` into a fresh tensor starting at `init`, combining with `combine`.
 Value *reduceOver(Builder &b, Value *x, int dim, double init, const Args &extraInputs,
-                  const std::function<Value *(Builder &, const Args &)> &combine, const char *name,
-                  std::optional<ElemKind> into = std::nullopt) {
+                  const std::function<Value *(Builder &, const Args &)> &combine,
+                  const char *name) {
   int n = static_cast<int>(x->type.rank());
   std::vector<int> kept = keptDims(n, {dim});
   Type type = x->type;
   type.shape.erase(type.shape.begin() + dim);
-  type.elem = into.value_or(x->type.elem);
   DimSources sources;
   for (int d : kept)
     sources.push_back({x, d});
-  Value *start = b.fill(b.constantFloat(init, type.elem), b.empty(type, sources));
+  Value *start = b.fill(b.constantFloat(init, x->type.elem), b.empty(type, sources));
   Args inputs{x};
   std::vector<AffineMap> maps{mapOf(n, iota(n))};
   for (Value *e : extraInputs) {
@@ -148,30 +146,34 @@ Value *softmax(Builder &b, Op &op) {
   DimSources sources;
   for (int i = 0; i < n; ++i)
     sources.push_back({x, i});
-  // exp(x - max) once, kept for both the sum and the normalization.
-  Value *exps = b.generic(
-      {x, max}, b.empty(x->type, sources), {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, iota(n))},
-      std::vector<bool>(n, false),
-      [](Builder &bb, const Args &a) {
-        return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, a[0], a[1]));
-      },
-      "softmax_exp");
-  // 16-bit exponentials are summed in f32: an f16 sum of ones stops at 2048, a bf16 one at 256
-  // (a row of 3000 zeros had come out as 1/2048 each). The quotient rounds once to the type.
+  // 16-bit softmax computes in f32 from x - max on (the max is exact either way) and rounds
+  // once: an f16 sum of ones stops at 2048, a bf16 one at 256 (a row of 3000 zeros had come out
+  // as 1/2048 each), and a bf16 x - max or exp rounded on the way was 2% off.
   const ElemKind e = x->type.elem;
   const bool narrow = e == ElemKind::F16 || e == ElemKind::BF16;
   auto widened = [&](Builder &bb, Value *v) {
     return narrow ? bb.cast(OpKind::ExtF, v, ElemKind::F32) : v;
   };
+  Type expType = x->type;
+  if (narrow)
+    expType.elem = ElemKind::F32;
+  // exp(x - max) once, kept for both the sum and the normalization.
+  Value *exps = b.generic(
+      {x, max}, b.empty(expType, sources), {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, iota(n))},
+      std::vector<bool>(n, false),
+      [&](Builder &bb, const Args &a) {
+        return bb.unary(OpKind::Exp, bb.binary(OpKind::SubF, widened(bb, a[0]), widened(bb, a[1])));
+      },
+      "softmax_exp");
   Value *sum = reduceOver(
       b, exps, d, 0.0, {},
-      [&](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], widened(bb, a[0])); },
-      "softmax_sum", narrow ? std::optional(ElemKind::F32) : std::nullopt);
+      [&](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); },
+      "softmax_sum");
   return b.generic(
       {exps, sum}, op.operands[1], {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, iota(n))},
       std::vector<bool>(n, false),
       [&](Builder &bb, const Args &a) {
-        Value *p = bb.binary(OpKind::DivF, widened(bb, a[0]), a[1]);
+        Value *p = bb.binary(OpKind::DivF, a[0], a[1]);
         return narrow ? bb.cast(OpKind::TruncF, p, e) : p;
       },
       op.result()->name);
