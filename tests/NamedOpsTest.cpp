@@ -1046,6 +1046,39 @@ TEST(Slices, RankReducingSlicesDropTrailingUnitDims) {
     }
 }
 
+// Which unit dims a slice drops follows from the types as written, in both modes: sizes that
+// are runtime values are never dropped (a runtime 1 had let specialization accept a slice that
+// generic mode refused), and an inserted tensor refined to another shape does not move the
+// dropped dim.
+TEST(Slices, TheTypesAsWrittenDecideTheDroppedDims) {
+  EXPECT_THAT(
+      [] {
+        context().loadString(R"(
+          func.func @f(%t: tensor<?x?xf32>, %a: index, %b: index) -> tensor<?xf32> {
+            %s = tensor.extract_slice %t[0, 0] [%a, %b] [1, 1] : tensor<?x?xf32> to tensor<?xf32>
+            return %s : tensor<?xf32>
+          })",
+                             "slices.mlir");
+      },
+      testing::ThrowsMessage<Error>(
+          HasSubstr("slices.mlir:3:85: error: sizes [?, ?] cannot be rank-reduced to "
+                    "'tensor<?xf32>'")));
+  const char *insert = R"(
+    func.func @f(%t: tensor<3x4x5xf32>, %u: tensor<?x?xf32>, %n: index) -> tensor<3x4x5xf32> {
+      %r = tensor.insert_slice %u into %t[0, 1, 2] [1, %n, 1] [1, 1, 1] : tensor<?x?xf32> into tensor<3x4x5xf32>
+      return %r : tensor<3x4x5xf32>
+    })";
+  Function fn = context().loadString(insert, "slices.mlir").function("f");
+  std::vector<float> t(60), u(3, -1.f);
+  for (Mode mode : {Mode::Specialized, Mode::Generic})
+    EXPECT_THAT(
+        [&] {
+          fn({borrow(t, {3, 4, 5}), borrow(u, {3, 1}), Scalar::index(3)}, mode);
+        },
+        testing::ThrowsMessage<Error>(HasSubstr("is 3 but the slice size is 1")))
+        << modeName(mode);
+}
+
 // scf.yield hands its values to the next iteration at once: a swap of two tensors, (p, q) ->
 // (q, p + q) on integers, and a reset of one carry while the other keeps an in-place update of
 // it. Each had read a carry that an earlier slot of the same yield had overwritten (the swap

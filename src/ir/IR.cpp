@@ -195,6 +195,18 @@ std::optional<std::vector<bool>> droppedSliceDims(const std::vector<int64_t> &si
   return dropped;
 }
 
+std::optional<std::vector<bool>> droppedSliceDims(const Op &op, const std::vector<int64_t> &sizes) {
+  if (op.hasAttr(kDroppedDimsAttr)) {
+    std::vector<bool> dropped;
+    for (const Attribute &d : op.attr(kDroppedDimsAttr).list())
+      dropped.push_back(d.integer() != 0);
+    return dropped;
+  }
+  const Type &slice =
+      op.kind == OpKind::TensorInsertSlice ? op.operands[0]->type : op.result()->type;
+  return droppedSliceDims(sizes, slice.shape);
+}
+
 std::vector<int64_t> concatShape(const Op &op, const Type &result) {
   const int64_t dim = concatDim(op);
   std::vector<int64_t> shape = op.operands[0]->type.shape;

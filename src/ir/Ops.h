@@ -85,6 +85,14 @@ std::vector<int64_t> concatShape(const Op &op, const Type &result);
 std::optional<std::vector<bool>> droppedSliceDims(const std::vector<int64_t> &sizes,
                                                   const std::vector<int64_t> &slice);
 
+/// The parser's droppedSliceDims of a slice as written (one 0 or 1 a dim): the later stages
+/// drop the same dims whatever sizes specialization finds.
+inline constexpr const char *kDroppedDimsAttr = "dropped_dims";
+
+/// The dims slice op `op` (extract_slice or insert_slice) drops: as parsed, else computed from
+/// `sizes` (kDynamic where unknown) and its slice type; nullopt where none fit.
+std::optional<std::vector<bool>> droppedSliceDims(const Op &op, const std::vector<int64_t> &sizes);
+
 bool isTerminator(OpKind kind);
 /// Scalar ops whose result depends only on their operands (arith and math).
 bool isPureScalarOp(OpKind kind);

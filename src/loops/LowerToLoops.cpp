@@ -3399,7 +3399,7 @@ private:
       sizes.push_back(asConstant(size).value_or(kDynamic));
     const Type &slice =
         op.kind == OpKind::TensorInsertSlice ? op.operands[0]->type : op.result()->type;
-    std::optional<std::vector<bool>> dropped = droppedSliceDims(sizes, slice.shape);
+    std::optional<std::vector<bool>> dropped = droppedSliceDims(op, sizes);
     // As specialization says it when the sizes are known; generic mode had read past the dims.
     if (!dropped || slice.rank() != sliceRank) {
       std::vector<std::string> words;

@@ -1512,6 +1512,23 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     if (slice.rank() > rank)
       failAt(toTok,
              fmt::format("the slice '{}' has a higher rank than '{}'", slice.str(), full.str()));
+    // The unit dims a rank-reducing slice drops follow from the types as written, as MLIR's
+    // verifier matches them: specialized sizes (a runtime 1) must not drop others.
+    std::vector<int64_t> sizes;
+    for (const Attribute &size : op.attr("static_sizes").list())
+      sizes.push_back(size.integer());
+    std::optional<std::vector<bool>> dropped = droppedSliceDims(sizes, slice.shape);
+    if (!dropped) {
+      std::vector<std::string> words;
+      for (int64_t size : sizes)
+        words.push_back(size == kDynamic ? "?" : std::to_string(size));
+      failAt(insert ? fromTok : toTok, fmt::format("sizes [{}] cannot be rank-reduced to '{}'",
+                                                   fmt::join(words, ", "), slice.str()));
+    }
+    AttrList mask;
+    for (bool d : *dropped)
+      mask.push_back(Attribute{int64_t{d}});
+    op.attrs[kDroppedDimsAttr] = Attribute{mask};
     resultTypes.push_back(insert ? to : slice);
     return;
   }

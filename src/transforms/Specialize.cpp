@@ -225,7 +225,7 @@ public:
   std::vector<int64_t> droppedUnitDims(const Op &op, const std::vector<int64_t> &sizes,
                                        const Type &slice) {
     std::vector<int64_t> shape;
-    std::optional<std::vector<bool>> dropped = droppedSliceDims(sizes, slice.shape);
+    std::optional<std::vector<bool>> dropped = droppedSliceDims(op, sizes);
     for (size_t d = 0; dropped && d < sizes.size(); ++d)
       if (!(*dropped)[d])
         shape.push_back(sizes[d]);
