@@ -207,6 +207,14 @@ std::optional<std::vector<bool>> droppedSliceDims(const Op &op, const std::vecto
   return droppedSliceDims(sizes, slice.shape);
 }
 
+std::string notRankReducible(const std::vector<int64_t> &sizes, const Type &slice) {
+  std::vector<std::string> words;
+  for (int64_t size : sizes)
+    words.push_back(size == kDynamic ? "?" : std::to_string(size));
+  return fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(words, ", "),
+                     slice.str());
+}
+
 std::vector<int64_t> concatShape(const Op &op, const Type &result) {
   const int64_t dim = concatDim(op);
   std::vector<int64_t> shape = op.operands[0]->type.shape;

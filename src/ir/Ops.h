@@ -93,6 +93,9 @@ inline constexpr const char *kDroppedDimsAttr = "dropped_dims";
 /// `sizes` (kDynamic where unknown) and its slice type; nullopt where none fit.
 std::optional<std::vector<bool>> droppedSliceDims(const Op &op, const std::vector<int64_t> &sizes);
 
+/// Why `sizes` (kDynamic where unknown) cannot be a slice of type `slice`: the error message.
+std::string notRankReducible(const std::vector<int64_t> &sizes, const Type &slice);
+
 bool isTerminator(OpKind kind);
 /// Scalar ops whose result depends only on their operands (arith and math).
 bool isPureScalarOp(OpKind kind);

@@ -3383,7 +3383,7 @@ private:
     }
   };
 
-  Window windowOf(const Op &op, int64_t sliceRank) {
+  Window windowOf(const Op &op) {
     Window w;
     size_t next = op.kind == OpKind::TensorInsertSlice ? 2 : 1;
     for (const Attribute &a : op.attr("static_offsets").list())
@@ -3401,13 +3401,8 @@ private:
         op.kind == OpKind::TensorInsertSlice ? op.operands[0]->type : op.result()->type;
     std::optional<std::vector<bool>> dropped = droppedSliceDims(op, sizes);
     // As specialization says it when the sizes are known; generic mode had read past the dims.
-    if (!dropped || slice.rank() != sliceRank) {
-      std::vector<std::string> words;
-      for (const Attribute &a : op.attr("static_sizes").list())
-        words.push_back(a.integer() == kDynamic ? "?" : std::to_string(a.integer()));
-      fail(op.loc, fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(words, ", "),
-                               slice.str()));
-    }
+    if (!dropped)
+      fail(op.loc, notRankReducible(sizes, slice));
     w.dropped = *dropped;
     return w;
   }
@@ -3467,7 +3462,7 @@ private:
   void lowerSlice(const Op &op) {
     if (op.kind == OpKind::TensorExtractSlice) {
       const TensorStorage &src = storageOf(op.operands[0]);
-      Window w = windowOf(op, op.result()->type.rank());
+      Window w = windowOf(op);
       TensorStorage slice;
       slice.dims = w.sliceDims();
       requireDeclaredDims(op, slice.dims, "the slice size is");
@@ -3484,7 +3479,7 @@ private:
       emitCopy(dst, result);
     }
     tensors_[op.result()] = result;
-    Window w = windowOf(op, op.operands[0]->type.rank());
+    Window w = windowOf(op);
     checkWindow(op, w, result);
     const TensorStorage &inserted = storageOf(op.operands[0]);
     const std::vector<Expr> sliceDims = w.sliceDims();
@@ -3544,9 +3539,6 @@ private:
     }
   }
 
-  // topk: per slice along `dimension`, K selection passes. Pass j keeps the best element that
-  // ranks after the one pass j-1 chose, in the order (value, then lower index first), so ties go
-  // to the lower index and come first.
   // topk: K passes over each slice, each taking the best element that ranks after the last one
   // taken (ties to the lower index). The comparator `cmpf ogt` or `olt` of (lhs, rhs) compares
   // against infinite sentinels, NaN ranking after every number (so that all K picks are input

@@ -1518,13 +1518,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     for (const Attribute &size : op.attr("static_sizes").list())
       sizes.push_back(size.integer());
     std::optional<std::vector<bool>> dropped = droppedSliceDims(sizes, slice.shape);
-    if (!dropped) {
-      std::vector<std::string> words;
-      for (int64_t size : sizes)
-        words.push_back(size == kDynamic ? "?" : std::to_string(size));
-      failAt(insert ? fromTok : toTok, fmt::format("sizes [{}] cannot be rank-reduced to '{}'",
-                                                   fmt::join(words, ", "), slice.str()));
-    }
+    if (!dropped)
+      failAt(insert ? fromTok : toTok, notRankReducible(sizes, slice));
     AttrList mask;
     for (bool d : *dropped)
       mask.push_back(Attribute{int64_t{d}});

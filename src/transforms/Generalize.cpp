@@ -167,7 +167,7 @@ Value *softmax(Builder &b, Op &op) {
       "softmax_exp");
   Value *sum = reduceOver(
       b, exps, d, 0.0, {},
-      [&](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); },
+      [](Builder &bb, const Args &a) { return bb.binary(OpKind::AddF, a[1], a[0]); },
       "softmax_sum");
   return b.generic(
       {exps, sum}, op.operands[1], {mapOf(n, iota(n)), mapOf(n, kept), mapOf(n, iota(n))},

@@ -224,21 +224,13 @@ public:
   // static unit dims that must go for the ranks to match).
   std::vector<int64_t> droppedUnitDims(const Op &op, const std::vector<int64_t> &sizes,
                                        const Type &slice) {
-    std::vector<int64_t> shape;
     std::optional<std::vector<bool>> dropped = droppedSliceDims(op, sizes);
-    for (size_t d = 0; dropped && d < sizes.size(); ++d)
+    if (!dropped)
+      fail(op.loc, notRankReducible(sizes, slice));
+    std::vector<int64_t> shape;
+    for (size_t d = 0; d < sizes.size(); ++d)
       if (!(*dropped)[d])
         shape.push_back(sizes[d]);
-    auto text = [](int64_t size) {
-      return size == kDynamic ? std::string("?") : std::to_string(size);
-    };
-    if (!dropped) {
-      std::vector<std::string> words;
-      for (int64_t size : sizes)
-        words.push_back(text(size));
-      fail(op.loc, fmt::format("sizes [{}] cannot be rank-reduced to '{}'", fmt::join(words, ", "),
-                               slice.str()));
-    }
     for (int64_t d = 0; d < slice.rank(); ++d)
       if (differ(slice.shape[d], shape[d]))
         fail(op.loc, fmt::format("dim {} of '{}' is {} but the slice size is {}", d, slice.str(),
