@@ -57,18 +57,18 @@ void checkMatmul(Context &ctx, const std::string &function, const Shape &s, Mode
   EXPECT_EQ(out.guardsIntact(), "") << function << " " << shapeName(s);
 }
 
-// GEMV with k split in two parts with rows left over in each (1x10, 1x2) and with k odd (1x5).
+// GEMV with k split in two parts with rows left over in each (1x10, 1x2) and with k odd (1x5,
+// the first part taking the last row after the halves).
 // Dims that are whole vectors only of half or a quarter of the target's width (40, 36, 20, 12 on
 // AVX-512; 36, 20, 12 on AVX2) take the narrower vectors (Strategy.NarrowerVectors...).
 // A few rows stream a B of 1 MiB or more as one row does (up to 6 with AVX2, 12 with AVX-512):
-// 12 rows with 3 rows left over in each half of k (12x1030), k odd (5x1025, parts of N), fewer
+// 12 rows with 3 rows left over in each half of k (12x1030), k odd (5x1025), fewer
 // rows of B than a step (6x3), each step prefetching the next part's rows (8x4096).
 // Dims that no vector width divides (1001, 29, 77, 9, 11, 103, 13, 259) take whole vectors and
 // their last columns one lane wide, over all of k after the k blocks: B packed and read in
 // place, one row and a leftover tile of rows, k blocks in groups of n blocks (64x512x259,
 // 24x2048x259) and not (64x2048x13); streamed by a few rows, each part of k adding its rows to
-// the columns left over (1x4096x4097, 3x2048x1027, 1x10x9), or in tiles where k is odd
-// (1x301x77).
+// the columns left over (1x4096x4097, 3x2048x1027, 1x10x9, and with k odd 1x301x77).
 // Whole vectors that only NR = 1 divides (17 at n = 136, 125 at n = 1000) take wider tiles, the
 // vectors those leave over in a narrower tile, over all of k, then any last columns (n = 1001
 // on AVX2).
@@ -145,8 +145,10 @@ INSTANTIATE_TEST_SUITE_P(Configs, MatmulConfigTest,
                          });
 
 // A dim of no whole vectors: the columns past its whole vectors run after the parallel loop of
-// groups of n blocks, one lane wide, down every m block, over all 512 of k rather than the k
-// blocks of 256 the n blocks take (the oracle checks the results: kShapes, 64x512x259).
+// groups of n blocks, down every m block, over all 512 of k rather than the k blocks of 256 the
+// n blocks take (the oracle checks the results: kShapes, 64x512x259). Accumulators that start
+// from the fill take them in one vector ending at n (columns 251 to 258); an output that adds
+// to what it holds takes them one lane wide.
 TEST(MatmulColumnsLeftOver, RunAfterTheNBlocksOverAllOfK) {
   Context avx2(forCpu(kAvx2Cpu)); // the AVX2 kernel, on any host
   std::string loops = avx2.load(componentPath("linear/matmul.mlir"))
@@ -154,12 +156,38 @@ TEST(MatmulColumnsLeftOver, RunAfterTheNBlocksOverAllOfK) {
                           .emit(Stage::Loops, {"64x512xf32", "512x259xf32"});
   EXPECT_THAT(loops, testing::HasSubstr("tile=2x4 lanes=8 k-block=256 pack=#1 n-group=4"));
   const size_t groups = loops.find("for n_group in 0..2 parallel");
-  const size_t left = loops.find("\n  for n_left in 0..3 {\n    for m_block_1 in 0..32 {");
+  const size_t left = loops.find("\n  for m_block_1 in 0..32 {");
   ASSERT_NE(groups, std::string::npos) << loops;
   ASSERT_NE(left, std::string::npos) << loops;
   EXPECT_LT(groups, left);
   EXPECT_NE(loops.find("for d2 in 0..512 {", left), std::string::npos) << loops;
-  EXPECT_NE(loops.find("w[((256 + n_left) + (d2 * 259))]", left), std::string::npos) << loops;
+  EXPECT_NE(loops.find("w[(251 + (d2 * 259)) : 8]", left), std::string::npos) << loops;
+  EXPECT_EQ(loops.find("n_left"), std::string::npos) << loops;
+
+  const char *accumulating = R"(
+func.func @f(%x: tensor<64x512xf32>, %w: tensor<512x259xf32>, %c: tensor<64x259xf32>)
+    -> tensor<64x259xf32> {
+  %r = linalg.matmul ins(%x, %w : tensor<64x512xf32>, tensor<512x259xf32>)
+                     outs(%c : tensor<64x259xf32>) -> tensor<64x259xf32>
+  return %r : tensor<64x259xf32>
+}
+)";
+  Module module = avx2.loadString(accumulating, "acc.mlir");
+  loops = module.function("f").emit(Stage::Loops, {"64x512xf32", "512x259xf32", "64x259xf32"});
+  const size_t oneLane = loops.find("\n  for n_left in 0..3 {\n    for m_block_1 in 0..32 {");
+  ASSERT_NE(oneLane, std::string::npos) << loops;
+  EXPECT_NE(loops.find("w[((256 + n_left) + (d2 * 259))]", oneLane), std::string::npos) << loops;
+  // Run: c + x w, against the oracle.
+  std::vector<float> x = oracle::randomFloats(64 * 512, 3), w = oracle::randomFloats(512 * 259, 4),
+                     c = oracle::randomFloats(64 * 259, 5);
+  std::vector<double> expected = oracle::matmul(x.data(), w.data(), 64, 512, 259, false);
+  for (size_t i = 0; i < expected.size(); ++i)
+    expected[i] += c[i];
+  std::vector<Tensor> out = module.function("f")({Tensor::borrow(x.data(), DType::F32, {64, 512}),
+                                                  Tensor::borrow(w.data(), DType::F32, {512, 259}),
+                                                  Tensor::borrow(c.data(), DType::F32, {64, 259})});
+  auto result = oracle::compare(out[0].as<float>(), expected, kRtol, 1e-3);
+  EXPECT_TRUE(result.ok) << result.describe();
 }
 
 // The same on AVX2, whatever the host: wider tiles over the vectors only NR = 1 divides, the
