@@ -707,6 +707,31 @@ const DiagCase kDiagCases[] = {
      "  util.return\n"
      "}\n",
      "2:43", "the dense literal's type tensor<2x274177x67280421310721xf32> has too many elements"},
+    // Lists nest as the type's dims: a transposed, flat or ragged literal had been read flat.
+    {"dense_list_transposed",
+     "util.func @f() {\n"
+     "  %c = arith.constant dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]> : tensor<2x3xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:23", "dense literal of shape [3, 2] does not match its type tensor<2x3xf32>"},
+    {"dense_list_flat",
+     "util.func @f() {\n"
+     "  %c = arith.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<2x2xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:23", "dense literal of shape [4] does not match its type tensor<2x2xf32>"},
+    {"dense_list_ragged",
+     "util.func @f() {\n"
+     "  %c = arith.constant dense<[[1.0, 2.0, 3.0], [4.0], 5.0]> : tensor<2x3xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:47", "dense list element of shape [1] where the first has [3]"},
+    {"dense_list_for_rank_0",
+     "util.func @f() {\n"
+     "  %c = arith.constant dense<[1.5]> : tensor<f32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:23", "dense literal of shape [1] does not match its type tensor<f32>"},
     {"dense_negative_i1",
      "util.func @f() {\n"
      "  %c = arith.constant dense<[true, -1]> : tensor<2xi1>\n"

@@ -1,5 +1,6 @@
 // The recursive-descent parser: MLIR custom assembly forms of the subset's ops.
 #include "parse/Parser.h"
+#include "ir/Builder.h"
 #include "ir/Ops.h"
 #include "loops/Strategy.h"
 #include "parse/FloatLiterals.h"
@@ -104,7 +105,7 @@ private:
   Literal parseNumber(const Type &type);
   DenseAttr parseDense(const Token &start, Token *typeTokOut = nullptr);
   Type lastDenseType_;
-  void parseDenseElements(std::vector<Token> &tokens);
+  std::vector<int64_t> parseDenseElements(std::vector<Token> &tokens);
 
   // Values and scopes.
   Value *parseOperand();
@@ -392,19 +393,30 @@ Literal Parser::parseLiteral(const Type &type, const Token &at) {
   return parseNumber(type);
 }
 
-void Parser::parseDenseElements(std::vector<Token> &tokens) {
-  if (consumeIf(Tok::LSquare)) {
+std::vector<int64_t> Parser::parseDenseElements(std::vector<Token> &tokens) {
+  if (at(Tok::LSquare)) {
     // Each '[' recurses: bounded like regions, so that deep lists are an error, not a crash.
+    Token open = take();
     if (++depth_ > kMaxNesting)
       failAt(cur_, fmt::format("nesting too deep (more than {} levels)", kMaxNesting));
+    // The list's shape: its length, then the shape every element shares.
+    std::vector<int64_t> shape{0};
+    std::vector<int64_t> elementShape;
     if (!at(Tok::RSquare)) {
-      do
-        parseDenseElements(tokens);
-      while (consumeIf(Tok::Comma));
+      do {
+        Token element = cur_;
+        std::vector<int64_t> inner = parseDenseElements(tokens);
+        if (shape[0]++ == 0)
+          elementShape = inner;
+        else if (inner != elementShape)
+          failAt(element, fmt::format("dense list element of shape [{}] where the first has [{}]",
+                                      fmt::join(inner, ", "), fmt::join(elementShape, ", ")));
+      } while (consumeIf(Tok::Comma));
     }
     expect(Tok::RSquare, "to close the dense list");
     --depth_;
-    return;
+    shape.insert(shape.end(), elementShape.begin(), elementShape.end());
+    return shape;
   }
   if (at(Tok::String))
     failAt(cur_, "unsupported dense literal: hexadecimal string blobs");
@@ -414,13 +426,14 @@ void Parser::parseDenseElements(std::vector<Token> &tokens) {
   if (!(at(Tok::Integer) || at(Tok::Float) || atKeyword("true") || atKeyword("false")))
     failAt(cur_, fmt::format("expected a dense element, found {}", describe(cur_)));
   tokens.push_back(take());
+  return {};
 }
 
 DenseAttr Parser::parseDense(const Token &start, Token *typeTokOut) {
   // Elements are kept as tokens until the type after ':' is known.
   expect(Tok::Less, "after 'dense'");
   std::vector<Token> tokens;
-  parseDenseElements(tokens);
+  const std::vector<int64_t> shape = parseDenseElements(tokens);
   expect(Tok::Greater, "to close 'dense<'");
   expect(Tok::Colon, "before the dense literal's type");
   Token typeTok = cur_;
@@ -449,9 +462,11 @@ DenseAttr Parser::parseDense(const Token &start, Token *typeTokOut) {
   for (int64_t d : type.shape)
     if (__builtin_mul_overflow(numel, d, &numel))
       failAt(typeTok, fmt::format("the dense literal's type {} has too many elements", type.str()));
-  if (dense.values.size() != 1 && static_cast<int64_t>(dense.values.size()) != numel)
-    failAt(start, fmt::format("dense literal has {} elements but its type {} has {}",
-                              dense.values.size(), type.str(), numel));
+  // One element without brackets is a splat; lists nest as the type's dims do, as in MLIR (a
+  // flat or transposed list had been read in row-major order).
+  if (!shape.empty() && shape != type.shape)
+    failAt(start, fmt::format("dense literal of shape [{}] does not match its type {}",
+                              fmt::join(shape, ", "), type.str()));
   return dense;
 }
 
@@ -1816,6 +1831,9 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
       define(std::string(iterNames[i].text),
              block->addArgument(resultTypes[i], {}, loc(iterNames[i])), iterNames[i]);
     parseBlockBody(*block, Tok::RBrace);
+    // Without iter_args the yield may be left out, as MLIR prints it: the body yields nothing.
+    if (iterNames.empty() && (block->ops.empty() || !isTerminator(block->ops.back()->kind)))
+      Builder(*block, block->ops.size(), loc(cur_)).create(OpKind::ScfYield, {}, {});
     take();
     popScope();
     --depth_;
