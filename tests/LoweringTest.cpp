@@ -462,6 +462,51 @@ TEST(Lowering, ElementwiseChainFusesIntoOneLoopNest) {
   expectAllNear(runBoth(text, {borrow(x, {3, 45}), borrow(y, {3, 45})}), expected);
 }
 
+// A sum over the rows of a broadcast, and over the rows of a generic without inputs: the
+// producer was the only operand that indexed the summed dim, so fusing it left a loop without
+// an extent (specialization refused the program as "not indexed by any operand"). It stays a
+// tensor of its own.
+TEST(Lowering, ProducersThatAloneIndexADimDoNotFuse) {
+  const char *text = R"(
+    func.func @f(%a: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
+      %e = tensor.empty() : tensor<4x3xf32>
+      %b = linalg.broadcast ins(%a : tensor<3xf32>) outs(%e : tensor<4x3xf32>) dimensions = [0]
+      %rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]}
+          outs(%e : tensor<4x3xf32>) {
+      ^bb0(%o: f32):
+        %i = linalg.index 0 : index
+        %ii = arith.index_cast %i : index to i32
+        %f = arith.sitofp %ii : i32 to f32
+        linalg.yield %f : f32
+      } -> tensor<4x3xf32>
+      %z = arith.constant 0.0 : f32
+      %e2 = tensor.empty() : tensor<3xf32>
+      %zero = linalg.fill ins(%z : f32) outs(%e2 : tensor<3xf32>) -> tensor<3xf32>
+      %sums = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]}
+          ins(%b : tensor<4x3xf32>) outs(%zero : tensor<3xf32>) {
+      ^bb0(%x: f32, %o: f32):
+        %s = arith.addf %o, %x : f32
+        linalg.yield %s : f32
+      } -> tensor<3xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]}
+          ins(%rows : tensor<4x3xf32>) outs(%zero : tensor<3xf32>) {
+      ^bb0(%x: f32, %o: f32):
+        %s = arith.addf %o, %x : f32
+        linalg.yield %s : f32
+      } -> tensor<3xf32>
+      return %sums, %r : tensor<3xf32>, tensor<3xf32>
+    })";
+  std::vector<float> a{1, 2, 3};
+  Function fn = context().loadString(text, "lowering.mlir").function("f");
+  for (Mode mode : {Mode::Specialized, Mode::Generic}) {
+    std::vector<Tensor> r = fn({borrow(a, {3})}, mode);
+    EXPECT_EQ(std::vector<float>(r[0].as<float>(), r[0].as<float>() + 3),
+              (std::vector<float>{4, 8, 12}));
+    EXPECT_EQ(std::vector<float>(r[1].as<float>(), r[1].as<float>() + 3),
+              (std::vector<float>{6, 6, 6}));
+  }
+}
+
 // K in attention: [1, S, H, D] transposed to [1, H, S, D] and collapsed to [H, S, D] before a
 // contraction reads it. collapse-before-copy collapses the source instead ([S, H, D], a view),
 // and the copy that is left fuses into the contraction: no copy, no temporary. A collapse that

@@ -6,9 +6,33 @@
 #include "transforms/Specialize.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace frank {
 namespace {
+
+// Whether each of the consumer's loop dims is still indexed by an operand once the producer's
+// inputs replace `input`: the lowering takes a loop's extent from an operand it indexes. A
+// broadcast, or a producer without inputs, may have been the only one (a sum over broadcast
+// rows); it then stays a tensor of its own.
+bool leavesEveryDimIndexed(const GenericView &p, const GenericView &c, int input) {
+  std::vector<bool> indexed(size_t(c.numLoops()), false);
+  auto mark = [&](const AffineMap &map, const std::function<int64_t(int64_t)> &dim) {
+    for (const AffineResult &r : map.results)
+      if (!r.isConstant)
+        indexed[size_t(dim(r.value))] = true;
+  };
+  for (int k = 0; k <= c.numInputs(); ++k) // the inputs, then the output
+    if (k != input)
+      mark(c.map(k), [](int64_t d) { return d; });
+  const AffineMap &out = p.outputMap(), &read = c.map(input);
+  std::vector<int64_t> toConsumer(size_t(p.numLoops()));
+  for (size_t r = 0; r < out.results.size(); ++r)
+    toConsumer[size_t(out.results[r].value)] = read.results[r].value;
+  for (int j = 0; j < p.numInputs(); ++j)
+    mark(p.map(j), [&](int64_t d) { return toConsumer[size_t(d)]; });
+  return std::all_of(indexed.begin(), indexed.end(), [](bool b) { return b; });
+}
 
 bool canFuse(const FuncOp &fn, const Op &consumer, int input) {
   const Value *operand = consumer.operands[input];
@@ -28,6 +52,10 @@ bool canFuse(const FuncOp &fn, const Op &consumer, int input) {
   // plain dims (a projection, as a contraction reads its operands). Other producers fuse only
   // where the consumer reads each of their points once.
   const AffineMap &read = c.map(input);
+  if (std::any_of(read.results.begin(), read.results.end(),
+                  [](const AffineResult &r) { return r.isConstant; }) ||
+      !leavesEveryDimIndexed(p, c, input))
+    return false;
   if (isPureCopy(producer))
     return std::none_of(read.results.begin(), read.results.end(),
                         [](const AffineResult &r) { return r.isConstant; });
