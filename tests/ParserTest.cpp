@@ -575,6 +575,39 @@ const DiagCase kDiagCases[] = {
      "  util.return\n"
      "}\n",
      "1:16", "unsupported function attributes"},
+    // Attribute dictionaries that printers and importers add, on ops and results.
+    {"attribute_dictionary_on_an_op",
+     "util.func @f(%a: f32) -> f32 {\n"
+     "  %x = arith.addf %a, %a {torch.debug_name = \"x\"} : f32\n"
+     "  util.return %x : f32\n"
+     "}\n",
+     "2:26", "unsupported attribute dictionary on 'arith.addf'"},
+    {"attribute_dictionary_after_an_op",
+     "util.func @f(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {\n"
+     "  %e = tensor.empty() : tensor<2x2xf32>\n"
+     "  %r = linalg.transpose ins(%a : tensor<2x2xf32>) outs(%e : tensor<2x2xf32>) "
+     "permutation = [1, 0] {x = 1}\n"
+     "  util.return %r : tensor<2x2xf32>\n"
+     "}\n",
+     "3:99", "unsupported attribute dictionary on 'linalg.transpose'"},
+    {"result_attributes",
+     "util.func @f(%a: f32) -> (f32 {res.attr = 1 : i64}) {\n"
+     "  util.return %a : f32\n"
+     "}\n",
+     "1:31", "unsupported result attributes"},
+    {"dense_resource_constant",
+     "util.func @f() {\n"
+     "  %c = arith.constant dense_resource<blob> : tensor<2xf32>\n"
+     "  util.return\n"
+     "}\n",
+     "2:23", "unsupported constant 'dense_resource<...>'"},
+    {"dialect_resources",
+     "util.func @f() {\n"
+     "  util.return\n"
+     "}\n"
+     "{-#\n"
+     "#-}\n",
+     "4:1", "unsupported: dialect resources ('{-#' ... '#-}')"},
     // Reported at the second definition.
     {"function_redefinition",
      "util.func @f() {\n"
@@ -1011,6 +1044,21 @@ TEST(RoundTrip, ScalarConstantsAndArith) {
   EXPECT_THAT(rt.first, HasSubstr("%w = arith.extf %eps : f32 to f64"));
 }
 
+// Forms MLIR takes too: a predicate as a string, spaces around a dim list's 'x'.
+TEST(RoundTrip, QuotedPredicatesAndSpacedDims) {
+  RoundTrip rt = roundTrip(R"(util.func @f(%t: tensor<? x 4 x f32>, %i: i32, %x: f32) -> i1 {
+  %c = arith.cmpi "slt", %i, %i : i32
+  %d = arith.cmpf "olt", %x, %x : f32
+  %both = arith.andi %c, %d : i1
+  util.return %both : i1
+}
+)");
+  EXPECT_EQ(rt.first, rt.second);
+  EXPECT_THAT(rt.first, HasSubstr("%t: tensor<?x4xf32>"));
+  EXPECT_THAT(rt.first, HasSubstr("%c = arith.cmpi slt, %i, %i : i32"));
+  EXPECT_THAT(rt.first, HasSubstr("%d = arith.cmpf olt, %x, %x : f32"));
+}
+
 // Signed dense elements: the most negative i64 (whose magnitude an i64 cannot hold, so the sign
 // must be parsed with the number) and negative floats and integers of other widths.
 TEST(RoundTrip, NegativeDenseElements) {
@@ -1152,7 +1200,7 @@ TEST(RoundTrip, LocationsAreIgnored) {
 module @m {
   util.func public @f(%a: f32 loc("model.py":2:3), %b: f32 loc(#loc0)) -> f32 {
     %s = arith.addf %a, %b : f32 loc(fused["model.py":3:4, #loc0])
-    util.return %s : f32 loc(unknown)
+    util.return %s : f32 loc("say \"hi\" in C:\\src":7:8)
   } loc("model.py":5:6)
 } loc(#loc0)
 )");
@@ -1232,6 +1280,48 @@ std::string firstError(const std::string &text) {
   });
   EXPECT_EQ(out.kind, Outcome::Threw) << out.text;
   return splitLines(out.text).empty() ? std::string() : splitLines(out.text)[0];
+}
+
+// A UTF-8 byte order mark before the text is skipped; columns count after it.
+TEST(RoundTrip, ByteOrderMarkIsSkipped) {
+  const std::string text =
+      "\xEF\xBB\xBFutil.func @f(%a: f32) -> f32 {\n  util.return %a : f32\n}\n";
+  RoundTrip rt = roundTrip(text);
+  EXPECT_EQ(rt.first, rt.second);
+  EXPECT_THAT(firstError("\xEF\xBB\xBF%x"), StartsWith("t.mlir:1:1: error: "));
+}
+
+// A diagnostic on a very long line shows the part around its column, the caret under it.
+TEST(Diagnostics, LongLinesAreShownAroundTheColumn) {
+  auto fullError = [](const std::string &text) {
+    try {
+      frank::parseString(text, "t.mlir");
+    } catch (const frank::Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string elements;
+  for (int i = 0; i < 20000; ++i)
+    elements += "1.0, ";
+  const std::string text = "util.func @f() {\n  %c = arith.constant dense<[" + elements +
+                           "1.0]> : tensor<2xf32>\n  util.return\n}\n";
+  std::string error = fullError(text);
+  std::vector<std::string> lines = splitLines(error);
+  ASSERT_EQ(lines.size(), 3u) << error.substr(0, 3000);
+  EXPECT_EQ(lines[0], "t.mlir:2:23: error: dense literal of shape [20001] does not match its type "
+                      "tensor<2xf32>");
+  EXPECT_LE(lines[1].size(), 1003u);
+  EXPECT_THAT(lines[1], StartsWith("  %c = arith.constant dense<[1.0, 1.0"));
+  EXPECT_THAT(lines[1], testing::EndsWith("..."));
+  EXPECT_EQ(lines[2], std::string(22, ' ') + "^");
+  // Far into the line, the part shown starts with "..." and the caret still points at the column.
+  const std::string late = "util.func @f() {\n  %c = arith.constant dense<[" + elements +
+                           "1.0, x]> : tensor<2xf32>\n  util.return\n}\n";
+  lines = splitLines(fullError(late));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[1], StartsWith("..."));
+  EXPECT_EQ(lines[1][lines[2].size() - 1], 'x');
 }
 
 // Nested dense lists and nested tensor types recursed once per level and overflowed the stack.

@@ -1,6 +1,8 @@
 // Error formatting shared by every stage.
 #include "ir/Diagnostics.h"
 
+#include <algorithm>
+
 namespace frank {
 
 std::string Location::str() const {
@@ -17,18 +19,36 @@ static std::string_view sourceLine(const SourceFile &file, uint32_t line) {
       return {};
     text.remove_prefix(next + 1);
   }
-  return text.substr(0, text.find('\n'));
+  text = text.substr(0, text.find('\n'));
+  if (line == 1 && text.starts_with("\xEF\xBB\xBF")) // a byte order mark, which columns skip
+    text.remove_prefix(3);
+  return text;
 }
+
+// At most this many characters of a source line are shown, around the column: a 14 MB line of
+// dense elements had been printed whole.
+constexpr size_t kShownLineChars = 1000;
 
 std::string formatDiagnostic(const Location &loc, std::string_view severity,
                              std::string_view message) {
   std::string out = fmt::format("{}: {}: {}", loc.str(), severity, message);
   std::string_view line = loc.known() ? sourceLine(*loc.file, loc.line) : std::string_view();
   if (!line.empty()) {
-    std::string caret;
-    for (uint32_t i = 1; i < loc.col && i <= line.size(); ++i)
-      caret += line[i - 1] == '\t' ? '\t' : ' ';
-    out += fmt::format("\n{}\n{}^", line, caret);
+    size_t column = std::min<size_t>(loc.col, line.size() + 1) - 1; // of the caret, from 0
+    std::string before, after;
+    if (line.size() > kShownLineChars) {
+      const size_t first = column > kShownLineChars / 2 ? column - kShownLineChars / 2 : 0;
+      if (first > 0)
+        before = "...";
+      if (first + kShownLineChars < line.size())
+        after = "...";
+      line = line.substr(first, kShownLineChars);
+      column -= first;
+    }
+    std::string caret(before.size(), ' ');
+    for (size_t i = 0; i < column; ++i)
+      caret += line[i] == '\t' ? '\t' : ' ';
+    out += fmt::format("\n{}{}{}\n{}^", before, line, after, caret);
   }
   if (loc.caller)
     out += "\n" + formatDiagnostic(*loc.caller, "note", "in the function called here");

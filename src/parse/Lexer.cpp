@@ -38,7 +38,11 @@ const char *tokName(Tok kind) {
   return "token";
 }
 
-Lexer::Lexer(std::shared_ptr<const SourceFile> file) : file_(std::move(file)), text_(file_->text) {}
+Lexer::Lexer(std::shared_ptr<const SourceFile> file) : file_(std::move(file)), text_(file_->text) {
+  // A UTF-8 byte order mark, as some editors write, is no token; columns count after it.
+  if (text_.substr(0, 3) == "\xEF\xBB\xBF")
+    pos_ = 3;
+}
 
 char Lexer::peekChar(size_t ahead) const {
   return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
@@ -105,6 +109,7 @@ std::vector<int64_t> Lexer::scanDims() {
     } else {
       return dims;
     }
+    skipWhitespace(); // `? x ? x f32` is a dim list too, as MLIR reads it
     if (peekChar() != 'x') {
       // A bare number is not a dim (the element type must follow the last 'x').
       pos_ = save;
@@ -113,6 +118,7 @@ std::vector<int64_t> Lexer::scanDims() {
       return dims;
     }
     advance();
+    skipWhitespace();
     dims.push_back(dim);
   }
 }
@@ -163,6 +169,10 @@ Token Lexer::next() {
   case '"': {
     advance();
     while (peekChar() != '"') {
+      if (pos_ >= text_.size() || peekChar() == '\n')
+        fail({file_, tok.line, tok.col}, "unterminated string");
+      if (peekChar() == '\\') // an escape: `\"` does not end the string
+        advance();
       if (pos_ >= text_.size() || peekChar() == '\n')
         fail({file_, tok.line, tok.col}, "unterminated string");
       advance();

@@ -15,6 +15,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace frank {
 namespace {
@@ -49,13 +50,23 @@ private:
     return true;
   }
   Token expect(Tok kind, std::string_view context) {
-    if (!at(kind))
+    if (!at(kind)) {
+      failOnAttributeDictionary();
       failAt(cur_, fmt::format("expected {} {}, found {}", tokName(kind), context, describe(cur_)));
+    }
     return take();
   }
   void expectKeyword(std::string_view word, std::string_view context) {
-    if (!consumeKeyword(word))
+    if (!consumeKeyword(word)) {
+      failOnAttributeDictionary();
       failAt(cur_, fmt::format("expected '{}' {}, found {}", word, context, describe(cur_)));
+    }
+  }
+  // A '{' where an op's syntax has none: the attribute dictionary MLIR's printers and
+  // importers add (`{torch.debug_name = "x"}`), which the subset does not take.
+  void failOnAttributeDictionary() {
+    if (at(Tok::LBrace) && !opName_.empty())
+      failAt(cur_, fmt::format("unsupported attribute dictionary on '{}'", opName_));
   }
   static std::string describe(const Token &t) {
     if (t.kind == Tok::Eof)
@@ -105,6 +116,7 @@ private:
   Literal parseNumber(const Type &type);
   DenseAttr parseDense(const Token &start, Token *typeTokOut = nullptr);
   Type lastDenseType_;
+  std::string_view opName_; // the op being parsed, as written (empty outside ops)
   std::vector<int64_t> parseDenseElements(std::vector<Token> &tokens);
 
   // Values and scopes.
@@ -236,6 +248,8 @@ std::vector<Type> Parser::parseTypeList() {
       return types;
     do {
       types.push_back(parseType());
+      if (at(Tok::LBrace) && opName_.empty())
+        failAt(cur_, "unsupported result attributes");
       skipLoc();
     } while (consumeIf(Tok::Comma));
     expect(Tok::RParen, "to close the type list");
@@ -603,6 +617,8 @@ std::unique_ptr<ModuleOp> Parser::parseTopLevel() {
       module->functions.push_back(parseFunction());
       continue;
     }
+    if (t.kind == Tok::LBrace)
+      failAt(t, "unsupported: dialect resources ('{-#' ... '#-}')");
     failAt(t, fmt::format("expected a module, a function or an alias, found {}", describe(t)));
   }
   std::set<std::string> names;
@@ -679,6 +695,9 @@ void Parser::parseBlockBody(Block &block, Tok end) {
       failAt(cur_, fmt::format("expected {} to close the block, found end of file", tokName(end)));
     if (at(Tok::CaretId))
       failAt(cur_, "unsupported: regions with more than one block");
+    if (at(Tok::LBrace) && !block.ops.empty()) // after ops whose syntax ends in an attribute
+      failAt(cur_,
+             fmt::format("unsupported attribute dictionary on '{}'", block.ops.back()->name()));
     parseOp(block);
   }
 }
@@ -767,7 +786,9 @@ void Parser::parseOp(Block &block) {
   auto op = std::make_unique<Op>(kind, loc(names.empty() ? nameTok : first));
   op->parentBlock = &block;
   std::vector<Type> resultTypes;
+  std::string_view outerOp = std::exchange(opName_, nameTok.text);
   parseOpBody(*op, nameTok, resultTypes);
+  opName_ = outerOp;
   size_t wanted = 0;
   for (size_t c : packCounts)
     wanted += c == 0 ? 1 : c;
@@ -1154,6 +1175,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     // The type comes after the literal: read ahead, then come back.
     Token litStart = cur_;
     bool negative = consumeIf(Tok::Minus);
+    if (atKeyword("dense_resource") || atKeyword("sparse") || atKeyword("array"))
+      failAt(cur_, fmt::format("unsupported constant '{}<...>'", cur_.text));
     if (!at(Tok::Integer) && !at(Tok::Float))
       failAt(cur_,
              fmt::format("expected a literal value in 'arith.constant', found {}", describe(cur_)));
@@ -1210,7 +1233,10 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     return;
   }
   if (kind == OpKind::CmpF || kind == OpKind::CmpI) {
-    Token p = expect(Tok::BareId, fmt::format("as the predicate of '{}'", op.name()));
+    // The predicate is a keyword, or a string as MLIR's enum attributes also take it.
+    Token p = at(Tok::String)
+                  ? take()
+                  : expect(Tok::BareId, fmt::format("as the predicate of '{}'", op.name()));
     bool ok = kind == OpKind::CmpF ? isCmpFPredicate(p.text) : isCmpIPredicate(p.text);
     if (!ok)
       failAt(p, fmt::format("unknown predicate '{}' for '{}'", p.text, op.name()));
