@@ -575,6 +575,39 @@ const DiagCase kDiagCases[] = {
      "  util.return\n"
      "}\n",
      "1:16", "unsupported function attributes"},
+    // Aliases of attribute text: errors point into the alias, where the text is.
+    {"alias_of_a_bad_iterator_type",
+     "#iters = [\"parallel\", \"sideways\"]\n"
+     "util.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+     "  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>], iterator_types = "
+     "#iters} outs(%x : tensor<2xf32>) {\n"
+     "  ^bb0(%o: f32):\n"
+     "    linalg.yield %o : f32\n"
+     "  } -> tensor<2xf32>\n"
+     "  util.return %r : tensor<2xf32>\n"
+     "}\n",
+     "1:23", "unsupported iterator type 'sideways'"},
+    {"alias_that_refers_to_itself",
+     "#t = {indexing_maps = #t}\n"
+     "util.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+     "  %r = linalg.generic #t outs(%x : tensor<2xf32>) {\n"
+     "  ^bb0(%o: f32):\n"
+     "    linalg.yield %o : f32\n"
+     "  } -> tensor<2xf32>\n"
+     "  util.return %r : tensor<2xf32>\n"
+     "}\n",
+     "1:23", "attribute alias '#t' refers to itself"},
+    {"alias_of_a_list_used_as_a_map",
+     "#iters = [\"parallel\"]\n"
+     "util.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+     "  %r = linalg.generic {indexing_maps = [#iters], iterator_types = #iters} "
+     "outs(%x : tensor<2xf32>) {\n"
+     "  ^bb0(%o: f32):\n"
+     "    linalg.yield %o : f32\n"
+     "  } -> tensor<2xf32>\n"
+     "  util.return %r : tensor<2xf32>\n"
+     "}\n",
+     "3:41", "attribute alias '#iters' is not an affine map"},
     // Attribute dictionaries that printers and importers add, on ops and results.
     {"attribute_dictionary_on_an_op",
      "util.func @f(%a: f32) -> f32 {\n"
@@ -1042,6 +1075,30 @@ TEST(RoundTrip, ScalarConstantsAndArith) {
   EXPECT_THAT(rt.first, HasSubstr("%m = arith.constant -1 : i32"));
   EXPECT_THAT(rt.first, HasSubstr("%b = arith.cmpf olt, %s, %small : f32"));
   EXPECT_THAT(rt.first, HasSubstr("%w = arith.extf %eps : f32 to f64"));
+}
+
+// Aliases of a whole trait dictionary, and of the lists in it, as MLIR's linalg examples write
+// them (`linalg.generic #trait ins(...)`): parsed where they are used.
+TEST(RoundTrip, TraitAndListAliases) {
+  RoundTrip rt = roundTrip(R"(#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#iters = [#linalg.iterator_type<parallel>, "reduction"]
+#sum = {
+  indexing_maps = [#id, #row],
+  iterator_types = #iters
+}
+util.func @f(%x: tensor<2x3xf32>, %y: tensor<2xf32>) -> tensor<2xf32> {
+  %r = linalg.generic #sum ins(%x : tensor<2x3xf32>) outs(%y : tensor<2xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %a, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<2xf32>
+  util.return %r : tensor<2xf32>
+}
+)");
+  EXPECT_EQ(rt.first, rt.second);
+  EXPECT_THAT(rt.first, HasSubstr("iterator_types = [\"parallel\", \"reduction\"]"));
+  EXPECT_THAT(rt.first, HasSubstr("affine_map<(d0, d1) -> (d0)>"));
 }
 
 // Forms MLIR takes too: a predicate as a string, spaces around a dim list's 'x'.

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -135,6 +136,12 @@ private:
   void parseOp(Block &block);
   void parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes);
   void parseGenericAttrs(Op &op);
+  AttrList parseIteratorTypes();
+  void skipAttributeValue();
+  // At a `#alias` of attribute text (just taken as `use`): parses its text with `parse`, then
+  // goes on after the use.
+  void parseAliasText(const Token &use, const std::function<void()> &parse);
+  bool atTextAlias() const { return at(Tok::HashId) && textAliases_.count(std::string(cur_.text)); }
   void parseIndexingMaps(Op &op);
   AttrList parseMapList();
   void checkContractionMaps(const Op &op, const Token &at, int numDims);
@@ -156,6 +163,10 @@ private:
   Token cur_;
   std::map<std::string, Type> typeAliases_;
   std::map<std::string, Attribute> attrAliases_;
+  // Aliases of other attributes (a trait dictionary, a list of iterator types or of maps): the
+  // first token of their text, parsed where they are used, as if written there.
+  std::map<std::string, Token> textAliases_;
+  std::set<std::string> expanding_; // the text aliases being parsed, innermost last
   std::vector<std::map<std::string, Value *>> scopes_;
   std::map<std::string, size_t> packSizes_; // visible pack names -> result count
   int depth_ = 0;
@@ -314,6 +325,8 @@ AffineMap Parser::parseMapAttr() {
   Token t = cur_;
   if (consumeIf(Tok::HashId)) {
     auto it = attrAliases_.find(std::string(t.text));
+    if (it == attrAliases_.end() && textAliases_.count(std::string(t.text)))
+      failAt(t, fmt::format("attribute alias '#{}' is not an affine map", t.text));
     if (it == attrAliases_.end())
       failAt(t, fmt::format("undefined attribute alias '#{}'", t.text));
     if (!std::holds_alternative<AffineMap>(it->second.value))
@@ -572,8 +585,14 @@ std::unique_ptr<ModuleOp> Parser::parseTopLevel() {
         skipLoc();
         continue;
       }
-      expectKeyword("affine_map", "(only affine map aliases are supported)");
-      attrAliases_[name] = Attribute{parseAffineMap()};
+      if (textAliases_.count(name))
+        failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
+      if (consumeKeyword("affine_map")) {
+        attrAliases_[name] = Attribute{parseAffineMap()};
+        continue;
+      }
+      textAliases_[name] = cur_;
+      skipAttributeValue();
       continue;
     }
     if (at(Tok::BangId)) {
@@ -869,7 +888,69 @@ void Parser::parseTerminatorOperands(Op &op) {
     failAt(cur_, fmt::format("more types than operands in '{}'", op.name()));
 }
 
+AttrList Parser::parseIteratorTypes() {
+  if (atTextAlias()) {
+    AttrList iters;
+    parseAliasText(take(), [&] { iters = parseIteratorTypes(); });
+    return iters;
+  }
+  expect(Tok::LSquare, "to open 'iterator_types'");
+  AttrList iters;
+  if (!at(Tok::RSquare)) {
+    do {
+      Token it = cur_;
+      std::string value;
+      if (consumeIf(Tok::String)) {
+        value = std::string(it.text);
+      } else if (at(Tok::HashId) && it.text == "linalg.iterator_type") {
+        take();
+        expect(Tok::Less, "after '#linalg.iterator_type'");
+        value = std::string(expect(Tok::BareId, "as the iterator type").text);
+        expect(Tok::Greater, "to close '#linalg.iterator_type<'");
+      } else {
+        failAt(it, fmt::format("expected \"parallel\" or \"reduction\", found {}", describe(it)));
+      }
+      if (value != "parallel" && value != "reduction")
+        failAt(it, fmt::format("unsupported iterator type '{}'", value));
+      iters.push_back(Attribute{value});
+    } while (consumeIf(Tok::Comma));
+  }
+  expect(Tok::RSquare, "to close 'iterator_types'");
+  return iters;
+}
+
+// An attribute value, skipped where an alias defines it: brackets of any kind to their match.
+void Parser::skipAttributeValue() {
+  int depth = 0;
+  do {
+    if (at(Tok::Eof))
+      failAt(cur_, "expected an attribute value, found end of file");
+    if (at(Tok::LSquare) || at(Tok::LBrace) || at(Tok::LParen) || at(Tok::Less))
+      ++depth;
+    else if (at(Tok::RSquare) || at(Tok::RBrace) || at(Tok::RParen) || at(Tok::Greater))
+      --depth;
+    if (depth < 0)
+      failAt(cur_, fmt::format("expected an attribute value, found {}", describe(cur_)));
+    take();
+  } while (depth > 0 || at(Tok::Less)); // `dense<...>`, `#dialect.attr<...>`
+}
+
+void Parser::parseAliasText(const Token &use, const std::function<void()> &parse) {
+  const std::string name(use.text);
+  if (!expanding_.insert(name).second)
+    failAt(use, fmt::format("attribute alias '#{}' refers to itself", name));
+  const Token after = cur_;
+  lex_.rewindTo(textAliases_.at(name));
+  cur_ = lex_.next();
+  parse();
+  lex_.rewindTo(after);
+  cur_ = lex_.next();
+  expanding_.erase(name);
+}
+
 void Parser::parseGenericAttrs(Op &op) {
+  if (atTextAlias()) // `linalg.generic #trait ins(...)`
+    return parseAliasText(take(), [&] { parseGenericAttrs(op); });
   Token open = expect(Tok::LBrace, "to open the attributes of 'linalg.generic'");
   bool haveMaps = false, haveIters = false;
   do {
@@ -879,30 +960,7 @@ void Parser::parseGenericAttrs(Op &op) {
       op.attrs["indexing_maps"] = Attribute{parseMapList()};
       haveMaps = true;
     } else if (key.text == "iterator_types") {
-      expect(Tok::LSquare, "to open 'iterator_types'");
-      AttrList iters;
-      if (!at(Tok::RSquare)) {
-        do {
-          Token it = cur_;
-          std::string value;
-          if (consumeIf(Tok::String)) {
-            value = std::string(it.text);
-          } else if (at(Tok::HashId) && it.text == "linalg.iterator_type") {
-            take();
-            expect(Tok::Less, "after '#linalg.iterator_type'");
-            value = std::string(expect(Tok::BareId, "as the iterator type").text);
-            expect(Tok::Greater, "to close '#linalg.iterator_type<'");
-          } else {
-            failAt(it,
-                   fmt::format("expected \"parallel\" or \"reduction\", found {}", describe(it)));
-          }
-          if (value != "parallel" && value != "reduction")
-            failAt(it, fmt::format("unsupported iterator type '{}'", value));
-          iters.push_back(Attribute{value});
-        } while (consumeIf(Tok::Comma));
-      }
-      expect(Tok::RSquare, "to close 'iterator_types'");
-      op.attrs["iterator_types"] = Attribute{iters};
+      op.attrs["iterator_types"] = Attribute{parseIteratorTypes()};
       haveIters = true;
     } else if (key.text == kConfigAttr) {
       parseConfigValue(op);
@@ -1013,6 +1071,11 @@ std::vector<Type> Parser::parseTypeListAfterArrow() {
 
 // `[map, ...]`, the value of an `indexing_maps` attribute (maps or their `#aliases`).
 AttrList Parser::parseMapList() {
+  if (atTextAlias()) {
+    AttrList maps;
+    parseAliasText(take(), [&] { maps = parseMapList(); });
+    return maps;
+  }
   expect(Tok::LSquare, "to open 'indexing_maps'");
   AttrList maps;
   if (!at(Tok::RSquare)) {
