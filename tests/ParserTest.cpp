@@ -689,13 +689,32 @@ const DiagCase kDiagCases[] = {
      "  %c = arith.constant 1 : i32\n"
      "}\n",
      "2:3", "'util.return' must be the last op of its block"},
-    // As in MLIR, a bare return's optional operand list swallows a '%name' on the next line.
+    // A '%name =' after a bare return starts the next op, misplaced after it. (MLIR's optional
+    // operand list swallows the name, and reports it as an undefined value.)
     {"bare_return_then_result_name",
      "util.func @f() {\n"
      "  util.return\n"
      "  %c = arith.constant 1 : i32\n"
      "}\n",
-     "3:3", "use of undefined value '%c'"},
+     "2:3", "'util.return' must be the last op of its block"},
+    {"bare_yield_then_result_pack",
+     "util.func @f(%b: i1) {\n"
+     "  scf.if %b {\n"
+     "    scf.yield\n"
+     "    %p:2, %q = arith.constant 1 : i32\n"
+     "  }\n"
+     "  util.return\n"
+     "}\n",
+     "4:5", "'arith.constant' has 1 result but 3 names are given"},
+    // A '{' where an op with a region expects another part is named as that part.
+    {"scf_for_without_step",
+     "util.func @f(%n: index) {\n"
+     "  %c0 = arith.constant 0 : index\n"
+     "  scf.for %j = %c0 to %n {\n"
+     "  }\n"
+     "  util.return\n"
+     "}\n",
+     "3:26", "expected 'step' in 'scf.for', found '{'"},
 
     // ---- Verifier: generic maps, reported at the generic.
     {"verify_map_count",
@@ -1099,6 +1118,19 @@ util.func @f(%x: tensor<2x3xf32>, %y: tensor<2xf32>) -> tensor<2xf32> {
   EXPECT_EQ(rt.first, rt.second);
   EXPECT_THAT(rt.first, HasSubstr("iterator_types = [\"parallel\", \"reduction\"]"));
   EXPECT_THAT(rt.first, HasSubstr("affine_map<(d0, d1) -> (d0)>"));
+}
+
+// A literal of no elements: `dense<>`, as MLIR prints it, or empty lists, for a type of no
+// elements whatever its dims (`dense<[]>` for 0x3 had been refused once lists had to nest).
+TEST(RoundTrip, DenseLiteralsOfNoElements) {
+  for (const char *literal : {"dense<>", "dense<[]>", "dense<[[]]>"}) {
+    RoundTrip rt = roundTrip(fmt::format("util.func @f() -> tensor<0x3xf32> {{\n"
+                                         "  %c = arith.constant {} : tensor<0x3xf32>\n"
+                                         "  util.return %c : tensor<0x3xf32>\n"
+                                         "}}\n",
+                                         literal));
+    EXPECT_EQ(rt.first, rt.second) << literal;
+  }
 }
 
 // Forms MLIR takes too: a predicate as a string, spaces around a dim list's 'x'.

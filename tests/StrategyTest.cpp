@@ -813,6 +813,15 @@ TEST(Strategy, BadConfigsAreErrors) {
   EXPECT_THAT(error("tile=4x16", matmulNest(1, 8, 136)),
               testing::HasSubstr("contraction.stream takes tile=RxP with P at most k (8) or "
                                  "dividing its 17 vectors"));
+  // contraction.dot's tiles may leave columns over (one at a time after the n blocks), so an
+  // override keeps or sets such a tile: its own 4x5 over 31 columns had been refused for any
+  // `--config`, `prefetch=1` too.
+  EXPECT_EQ(choose(transposedNest(13, 32, 31), Target::avx512()),
+            "contraction.dot m=d0 n=d1 k=d2 tile=4x5 lanes=16");
+  EXPECT_EQ(error("prefetch=1", transposedNest(13, 32, 31)), "no error");
+  EXPECT_EQ(error("tile=3x4", transposedNest(13, 32, 31)), "no error");
+  EXPECT_THAT(error("tile=3x6", transposedNest(13, 32, 5)),
+              testing::HasSubstr("N 6 must be at most its 5 columns"));
   // Parts need not divide k: the first takes the rows past the others'.
   EXPECT_EQ(error("tile=4x3", matmulNest(1, 256, 256)), "no error");
   // Parts of k need not divide the vectors; the columns past them take parts of k only.

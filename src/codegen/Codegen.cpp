@@ -35,6 +35,9 @@ constexpr size_t kMinOutlinedWeight = 150;
 constexpr size_t kWidenedWeight = 5;
 // Loops of at most this many trips may have runs of their body outlined: a call per trip.
 constexpr int64_t kMaxOutlinedTrips = 16;
+// The iterations an innermost parallel loop's chunks are whole multiples of (emitParallelFor):
+// four vector steps of LLVM's widest f32 or 16-bit vectors with their usual interleaving.
+constexpr int64_t kGrain = 128;
 // A vectorized loop of at most this many trips is a few vectors long, and the vectorizer's
 // interleaving (up to 4 vectors an iteration) only multiplies its IR: with attention's softmax
 // rows of 128 left uninterleaved, S5 optimizes to 688 instructions instead of 823 and compiles
@@ -873,6 +876,13 @@ private:
     return n;
   }
 
+  static bool containsLoop(const std::vector<Stmt> &stmts) {
+    for (const Stmt &st : stmts)
+      if (st->kind == StmtKind::For || containsLoop(st->body) || containsLoop(st->elseBody))
+        return true;
+    return false;
+  }
+
   static bool containsCheck(const std::vector<Stmt> &stmts) {
     for (const Stmt &st : stmts)
       if (st->kind == StmtKind::Check || containsCheck(st->body) || containsCheck(st->elseBody))
@@ -1044,16 +1054,28 @@ private:
   // Only the buffers the body uses travel: a kernel with many temporaries would otherwise fill a
   // context field per buffer before every parallel loop (S10: 15 loops x 58 buffers).
   void emitParallelFor(const StmtNode &s, llvm::Value *extent) {
+    // An innermost loop over a constant extent runs in chunks of whole grains of kGrain
+    // iterations, so that the threads split it where a vector step of the loop LLVM widens
+    // ends: a chunk that began or ended inside one ran the iterations around it in the scalar
+    // remainder, whose exp and division round differently (a one-row swiglu's results changed
+    // by 1-2 ulp with the thread count). The last chunk ends at the extent.
+    const auto *constantExtent = llvm::dyn_cast<llvm::ConstantInt>(extent);
+    const int64_t grain =
+        constantExtent && !containsLoop(s.body) && constantExtent->getSExtValue() >= 2 * kGrain
+            ? kGrain
+            : 1;
     // A loop whose body has the shape of an earlier one's (the MoE block's gate and up
     // projections) takes the earlier chunk with its own context: one function to compile.
     const Uses uses = usesOf(s.body, /*withShape=*/true);
     // The body's names do not say which one the loop binds to its chunk's first iteration.
-    const std::string shape =
+    std::string shape =
         s.chunkFirst.empty()
             ? uses.shape
             : fmt::format("{}|first {}", uses.shape,
                           std::find(uses.names.begin(), uses.names.end(), s.chunkFirst) -
                               uses.names.begin());
+    if (grain > 1)
+      shape += fmt::format("|grains of {} up to {}", grain, constantExtent->getSExtValue());
     std::vector<llvm::Value *> fields;
     if (chunks_.count(shape)) {
       std::vector<std::pair<std::string, llvm::Value *>> captured;
@@ -1066,7 +1088,14 @@ private:
       std::optional<Outlined> body =
           outline(s.body, fmt::format("{}.{}.body", p_.name, s.name),
                   {b_.getInt64Ty(), b_.getInt64Ty()}, [&](llvm::Function *impl) {
-                    emitLoop(s, impl->getArg(0), impl->getArg(1));
+                    llvm::Value *begin = impl->getArg(0), *end = impl->getArg(1);
+                    if (grain > 1) {
+                      begin = b_.CreateMul(begin, b_.getInt64(grain), "begin", true, true);
+                      end = b_.CreateBinaryIntrinsic(
+                          llvm::Intrinsic::smin,
+                          b_.CreateMul(end, b_.getInt64(grain), "end", true, true), extent);
+                    }
+                    emitLoop(s, begin, end);
                   });
       if (!body)
         internalError("a parallel loop updates an outer variable");
@@ -1108,7 +1137,15 @@ private:
         llvm::FunctionType::get(b_.getVoidTy(),
                                 {b_.getPtrTy(), b_.getPtrTy(), b_.getInt64Ty(), b_.getInt64Ty()},
                                 false));
-    b_.CreateCall(runtime, {chunk, slot, extent, emitExpr(s.bound)});
+    llvm::Value *count = extent, *minChunk = emitExpr(s.bound);
+    if (grain > 1) {
+      auto grains = [&](llvm::Value *n) {
+        return b_.CreateUDiv(b_.CreateAdd(n, b_.getInt64(grain - 1)), b_.getInt64(grain));
+      };
+      count = grains(extent);
+      minChunk = grains(minChunk);
+    }
+    b_.CreateCall(runtime, {chunk, slot, count, minChunk});
   }
 
   const Program &p_;

@@ -1271,9 +1271,10 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   bool alongN = s.pipeline == Pipeline::ContractionOuter; // the tile's N counts vectors along n
   int64_t cols = alongN ? nest.extents[s.dimN] / s.lanes : extentOr1(nest, s.dimN);
   // The columns of a runtime n that the n blocks leave over run in one-column tiles; the
-  // vectors of a constant one in a narrower tile, unless B is packed transposed.
+  // vectors of a constant one in a narrower tile, unless B is packed transposed, and
+  // contraction.dot's columns one at a time (as its own choice may leave them).
   const bool anyColumns = isRuntime(nest, s.dimN);
-  const bool vectorsLeft = alongN && !s.packTransposed && s.tileN <= cols;
+  const bool vectorsLeft = (!alongN || !s.packTransposed) && s.tileN <= cols;
   if (s.tileM > extentOr1(nest, s.dimM))
     unfit(config,
           fmt::format("tile {}x{} does not fit the {} nest: M {} is more than its {} rows", s.tileM,
@@ -1281,7 +1282,7 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   if (!anyColumns && !vectorsLeft && !divides(s.tileN, cols))
     unfit(config, fmt::format("tile {}x{} does not fit the {} nest: N {} must {} its {} {}{}",
                               s.tileM, s.tileN, pipelineName(s.pipeline), s.tileN,
-                              alongN && !s.packTransposed ? "be at most" : "divide", cols,
+                              !s.packTransposed ? "be at most" : "divide", cols,
                               alongN ? "vector" : "column", cols == 1 ? "" : "s"));
   if (s.blockK && s.pipeline == Pipeline::ContractionDot)
     unfit(config, fmt::format("k-block {} does not apply: contraction.dot sums each tile's dot "

@@ -65,9 +65,28 @@ private:
   }
   // A '{' where an op's syntax has none: the attribute dictionary MLIR's printers and
   // importers add (`{torch.debug_name = "x"}`), which the subset does not take.
+  // Ops with a region take '{' for it, and a part missing before it is reported as such.
   void failOnAttributeDictionary() {
-    if (at(Tok::LBrace) && !opName_.empty())
+    if (at(Tok::LBrace) && !opName_.empty() && !opTakesRegion_)
       failAt(cur_, fmt::format("unsupported attribute dictionary on '{}'", opName_));
+  }
+  // Whether the tokens from here define results (`%a = `, `%a, %b = `, `%p:2 = `): an op after
+  // a terminator whose operands may be left out, not its operands.
+  bool atResultDefinition() {
+    const Token start = cur_;
+    bool definition = false;
+    while (at(Tok::PercentId)) {
+      take();
+      if (at(Tok::Equal) || (consumeIf(Tok::Colon) && at(Tok::Integer))) {
+        definition = true;
+        break;
+      }
+      if (!consumeIf(Tok::Comma))
+        break;
+    }
+    lex_.rewindTo(start);
+    cur_ = lex_.next();
+    return definition;
   }
   static std::string describe(const Token &t) {
     if (t.kind == Tok::Eof)
@@ -118,6 +137,7 @@ private:
   DenseAttr parseDense(const Token &start, Token *typeTokOut = nullptr);
   Type lastDenseType_;
   std::string_view opName_; // the op being parsed, as written (empty outside ops)
+  bool opTakesRegion_ = false;
   std::vector<int64_t> parseDenseElements(std::vector<Token> &tokens);
 
   // Values and scopes.
@@ -460,7 +480,9 @@ DenseAttr Parser::parseDense(const Token &start, Token *typeTokOut) {
   // Elements are kept as tokens until the type after ':' is known.
   expect(Tok::Less, "after 'dense'");
   std::vector<Token> tokens;
-  const std::vector<int64_t> shape = parseDenseElements(tokens);
+  // `dense<>`, as MLIR prints a literal of no elements.
+  const std::vector<int64_t> shape =
+      at(Tok::Greater) ? std::vector<int64_t>{0} : parseDenseElements(tokens);
   expect(Tok::Greater, "to close 'dense<'");
   expect(Tok::Colon, "before the dense literal's type");
   Token typeTok = cur_;
@@ -491,7 +513,7 @@ DenseAttr Parser::parseDense(const Token &start, Token *typeTokOut) {
       failAt(typeTok, fmt::format("the dense literal's type {} has too many elements", type.str()));
   // One element without brackets is a splat; lists nest as the type's dims do, as in MLIR (a
   // flat or transposed list had been read in row-major order).
-  if (!shape.empty() && shape != type.shape)
+  if (!shape.empty() && shape != type.shape && !(numel == 0 && dense.values.empty()))
     failAt(start, fmt::format("dense literal of shape [{}] does not match its type {}",
                               fmt::join(shape, ", "), type.str()));
   return dense;
@@ -806,8 +828,14 @@ void Parser::parseOp(Block &block) {
   op->parentBlock = &block;
   std::vector<Type> resultTypes;
   std::string_view outerOp = std::exchange(opName_, nameTok.text);
+  const bool outerTakesRegion = std::exchange(
+      opTakesRegion_, kind == OpKind::ScfFor || kind == OpKind::ScfIf ||
+                          kind == OpKind::LinalgGeneric || kind == OpKind::DispatchRegion ||
+                          kind == OpKind::Attention || kind == OpKind::TopK ||
+                          kind == OpKind::LinalgReduce);
   parseOpBody(*op, nameTok, resultTypes);
   opName_ = outerOp;
+  opTakesRegion_ = outerTakesRegion;
   size_t wanted = 0;
   for (size_t c : packCounts)
     wanted += c == 0 ? 1 : c;
@@ -869,7 +897,7 @@ void Parser::parseOperandsWithTypes(Op &op, std::string_view keyword) {
 
 void Parser::parseTerminatorOperands(Op &op) {
   std::vector<Token> toks;
-  if (!at(Tok::PercentId))
+  if (!at(Tok::PercentId) || atResultDefinition())
     return;
   do {
     toks.push_back(cur_);
@@ -1921,7 +1949,8 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
              block->addArgument(resultTypes[i], {}, loc(iterNames[i])), iterNames[i]);
     parseBlockBody(*block, Tok::RBrace);
     // Without iter_args the yield may be left out, as MLIR prints it: the body yields nothing.
-    if (iterNames.empty() && (block->ops.empty() || !isTerminator(block->ops.back()->kind)))
+    if (iterNames.empty() && std::none_of(block->ops.begin(), block->ops.end(),
+                                          [](auto &o) { return o->kind == OpKind::ScfYield; }))
       Builder(*block, block->ops.size(), loc(cur_)).create(OpKind::ScfYield, {}, {});
     take();
     popScope();
