@@ -854,6 +854,9 @@ std::vector<std::string> Module::functionNames() const {
 std::string Module::print() const { return printModule(*held(impl_, "Module").ir); }
 
 Context::Context(ContextOptions options) : impl_(std::make_shared<detail::ContextImpl>()) {
+  // The thread pool reads FRANK_NUM_THREADS as it is made (no threads start yet): a bad value is
+  // warned about now, not first when a kernel runs a parallel loop or compiles in parts.
+  (void)runtime::numThreads();
   impl_->options = options;
   impl_->config = loops::parseConfig(options.loweringConfig, options.loweringConfigName);
   impl_->configText = impl_->config.str();

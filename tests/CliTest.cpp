@@ -202,7 +202,7 @@ TEST(CliRun, SwigluExplicitValuesMatchOracle) {
 // to create threads for minutes, and 0, -1 or abc passed silently.
 TEST(CliRun, ThreadCountThatIsNotOneIsWarnedAboutAndNotUsed) {
   std::vector<double> gate = {1, 2, 3, 4, 5, 6}, up = {-1, 0, 1, 2, -3, 0.5};
-  for (const char *threads : {"0", "-1", "abc", "4x", "100000"}) {
+  for (const char *threads : {"0", "-1", "abc", "4x", "100000", " "}) {
     SCOPED_TRACE(threads);
     ToolResult r =
         runTool({"run", kSwiglu, "--no-disk-cache", "--input=1x2x3xf32=" + joinValues(gate),
@@ -219,6 +219,19 @@ TEST(CliRun, ThreadCountThatIsNotOneIsWarnedAboutAndNotUsed) {
               {{"FRANK_NUM_THREADS", "256"}});
   EXPECT_SUCCESS(r);
   EXPECT_THAT(r.err, testing::Not(HasSubstr("FRANK_NUM_THREADS")));
+  // Spaces around the number are taken on both sides.
+  r = runTool({"run", kSwiglu, "--no-disk-cache", "--input=1x2x3xf32=1", "--input=1x2x3xf32=1"},
+              {{"FRANK_NUM_THREADS", " 3 "}});
+  EXPECT_SUCCESS(r);
+  EXPECT_THAT(r.err, testing::Not(HasSubstr("FRANK_NUM_THREADS")));
+  // Warned about before any kernel runs: a tiny one from the disk cache runs no parallel loop.
+  const std::string cache = tempPath("cache");
+  for (int i = 0; i < 2; ++i) {
+    r = runTool({"run", kSwiglu, "--input=1x2x3xf32=1", "--input=1x2x3xf32=1"},
+                {{"FRANK_NUM_THREADS", "abc"}, {"FRANK_CACHE_DIR", cache}});
+    EXPECT_SUCCESS(r);
+    EXPECT_THAT(r.err, HasSubstr("FRANK_NUM_THREADS=abc is not a thread count")) << "run " << i;
+  }
 }
 
 TEST(CliRun, SwigluRandomIsDeterministicPerSeed) {

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -133,6 +134,8 @@ private:
       char *end = nullptr;
       errno = 0;
       long wanted = std::strtol(env, &end, 10);
+      while (end != env && std::isspace(static_cast<unsigned char>(*end)))
+        ++end; // spaces around the number, as strtol takes them before it
       if (end != env && *end == '\0' && errno == 0 && wanted >= 1 && wanted <= kMaxThreads)
         n = static_cast<int>(wanted);
       else
