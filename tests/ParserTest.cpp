@@ -575,6 +575,13 @@ const DiagCase kDiagCases[] = {
      "  util.return\n"
      "}\n",
      "1:16", "unsupported function attributes"},
+    // Location aliases may be defined after their uses, as MLIR prints them, but must be.
+    {"undefined_location_alias",
+     "util.func @f(%a: f32) -> f32 {\n"
+     "  util.return %a : f32 loc(#loc9)\n"
+     "}\n"
+     "#loc1 = loc(\"m.py\":1:2)\n",
+     "2:28", "undefined location alias '#loc9'"},
     // Aliases of attribute text: errors point into the alias, where the text is.
     {"alias_of_a_bad_iterator_type",
      "#iters = [\"parallel\", \"sideways\"]\n"

@@ -118,6 +118,8 @@ private:
         ++depth;
       if (at(Tok::RParen))
         --depth;
+      if (at(Tok::HashId))
+        locationUses_.push_back(cur_); // checked at the end: MLIR defines them after their uses
       take();
     }
   }
@@ -187,6 +189,8 @@ private:
   // first token of their text, parsed where they are used, as if written there.
   std::map<std::string, Token> textAliases_;
   std::set<std::string> expanding_; // the text aliases being parsed, innermost last
+  std::set<std::string> locationAliases_;
+  std::vector<Token> locationUses_; // `#name` inside `loc(...)`
   std::vector<std::map<std::string, Value *>> scopes_;
   std::map<std::string, size_t> packSizes_; // visible pack names -> result count
   int depth_ = 0;
@@ -604,10 +608,12 @@ std::unique_ptr<ModuleOp> Parser::parseTopLevel() {
         failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
       expect(Tok::Equal, "after the attribute alias name");
       if (atKeyword("loc")) {
+        if (!locationAliases_.insert(name).second)
+          failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
         skipLoc();
         continue;
       }
-      if (textAliases_.count(name))
+      if (textAliases_.count(name) || locationAliases_.count(name))
         failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
       if (consumeKeyword("affine_map")) {
         attrAliases_[name] = Attribute{parseAffineMap()};
@@ -662,6 +668,9 @@ std::unique_ptr<ModuleOp> Parser::parseTopLevel() {
       failAt(t, "unsupported: dialect resources ('{-#' ... '#-}')");
     failAt(t, fmt::format("expected a module, a function or an alias, found {}", describe(t)));
   }
+  for (const Token &use : locationUses_)
+    if (!locationAliases_.count(std::string(use.text)))
+      failAt(use, fmt::format("undefined location alias '#{}'", use.text));
   std::set<std::string> names;
   for (auto &f : module->functions)
     if (!names.insert(f->name).second)
