@@ -1140,6 +1140,24 @@ TEST(RoundTrip, DenseLiteralsOfNoElements) {
   }
 }
 
+// Quoted symbol names (`@"..."`), printed quoted where they are not identifiers.
+TEST(RoundTrip, QuotedSymbolNames) {
+  RoundTrip rt = roundTrip(R"(module @"my-model" {
+  util.func public @"f x"(%a: f32) -> f32 {
+    %r = util.call @"g.h"(%a) : (f32) -> f32
+    util.return %r : f32
+  }
+  util.func public @"g.h"(%a: f32) -> f32 {
+    util.return %a : f32
+  }
+}
+)");
+  EXPECT_EQ(rt.first, rt.second);
+  EXPECT_THAT(rt.first, HasSubstr("module @\"my-model\" {"));
+  EXPECT_THAT(rt.first, HasSubstr("util.func public @\"f x\"(%a: f32)"));
+  EXPECT_THAT(rt.first, HasSubstr("util.call @g.h(%a)"));
+}
+
 // Forms MLIR takes too: a predicate as a string, spaces around a dim list's 'x'.
 TEST(RoundTrip, QuotedPredicatesAndSpacedDims) {
   RoundTrip rt = roundTrip(R"(util.func @f(%t: tensor<? x 4 x f32>, %i: i32, %x: f32) -> i1 {

@@ -2,6 +2,8 @@
 #include "ir/Printer.h"
 #include "ir/Ops.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -40,6 +42,19 @@ std::string formatFloat(double v, ElemKind kind) {
   return s;
 }
 
+// `@name`, quoted where the name is not an identifier (it was written `@"..."`), so that the
+// print parses back.
+static std::string symbolRef(const std::string &name) {
+  auto idChar = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '.';
+  };
+  const bool plain =
+      !name.empty() &&
+      (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_' || name[0] == '$') &&
+      std::all_of(name.begin(), name.end(), idChar);
+  return plain ? "@" + name : fmt::format("@\"{}\"", name);
+}
+
 class Printer {
 public:
   std::string out;
@@ -47,7 +62,8 @@ public:
   void printFunction(const FuncOp &fn, int indent) {
     names_.clear();
     used_.clear();
-    line(indent, fmt::format("util.func {}@{}(", fn.isPublic ? "public " : "private ", fn.name));
+    line(indent,
+         fmt::format("util.func {}{}(", fn.isPublic ? "public " : "private ", symbolRef(fn.name)));
     if (fn.body) {
       for (size_t i = 0; i < fn.body->arguments.size(); ++i) {
         const Value *arg = fn.body->arguments[i].get();
@@ -305,7 +321,7 @@ private:
         out += " " + operandsAndTypes(op.operands, 0, op.operands.size());
       return;
     case OpKind::Call: {
-      out += fmt::format(" @{}(", callee(op));
+      out += fmt::format(" {}(", symbolRef(callee(op)));
       std::vector<Type> argTypes;
       for (size_t i = 0; i < op.operands.size(); ++i) {
         out += (i ? ", " : "") + ref(op.operands[i]);
@@ -493,7 +509,7 @@ std::string printModule(const ModuleOp &module) {
   if (module.name.empty())
     p.out += "module {\n";
   else
-    p.out += fmt::format("module @{} {{\n", module.name);
+    p.out += fmt::format("module {} {{\n", symbolRef(module.name));
   for (size_t i = 0; i < module.functions.size(); ++i) {
     if (i)
       p.out += "\n";

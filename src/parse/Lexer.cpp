@@ -187,6 +187,18 @@ Token Lexer::next() {
   case '!': {
     advance();
     char first = peekChar();
+    if (c == '@' && first == '"') { // a quoted symbol, `@"model.f"`: the name is the string's
+      advance();
+      while (peekChar() != '"') {
+        if (pos_ >= text_.size() || peekChar() == '\n' || peekChar() == '\\')
+          fail({file_, tok.line, tok.col}, "unterminated or escaped quoted symbol name");
+        advance();
+      }
+      advance();
+      if (pos_ - start == 3)
+        fail({file_, tok.line, tok.col}, "empty symbol name");
+      return finish(Tok::AtId, 2, 1);
+    }
     bool ok = c == '%' ? (isIdChar(first) || first == '-' || first == '$')
                        : (isIdStart(first) || first == '$' || (c == '^' && isDigit(first)));
     if (c == '%' && isDigit(first)) {
