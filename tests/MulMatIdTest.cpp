@@ -132,15 +132,29 @@ TEST_P(MulMatIdTest, MatchesOracle) {
 // token (decode, T = 1) and many (T = 32, 100); every token routed to the same expert; Mixtral's
 // X = 8, k = 2 at reduced widths; reductions from 1 to 4099.
 const MoeShape kMoeShapes[] = {
-    {{1, 1, 1, 1, 1}, Routing::Distinct},       {{1, 1, 2, 1, 1}, Routing::Same},
-    {{3, 5, 2, 1, 1}, Routing::Distinct},       {{7, 13, 4, 2, 3}, Routing::Distinct},
-    {{16, 16, 8, 2, 1}, Routing::Distinct},     {{17, 31, 8, 2, 32}, Routing::Distinct},
-    {{64, 64, 8, 2, 32}, Routing::Same},        {{8, 129, 3, 3, 5}, Routing::Distinct},
-    {{100, 255, 16, 4, 7}, Routing::Repeated},  {{33, 1000, 8, 2, 1}, Routing::Distinct},
-    {{128, 1024, 8, 2, 32}, Routing::Distinct}, {{5, 2, 60, 8, 13}, Routing::Repeated},
-    {{255, 64, 32, 4, 1}, Routing::Same},       {{1, 4099, 2, 1, 3}, Routing::Distinct},
-    {{96, 7, 6, 6, 9}, Routing::Distinct},      {{31, 37, 5, 1, 100}, Routing::Same},
-    {{9, 23, 8, 2, 32}, Routing::Repeated},     {{2, 1, 3, 3, 17}, Routing::Distinct},
+    {{1, 1, 1, 1, 1}, Routing::Distinct},
+    {{1, 1, 2, 1, 1}, Routing::Same},
+    {{3, 5, 2, 1, 1}, Routing::Distinct},
+    {{7, 13, 4, 2, 3}, Routing::Distinct},
+    {{16, 16, 8, 2, 1}, Routing::Distinct},
+    {{17, 31, 8, 2, 32}, Routing::Distinct},
+    {{64, 64, 8, 2, 32}, Routing::Same},
+    {{8, 129, 3, 3, 5}, Routing::Distinct},
+    {{100, 255, 16, 4, 7}, Routing::Repeated},
+    {{33, 1000, 8, 2, 1}, Routing::Distinct},
+    {{128, 1024, 8, 2, 32}, Routing::Distinct},
+    {{5, 2, 60, 8, 13}, Routing::Repeated},
+    {{255, 64, 32, 4, 1}, Routing::Same},
+    {{1, 4099, 2, 1, 3}, Routing::Distinct},
+    {{96, 7, 6, 6, 9}, Routing::Distinct},
+    {{31, 37, 5, 1, 100}, Routing::Same},
+    {{9, 23, 8, 2, 32}, Routing::Repeated},
+    {{2, 1, 3, 3, 17}, Routing::Distinct},
+    // 6 to 15 pairs: one padded rank of contraction.ranks with AVX-512 (Strategy.cpp).
+    {{13, 40, 8, 2, 3}, Routing::Distinct},
+    {{20, 64, 8, 2, 7}, Routing::Repeated},
+    {{9, 33, 8, 2, 5}, Routing::Same},
+    {{16, 24, 16, 4, 2}, Routing::Distinct},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MulMatIdTest,

@@ -438,6 +438,14 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   // 6 pairs leave room for one row; 60 experts are no whole number of vectors.
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 3)),
             "contraction.choices m=d0 n=- k=d3 tile=1x1 lanes=8");
+  // With 32 registers, pairs that leave choices' tiles fewer than 4 rows (6 to 15) take one
+  // padded rank of contraction.ranks; 4 pairs keep choices' 4x1.
+  EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 2), Target::avx512()),
+            "contraction.choices m=d0 n=- k=d3 tile=4x1 lanes=8");
+  for (int64_t tokens : {3, 5, 7})
+    EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, tokens), Target::avx512()),
+              "contraction.ranks m=d0 n=- k=d3 tile=4x1 lanes=16")
+        << tokens << " tokens";
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 60, 2, 1)), "row-reduction");
   auto error = [](const NestShape &nest, const std::string &config) {
     try {

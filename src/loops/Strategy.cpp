@@ -552,6 +552,28 @@ int64_t gatherRoles(const NestShape &nest, Strategy &s, std::string &why) {
 
 constexpr int64_t kRanksInputBlockBytes = 512 << 10; // a quarter of a 2 MiB L2
 
+// The rows of contraction.choices' tile (4, 2 or 1; 0 when not even one fits): MR rows hold an
+// accumulator for every pair and vector of choices, beside a broadcast of each pair's input.
+int choicesTileRows(int64_t pairs, int64_t vectorsOfChoices, int64_t rows, const Target &target) {
+  const int64_t free = target.vectorRegisters - 2 - pairs;
+  for (int mr = 4; mr >= 1; mr /= 2)
+    if (mr * vectorsOfChoices * (pairs + 1) <= free && mr <= rows)
+      return mr;
+  return 0;
+}
+
+// Where contraction.choices' tile would hold fewer than 4 rows (6 to 15 pairs of 8 f32 choices
+// with AVX-512), one padded rank of contraction.ranks does better with 32 registers: mul_mat_id
+// by S9's weights, specialized, two threads, alternating runs: 7 tokens (14 pairs, choices'
+// 1x1 tiles) 10.7-14.0 ms against 3.5-3.7 in ranks, 4 tokens (2x1) 4.3-4.5 against 3.1-3.3, 3
+// tokens (2x1) 3.7-4.4 against 3.2-3.6; 2 tokens (4x1) 3.4-3.7 either way.
+bool ranksPadForChoices(const NestShape &nest, int64_t pairs, int64_t rows, const Target &target) {
+  const int64_t choices = nest.gather->choices;
+  const int64_t lanes = std::min<int64_t>(choices, target.vectorBits / nest.elemBits);
+  return target.vectorRegisters >= 32 && choices % lanes == 0 &&
+         choicesTileRows(pairs, choices / lanes, rows, target) < std::min<int64_t>(4, rows);
+}
+
 // Grouping the pairs by choice: the input is packed by slot once for every m.
 std::optional<Strategy> tryGather(const NestShape &nest, int lanes, const Target &target,
                                   std::string &why) {
@@ -640,7 +662,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
                       choices, choices * nest.elemBits, lanes);
     return std::nullopt;
   }
-  if (pairs < lanes) {
+  if (pairs < lanes && !ranksPadForChoices(nest, pairs, nest.extents[s.dimM], target)) {
     why = fmt::format("{} pairs fill no vector of {}", pairs, lanes);
     return std::nullopt;
   }
@@ -783,11 +805,13 @@ std::optional<Strategy> tryChoices(const NestShape &nest, int lanes, const Targe
     why = fmt::format("{} pairs fill vectors of {}: contraction.gather takes them", pairs, lanes);
     return std::nullopt;
   }
-  int free = target.vectorRegisters - 2 - int(pairs); // the broadcasts of the input
-  s.tileM = 0;
-  for (int mr = 4; mr >= 1 && s.tileM == 0; mr /= 2)
-    if (mr * s.tileN * (pairs + 1) <= free && mr <= nest.extents[s.dimM])
-      s.tileM = mr;
+  if (!forced && ranksPadForChoices(nest, pairs, nest.extents[s.dimM], target)) {
+    why = fmt::format("{} pairs leave room for tiles of fewer than 4 rows: contraction.ranks "
+                      "takes them",
+                      pairs);
+    return std::nullopt;
+  }
+  s.tileM = choicesTileRows(pairs, s.tileN, nest.extents[s.dimM], target);
   if (s.tileM == 0) {
     why = fmt::format("{} pairs x {} vectors of accumulators do not fit the registers", pairs,
                       s.tileN);
