@@ -822,10 +822,12 @@ TEST(Strategy, BadConfigsAreErrors) {
               testing::HasSubstr("contraction.stream takes tile=RxP with P at most k (8) or "
                                  "dividing its 17 vectors"));
   // contraction.dot's tiles may leave columns over (one at a time after the n blocks), so an
-  // override keeps or sets such a tile: its own 4x5 over 31 columns had been refused for any
-  // `--config`, `prefetch=1` too.
+  // override keeps or sets such a tile: its own over 31 columns had been refused for any
+  // `--config`, `prefetch=1` too. Its NR is a power of two, whose rows' sums add up as one tree.
   EXPECT_EQ(choose(transposedNest(13, 32, 31), Target::avx512()),
-            "contraction.dot m=d0 n=d1 k=d2 tile=4x5 lanes=16");
+            "contraction.dot m=d0 n=d1 k=d2 tile=5x4 lanes=16");
+  EXPECT_EQ(choose(transposedNest(63, 128, 63), Target::avx512()),
+            "contraction.dot m=d0 n=d1 k=d2 tile=5x4 lanes=16");
   EXPECT_EQ(error("prefetch=1", transposedNest(13, 32, 31)), "no error");
   EXPECT_EQ(error("tile=3x4", transposedNest(13, 32, 31)), "no error");
   EXPECT_THAT(error("tile=3x6", transposedNest(13, 32, 5)),
