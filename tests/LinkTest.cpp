@@ -107,6 +107,27 @@ TEST_F(LinkTest, ThreeLevelChainThroughFilesAndSearchPath) {
   EXPECT_EQ(runMain(again, Mode::Specialized), (std::vector<float>{16, 32, 48}));
 }
 
+// A module whose symbol is quoted (`module @"lib mod"`) is found on the search path too: the
+// scan for module symbols read only plain identifiers.
+TEST_F(LinkTest, QuotedModuleSymbolsAreFoundOnTheSearchPath) {
+  write("lib/q.mlir", R"(module @"lib mod" {
+  util.func public @"double it"(%x: f32) -> f32 {
+    %y = arith.addf %x, %x : f32
+    util.return %y : f32
+  }
+})");
+  std::string main = write("main.mlir", R"(module @app {
+  util.func private @"lib mod.double it"(f32) -> f32
+  util.func public @main(%x: f32) -> f32 {
+    %y = util.call @"lib mod.double it"(%x) : (f32) -> f32
+    util.return %y : f32
+  }
+})");
+  Context ctx;
+  Module m = ctx.load(main, {{}, {lib()}});
+  EXPECT_EQ(m.function("main")({Scalar::f32(1.5f)})[0].as<float>()[0], 3.0f);
+}
+
 TEST_F(LinkTest, MissingModuleIsReportedAtTheDeclaration) {
   std::string main = write("main.mlir", kMain);
   Context ctx;

@@ -614,7 +614,17 @@ const DiagCase kDiagCases[] = {
      "  } -> tensor<2xf32>\n"
      "  util.return %r : tensor<2xf32>\n"
      "}\n",
-     "3:41", "attribute alias '#iters' is not an affine map"},
+     "1:10", "expected an affine map, found '['"},
+    {"undefined_alias_of_iterator_types",
+     "util.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+     "  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>], iterator_types = "
+     "#iters} outs(%x : tensor<2xf32>) {\n"
+     "  ^bb0(%o: f32):\n"
+     "    linalg.yield %o : f32\n"
+     "  } -> tensor<2xf32>\n"
+     "  util.return %r : tensor<2xf32>\n"
+     "}\n",
+     "2:85", "undefined attribute alias '#iters'"},
     // Attribute dictionaries that printers and importers add, on ops and results.
     {"attribute_dictionary_on_an_op",
      "util.func @f(%a: f32) -> f32 {\n"
@@ -1108,9 +1118,11 @@ TEST(RoundTrip, ScalarConstantsAndArith) {
 TEST(RoundTrip, TraitAndListAliases) {
   RoundTrip rt = roundTrip(R"(#id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
-#iters = [#linalg.iterator_type<parallel>, "reduction"]
+#same = #id
+#red = "reduction"
+#iters = [#linalg.iterator_type<parallel>, #red]
 #sum = {
-  indexing_maps = [#id, #row],
+  indexing_maps = [#same, #row],
   iterator_types = #iters
 }
 util.func @f(%x: tensor<2x3xf32>, %y: tensor<2xf32>) -> tensor<2xf32> {

@@ -28,6 +28,10 @@ std::string moduleSymbolOf(const std::string &path) {
         (at > 0 && !std::isspace(static_cast<unsigned char>(code[at - 1]))))
       continue;
     size_t start = at + 8, end = start;
+    if (start < code.size() && code[start] == '"') { // a quoted symbol, `module @"lib mod"`
+      end = code.find('"', start + 1);
+      return end == std::string::npos ? std::string() : code.substr(start + 1, end - start - 1);
+    }
     while (end < code.size() && (std::isalnum(static_cast<unsigned char>(code[end])) ||
                                  code[end] == '_' || code[end] == '$' || code[end] == '.'))
       ++end;

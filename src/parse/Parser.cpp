@@ -159,6 +159,7 @@ private:
   void parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &resultTypes);
   void parseGenericAttrs(Op &op);
   AttrList parseIteratorTypes();
+  std::string parseIteratorType();
   void skipAttributeValue();
   // At a `#alias` of attribute text (just taken as `use`): parses its text with `parse`, then
   // goes on after the use.
@@ -347,10 +348,13 @@ AffineMap Parser::parseAffineMap() {
 
 AffineMap Parser::parseMapAttr() {
   Token t = cur_;
+  if (atTextAlias()) { // `#id2 = #id`, or a map written out as other attribute text
+    AffineMap map;
+    parseAliasText(take(), [&] { map = parseMapAttr(); });
+    return map;
+  }
   if (consumeIf(Tok::HashId)) {
     auto it = attrAliases_.find(std::string(t.text));
-    if (it == attrAliases_.end() && textAliases_.count(std::string(t.text)))
-      failAt(t, fmt::format("attribute alias '#{}' is not an affine map", t.text));
     if (it == attrAliases_.end())
       failAt(t, fmt::format("undefined attribute alias '#{}'", t.text));
     if (!std::holds_alternative<AffineMap>(it->second.value))
@@ -931,29 +935,42 @@ AttrList Parser::parseIteratorTypes() {
     parseAliasText(take(), [&] { iters = parseIteratorTypes(); });
     return iters;
   }
+  if (at(Tok::HashId))
+    failAt(cur_, fmt::format("undefined attribute alias '#{}'", cur_.text));
   expect(Tok::LSquare, "to open 'iterator_types'");
   AttrList iters;
   if (!at(Tok::RSquare)) {
-    do {
-      Token it = cur_;
-      std::string value;
-      if (consumeIf(Tok::String)) {
-        value = std::string(it.text);
-      } else if (at(Tok::HashId) && it.text == "linalg.iterator_type") {
-        take();
-        expect(Tok::Less, "after '#linalg.iterator_type'");
-        value = std::string(expect(Tok::BareId, "as the iterator type").text);
-        expect(Tok::Greater, "to close '#linalg.iterator_type<'");
-      } else {
-        failAt(it, fmt::format("expected \"parallel\" or \"reduction\", found {}", describe(it)));
-      }
-      if (value != "parallel" && value != "reduction")
-        failAt(it, fmt::format("unsupported iterator type '{}'", value));
-      iters.push_back(Attribute{value});
-    } while (consumeIf(Tok::Comma));
+    do
+      iters.push_back(Attribute{parseIteratorType()});
+    while (consumeIf(Tok::Comma));
   }
   expect(Tok::RSquare, "to close 'iterator_types'");
   return iters;
+}
+
+std::string Parser::parseIteratorType() {
+  if (atTextAlias()) { // `#par = "parallel"`
+    std::string value;
+    parseAliasText(take(), [&] { value = parseIteratorType(); });
+    return value;
+  }
+  Token it = cur_;
+  std::string value;
+  if (consumeIf(Tok::String)) {
+    value = std::string(it.text);
+  } else if (at(Tok::HashId) && it.text == "linalg.iterator_type") {
+    take();
+    expect(Tok::Less, "after '#linalg.iterator_type'");
+    value = std::string(expect(Tok::BareId, "as the iterator type").text);
+    expect(Tok::Greater, "to close '#linalg.iterator_type<'");
+  } else if (at(Tok::HashId)) {
+    failAt(it, fmt::format("undefined attribute alias '#{}'", it.text));
+  } else {
+    failAt(it, fmt::format("expected \"parallel\" or \"reduction\", found {}", describe(it)));
+  }
+  if (value != "parallel" && value != "reduction")
+    failAt(it, fmt::format("unsupported iterator type '{}'", value));
+  return value;
 }
 
 // An attribute value, skipped where an alias defines it: brackets of any kind to their match.
@@ -1113,6 +1130,8 @@ AttrList Parser::parseMapList() {
     parseAliasText(take(), [&] { maps = parseMapList(); });
     return maps;
   }
+  if (at(Tok::HashId) && !attrAliases_.count(std::string(cur_.text)))
+    failAt(cur_, fmt::format("undefined attribute alias '#{}'", cur_.text));
   expect(Tok::LSquare, "to open 'indexing_maps'");
   AttrList maps;
   if (!at(Tok::RSquare)) {
