@@ -354,6 +354,25 @@ TEST(MulMatIdPrefetch, TheRowsArePrefetchedAheadExceptOnZen) {
   }
 }
 
+// Pairs that would leave contraction.choices' tiles one row (6 pairs with AVX2's 16 registers)
+// take one padded rank of contraction.ranks by choice: on the oracle, every routing, where the
+// host runs AVX2.
+TEST(MulMatIdAvx2, FewPairsTakeAPaddedRankByChoice) {
+  Context avx2(forCpu(kAvx2Cpu));
+  Function fn = avx2.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
+  const MoeDims d{19, 40, 8, 2, 3};
+  const std::string loops =
+      fn.emit(Stage::Loops, {fmt::format("{}x{}x{}xf32", d.nOut, d.nIn, d.experts),
+                             fmt::format("{}x{}x{}xf32", d.nIn, d.used, d.tokens),
+                             fmt::format("{}x{}xi32", d.used, d.tokens)});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.ranks")) << loops;
+  EXPECT_THAT(loops, testing::HasSubstr("ranks=by-choice")) << loops;
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    return;
+  for (Routing routing : {Routing::Distinct, Routing::Same, Routing::Repeated})
+    checkMulMatId(d, routing, Mode::Specialized, fn);
+}
+
 // Rows that leave a short tile, with the sums in a temporary: the m blocks round up, the last
 // tile reads the last row again for its rows past the end and stores their sums into the
 // temporary's padding, and no tile of the rows left over is compiled. 17 rows in tiles of 3

@@ -435,9 +435,12 @@ TEST(Strategy, GatherNeedsAVectorOfPairs) {
   // 16 experts: two vectors a row, so two rows fit.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 16, 2, 1)),
             "contraction.choices m=d0 n=- k=d3 tile=2x2 lanes=8");
-  // 6 pairs leave room for one row; 60 experts are no whole number of vectors.
+  // 6 pairs would leave room for one row (AVX2): one padded rank of contraction.ranks by choice
+  // takes them; 60 experts are no whole number of vectors.
   EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 3)),
-            "contraction.choices m=d0 n=- k=d3 tile=1x1 lanes=8");
+            "contraction.ranks m=d0 n=- k=d3 tile=6x1 lanes=8 ranks=by-choice");
+  EXPECT_EQ(choose(mulMatIdNest(64, 64, 8, 2, 2)),
+            "contraction.choices m=d0 n=- k=d3 tile=2x1 lanes=8");
   // With 32 registers, pairs that leave choices' tiles fewer than 4 rows (6 to 15) take one
   // padded rank of contraction.ranks; 4 pairs keep choices' 4x1.
   EXPECT_EQ(choose(mulMatIdNest(3584, 1024, 8, 2, 2), Target::avx512()),

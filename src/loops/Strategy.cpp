@@ -580,8 +580,11 @@ int choicesTileRows(int64_t pairs, int64_t vectorsOfChoices, int64_t rows, const
 bool ranksPadForChoices(const NestShape &nest, int64_t pairs, int64_t rows, const Target &target) {
   const int64_t choices = nest.gather->choices;
   const int64_t lanes = std::min<int64_t>(choices, target.vectorBits / nest.elemBits);
-  return target.vectorRegisters >= 32 && choices % lanes == 0 &&
-         choicesTileRows(pairs, choices / lanes, rows, target) < std::min<int64_t>(4, rows);
+  // With 16 registers, only where the tile holds one row: the same weights in AVX2 code (on the
+  // Xeon), 3 tokens (6 pairs) in 1x1 tiles 6.4-7.0 ms, where 2 tokens in 2x1 tiles took 3.8-4.1
+  // and 4 tokens in ranks 3.8-4.1.
+  const int64_t fewestRows = std::min<int64_t>(target.vectorRegisters >= 32 ? 4 : 2, rows);
+  return choices % lanes == 0 && choicesTileRows(pairs, choices / lanes, rows, target) < fewestRows;
 }
 
 // Grouping the pairs by choice: the input is packed by slot once for every m.
