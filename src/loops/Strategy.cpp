@@ -914,7 +914,7 @@ std::optional<Strategy> tryStream(const NestShape &nest, int lanes, const Target
   // on one thread against 4.2 for 4096x4096.
   const int64_t k = nest.extents[s.dimK];
   if (nest.addAccumulates &&
-      (k % 2 == 0 || (k >= 2 && s.tileN == 1) || (k >= 2 && nest.extents[s.dimN] % lanes != 0))) {
+      (k % 2 == 0 || (k >= 2 && (s.tileN == 1 || nest.extents[s.dimN] % lanes != 0)))) {
     s.splitK = true;
     s.tileN = 2;
   }

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -164,6 +165,14 @@ private:
   // At a `#alias` of attribute text (just taken as `use`): parses its text with `parse`, then
   // goes on after the use.
   void parseAliasText(const Token &use, const std::function<void()> &parse);
+  // At a `#alias` of attribute text, `parse` of its text; elsewhere nothing.
+  template <class T> std::optional<T> parseIfAlias(T (Parser::*parse)()) {
+    if (!atTextAlias())
+      return std::nullopt;
+    T value;
+    parseAliasText(take(), [&] { value = (this->*parse)(); });
+    return value;
+  }
   bool atTextAlias() const { return at(Tok::HashId) && textAliases_.count(std::string(cur_.text)); }
   void parseIndexingMaps(Op &op);
   AttrList parseMapList();
@@ -348,11 +357,8 @@ AffineMap Parser::parseAffineMap() {
 
 AffineMap Parser::parseMapAttr() {
   Token t = cur_;
-  if (atTextAlias()) { // `#id2 = #id`, or a map written out as other attribute text
-    AffineMap map;
-    parseAliasText(take(), [&] { map = parseMapAttr(); });
-    return map;
-  }
+  if (auto map = parseIfAlias(&Parser::parseMapAttr)) // `#id2 = #id`
+    return *map;
   if (consumeIf(Tok::HashId)) {
     auto it = attrAliases_.find(std::string(t.text));
     if (it == attrAliases_.end())
@@ -451,7 +457,7 @@ Literal Parser::parseLiteral(const Type &type, const Token &at) {
 std::vector<int64_t> Parser::parseDenseElements(std::vector<Token> &tokens) {
   if (at(Tok::LSquare)) {
     // Each '[' recurses: bounded like regions, so that deep lists are an error, not a crash.
-    Token open = take();
+    take();
     if (++depth_ > kMaxNesting)
       failAt(cur_, fmt::format("nesting too deep (more than {} levels)", kMaxNesting));
     // The list's shape: its length, then the shape every element shares.
@@ -608,17 +614,14 @@ std::unique_ptr<ModuleOp> Parser::parseTopLevel() {
     if (at(Tok::HashId)) {
       take();
       std::string name(t.text);
-      if (attrAliases_.count(name))
+      if (attrAliases_.count(name) || textAliases_.count(name) || locationAliases_.count(name))
         failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
       expect(Tok::Equal, "after the attribute alias name");
       if (atKeyword("loc")) {
-        if (!locationAliases_.insert(name).second)
-          failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
+        locationAliases_.insert(name);
         skipLoc();
         continue;
       }
-      if (textAliases_.count(name) || locationAliases_.count(name))
-        failAt(t, fmt::format("redefinition of attribute alias '#{}'", name));
       if (consumeKeyword("affine_map")) {
         attrAliases_[name] = Attribute{parseAffineMap()};
         continue;
@@ -930,11 +933,8 @@ void Parser::parseTerminatorOperands(Op &op) {
 }
 
 AttrList Parser::parseIteratorTypes() {
-  if (atTextAlias()) {
-    AttrList iters;
-    parseAliasText(take(), [&] { iters = parseIteratorTypes(); });
-    return iters;
-  }
+  if (auto iters = parseIfAlias(&Parser::parseIteratorTypes))
+    return *iters;
   if (at(Tok::HashId))
     failAt(cur_, fmt::format("undefined attribute alias '#{}'", cur_.text));
   expect(Tok::LSquare, "to open 'iterator_types'");
@@ -949,11 +949,8 @@ AttrList Parser::parseIteratorTypes() {
 }
 
 std::string Parser::parseIteratorType() {
-  if (atTextAlias()) { // `#par = "parallel"`
-    std::string value;
-    parseAliasText(take(), [&] { value = parseIteratorType(); });
-    return value;
-  }
+  if (auto aliased = parseIfAlias(&Parser::parseIteratorType)) // `#par = "parallel"`
+    return *aliased;
   Token it = cur_;
   std::string value;
   if (consumeIf(Tok::String)) {
@@ -1125,11 +1122,8 @@ std::vector<Type> Parser::parseTypeListAfterArrow() {
 
 // `[map, ...]`, the value of an `indexing_maps` attribute (maps or their `#aliases`).
 AttrList Parser::parseMapList() {
-  if (atTextAlias()) {
-    AttrList maps;
-    parseAliasText(take(), [&] { maps = parseMapList(); });
-    return maps;
-  }
+  if (auto maps = parseIfAlias(&Parser::parseMapList))
+    return *maps;
   if (at(Tok::HashId) && !attrAliases_.count(std::string(cur_.text)))
     failAt(cur_, fmt::format("undefined attribute alias '#{}'", cur_.text));
   expect(Tok::LSquare, "to open 'indexing_maps'");
