@@ -100,13 +100,13 @@ TEST_P(AttentionGqaTest, MatchesOracle) {
 // GQA ratios H/Hkv of 1, 2, 3, 4 and 8; Skv equal to, above and below S; head dims 64 and 128
 // and odd ones; one query; the S5 benchmark shape last.
 const AttnShape kAttnShapes[] = {
-    {1, 1, 1, 1, 1, 1},        {1, 3, 5, 2, 2, 8},      {2, 7, 7, 4, 2, 16},
-    {1, 5, 3, 8, 2, 8},        {1, 9, 13, 8, 1, 32},    {2, 4, 4, 16, 2, 64},
-    {1, 17, 17, 4, 1, 64},     {1, 6, 11, 2, 1, 128},   {3, 2, 9, 3, 3, 5},
-    {1, 31, 31, 6, 2, 24},     {2, 1, 33, 4, 4, 16},    {1, 13, 40, 8, 4, 128},
-    {1, 16, 16, 8, 8, 64},     {1, 33, 17, 4, 2, 17},   {1, 64, 64, 8, 2, 64},
-    {1, 1, 1, 8, 1, 128},      {1, 300, 320, 3, 1, 16}, {2, 520, 520, 2, 2, 8},
-    {1, 128, 128, 32, 8, 128},
+    {1, 1, 1, 1, 1, 1},      {1, 3, 5, 2, 2, 8},        {2, 7, 7, 4, 2, 16},
+    {1, 5, 3, 8, 2, 8},      {1, 9, 13, 8, 1, 32},      {2, 4, 4, 16, 2, 64},
+    {1, 17, 17, 4, 1, 64},   {1, 6, 11, 2, 1, 128},     {3, 2, 9, 3, 3, 5},
+    {1, 31, 31, 6, 2, 24},   {2, 1, 33, 4, 4, 16},      {1, 13, 40, 8, 4, 128},
+    {1, 16, 16, 8, 8, 64},   {1, 33, 17, 4, 2, 17},     {1, 64, 64, 8, 2, 64},
+    {1, 1, 1, 8, 1, 128},    {1, 300, 320, 3, 1, 16},   {2, 520, 520, 2, 2, 8},
+    {1, 127, 127, 8, 2, 64}, {1, 128, 128, 32, 8, 128},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGqaTest,
@@ -128,6 +128,23 @@ TEST(AttentionGqa, PrefillReadsTheQueryAndWritesTheOutputInPlace) {
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("linalg.transpose"))) << loops;
   EXPECT_THAT(loops, testing::HasSubstr("let in_1: f32 = query["));
   EXPECT_THAT(loops, testing::HasSubstr("(((m_block_1 % 32) * 4) * 4096)) : 16] = acc_22"));
+}
+
+// Over 127 keys, Q·Kᵀ packs K transposed as over 128, in 4x4 tiles: the n block of keys 0-63,
+// then one ending at the last key, 63-126, its own panel packed from key 63 on, whose first
+// column writes again the score the block before wrote (kAttnShapes checks the results).
+TEST(AttentionGqa, OddKeyCountsEndTheLastKeyBlockAtTheLastKey) {
+  Function fn = avx512AttentionModule().function("attention_gqa");
+  std::string loops =
+      fn.emit(Stage::Loops, {"1x127x8x64xf32", "1x127x2x64xf32", "1x127x2x64xf32", "f32"});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.outer m=d1 n=d2 k=d3 tile=4x4 lanes=16 "
+                                        "pack=#1^T"));
+  EXPECT_THAT(loops, testing::HasSubstr("((63 + (column_block_1 * 8)) * 128)) : 8]"));
+  EXPECT_THAT(loops, testing::HasSubstr("t[((63 + ((m_block_1 * 4) * 127)) + (d0_1 * 64516)) : "
+                                        "16] = acc_17"));
+  EXPECT_THAT(loops, testing::HasSubstr("t[((111 + ((m_block_1 * 4) * 127)) + (d0_1 * 64516)) : "
+                                        "16] = acc_20"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("n_left")));
 }
 
 class AttentionCausalTest : public testing::TestWithParam<std::tuple<AttnShape, Mode>> {};

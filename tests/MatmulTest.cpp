@@ -160,7 +160,8 @@ TEST(MatmulColumnsLeftOver, RunAfterTheNBlocksOverAllOfK) {
                           .emit(Stage::Loops, {"64x512xf32", "512x259xf32"});
   EXPECT_THAT(loops, testing::HasSubstr("tile=2x4 lanes=8 k-block=256 pack=#1 n-group=4"));
   const size_t groups = loops.find("for n_group in 0..2 parallel");
-  const size_t left = loops.find("\n  for m_block_1 in 0..32 {");
+  // Outside the parallel loop, the columns' own m blocks run on the threads.
+  const size_t left = loops.find("\n  for m_block_1 in 0..32 parallel(");
   ASSERT_NE(groups, std::string::npos) << loops;
   ASSERT_NE(left, std::string::npos) << loops;
   EXPECT_LT(groups, left);
@@ -206,8 +207,8 @@ TEST(MatmulVectorsLeftOver, MatchOracleOnAvx2) {
                           .emit(Stage::Loops, {"29x512xf32", "512x136xf32"});
   EXPECT_THAT(loops, testing::HasSubstr("tile=4x3 lanes=8 pack=#1"));
   // 5 n blocks of 3 vectors, then the 2 vectors left over (columns 120 to 135) down the m
-  // blocks, all 512 of k, B read in place.
-  const size_t left = loops.find("\n  for m_block_1 in 0..7 {");
+  // blocks (in parallel), all 512 of k, B read in place.
+  const size_t left = loops.find("\n  for m_block_1 in 0..7 parallel(");
   ASSERT_NE(left, std::string::npos) << loops;
   EXPECT_NE(loops.find("w[(120 + (d2 * 136)) : 8]", left), std::string::npos) << loops;
   EXPECT_NE(loops.find("w[(128 + (d2 * 136)) : 8]", left), std::string::npos) << loops;
@@ -314,8 +315,9 @@ TEST(MatmulFill, TilesStartFromTheFillValue) {
                                        "%zero = arith.constant 0.5 : f32");
   Module module = context().loadString(text, "matmul_half.mlir");
   for (const char *function : {"matmul", "matmul_transpose_b"})
-    for (Shape s : {Shape{13, 64, 40}, Shape{13, 64, 48}, Shape{37, 512, 128}, Shape{3, 5, 7},
-                    Shape{128, 256, 256}, Shape{33, 1024, 48}, Shape{4, 4096, 64}}) {
+    for (Shape s :
+         {Shape{13, 64, 40}, Shape{13, 64, 48}, Shape{37, 512, 128}, Shape{3, 5, 7},
+          Shape{128, 256, 256}, Shape{33, 1024, 48}, Shape{4, 4096, 64}, Shape{64, 128, 127}}) {
       SCOPED_TRACE(fmt::format("{} {}", function, shapeName(s)));
       bool transposeB = std::string(function) == "matmul_transpose_b";
       std::vector<float> x = oracle::randomFloats(s.m * s.k, 5 + s.m);
@@ -346,6 +348,13 @@ TEST(MatmulFill, TilesStartFromTheFillValue) {
   EXPECT_THAT(loops, testing::HasSubstr("contraction.dot"));
   EXPECT_THAT(loops, testing::Not(testing::HasSubstr("] = 0.5f\n"))) << loops;
   EXPECT_THAT(loops, testing::HasSubstr("0.5f")) << loops;
+  // B transposed over 127 columns packs as over 128, its last n block ending at column 127:
+  // its first columns start from 0.5 again, as those of the block before did.
+  loops = module.function("matmul_transpose_b").emit(Stage::Loops, {"64x128xf32", "127x128xf32"});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.outer"));
+  EXPECT_THAT(loops, testing::HasSubstr("pack=#1^T"));
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("n_left"))) << loops;
+  EXPECT_THAT(loops, testing::Not(testing::HasSubstr("] = 0.5f\n"))) << loops;
   // With k blocks (S7's shape) the first block's tiles start at 0.5, the others load the
   // output, and nothing fills it.
   loops = module.function("matmul").emit(Stage::Loops, {"128x4096xf32", "4096x4096xf32"});

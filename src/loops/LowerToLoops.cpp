@@ -1407,6 +1407,7 @@ private:
     }
     nest.vectorBody = sameTypes && isVectorBody(g.body(), nest.gather.has_value());
     nest.addAccumulates = addAccumulates(g.body());
+    nest.startsFromFill = pendingFill_ && pendingFill_->consumer == &g.op;
     try {
       if (!specialized())
         return selectStrategy(nest, options_.target);
@@ -1559,6 +1560,8 @@ private:
     Stmt pack;
     std::vector<Stmt> prefetchChunk, packChunk; // interleaved: before and after each tile
     Stmt packRest; // interleaved, runtime m: after the m blocks, the chunks none packed
+    // Packed transposed: the pack of the panel whose first column is the given one.
+    std::function<Stmt(const Expr &)> packTransposedFrom;
     // The pack is redone in every iteration of the parallel dims outside the tile, into the
     // region of the chunk of the parallel loop running it (`packRegion`, the chunk's first
     // iteration: chunks must not share one, and a chunk's iterations reuse its region, which
@@ -1593,46 +1596,48 @@ private:
         return add(add(panelAt(pair), mul(r, intConst(panelRow))), column);
       };
       Expr firstK = interleaved ? intConst(0) : kBlock;
-      const int side = std::min(lanes, kTransposeSide);
-      if (s.packTransposed && side >= 4 && panelRow % side == 0 && panelK > 0 &&
-          panelK % side == 0) {
-        // Square blocks of side x side: `side` columns of the panel read along k as vectors,
-        // transposed in registers (transposeInRegisters, LoopIR.h), stored as `side` rows of the
-        // panel.
-        Expr columnBlock = var(freshName("column_block"), ElemKind::Index);
-        Expr rowBlock = var(freshName("row_block"), ElemKind::Index);
-        std::vector<Stmt> body;
-        std::vector<Expr> columns;
-        for (int j = 0; j < side; ++j) {
-          std::vector<Expr> iv = vars;
-          iv[s.dimN] = add(mul(panel, intConst(panelRow)),
-                           add(mul(columnBlock, intConst(side)), intConst(j)));
-          iv[s.dimK] = kAt(firstK, mul(rowBlock, intConst(side)));
-          std::string name = freshName("column");
-          body.push_back(
-              let(name, load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, side)));
-          columns.push_back(var(name, elem, side));
+      packTransposedFrom = [&, t, firstK, row, kAt, packedAt](const Expr &firstColumn) {
+        const int side = std::min(lanes, kTransposeSide);
+        if (side >= 4 && panelRow % side == 0 && panelK > 0 && panelK % side == 0) {
+          // Square blocks of side x side: `side` columns of the panel read along k as vectors,
+          // transposed in registers (transposeInRegisters, LoopIR.h), stored as `side` rows of
+          // the panel.
+          Expr columnBlock = var(freshName("column_block"), ElemKind::Index);
+          Expr rowBlock = var(freshName("row_block"), ElemKind::Index);
+          std::vector<Stmt> body;
+          std::vector<Expr> columns;
+          for (int j = 0; j < side; ++j) {
+            std::vector<Expr> iv = vars;
+            iv[s.dimN] = add(firstColumn, add(mul(columnBlock, intConst(side)), intConst(j)));
+            iv[s.dimK] = kAt(firstK, mul(rowBlock, intConst(side)));
+            std::string name = freshName("column");
+            body.push_back(
+                let(name, load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem, side)));
+            columns.push_back(var(name, elem, side));
+          }
+          std::vector<Expr> rows =
+              transposeInRegisters(columns, body, [&] { return freshName("swapped"); });
+          for (int i = 0; i < side; ++i)
+            body.push_back(store(packed,
+                                 packedAt(firstK, add(mul(rowBlock, intConst(side)), intConst(i)),
+                                          mul(columnBlock, intConst(side))),
+                                 rows[size_t(i)]));
+          return forLoop(
+              columnBlock->name, intConst(panelRow / side), ForKind::Serial,
+              {forLoop(rowBlock->name, intConst(panelK / side), ForKind::Serial, std::move(body))});
         }
-        std::vector<Expr> rows =
-            transposeInRegisters(columns, body, [&] { return freshName("swapped"); });
-        for (int i = 0; i < side; ++i)
-          body.push_back(store(packed,
-                               packedAt(firstK, add(mul(rowBlock, intConst(side)), intConst(i)),
-                                        mul(columnBlock, intConst(side))),
-                               rows[size_t(i)]));
-        pack = forLoop(
-            columnBlock->name, intConst(panelRow / side), ForKind::Serial,
-            {forLoop(rowBlock->name, intConst(panelK / side), ForKind::Serial, std::move(body))});
-      } else if (s.packTransposed) {
         // Column after column of the panel, each read contiguously along k.
         Expr column = var(freshName("column"), ElemKind::Index);
         std::vector<Expr> iv = vars;
-        iv[s.dimN] = add(mul(panel, intConst(panelRow)), column);
+        iv[s.dimN] = add(firstColumn, column);
         iv[s.dimK] = kAt(firstK, row);
         Stmt copy = store(packed, packedAt(firstK, row, column),
                           load(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims), elem));
-        pack = forLoop(column->name, intConst(panelRow), ForKind::Serial,
+        return forLoop(column->name, intConst(panelRow), ForKind::Serial,
                        {forLoop(row->name, panelRows, ForKind::Serial, {copy})});
+      };
+      if (s.packTransposed) {
+        pack = packTransposedFrom(mul(panel, intConst(panelRow)));
       } else {
         // Row r of k block kb's panel of n block nb, into the slot of `pair`.
         auto copyRow = [&](const Expr &kb, const Expr &nb, const Expr &pair, const Expr &r) {
@@ -1879,52 +1884,8 @@ private:
     Expr nTrips = s.dimN < 0 ? intConst(0) : quotient(extents[s.dimN], s.tileN * nStep);
     const bool columnsLeftOver =
         runtimeN || (s.dimN >= 0 && extent(s.dimN) % (s.tileN * nStep) != 0);
-    auto downTheRows = [&](int columns, const Expr &firstColumn, int width) {
-      std::vector<Stmt> down;
-      if (hasM) {
-        Expr block = var(freshName("m_block"), ElemKind::Index);
-        down.push_back(forLoop(
-            block->name, mTrips, ForKind::Serial,
-            buildTile(s.tileM, mul(block, intConst(s.tileM)), columns, firstColumn, width)));
-      } else {
-        down = buildTile(s.tileM, intConst(0), columns, firstColumn, width); // no m: the one tile
-      }
-      for (Stmt &stmt : rowsLeftOver(columns, firstColumn, width))
-        down.push_back(stmt);
-      return down;
-    };
-    std::vector<Stmt> columnsLeft;
-    if (columnsLeftOver) {
-      Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
-      Expr columns; // those taken one at a time
-      if (runtimeN) {
-        columns = binary(OpKind::SubI, extents[s.dimN], columnsDone);
-      } else {
-        const int64_t all = extent(s.dimN), blocks = all - all % (s.tileN * nStep);
-        const int64_t vectors = outer ? all - all % lanes : blocks; // in whole vectors
-        if (vectors > blocks)
-          columnsLeft = downTheRows(int((vectors - blocks) / lanes), intConst(blocks), lanes);
-        columnsDone = intConst(vectors);
-        columns = intConst(all - vectors);
-        // Accumulators that start from a fill value read nothing of the output: the last
-        // columns go in one vector ending at n, whose first lanes write again what the vectors
-        // before wrote (128x4096 by 4096x127 took 3.5x as long as by 4096x128, its 15 last
-        // columns one lane wide). B is read in place, so not a transposed one.
-        if (outer && fill && all > lanes && !s.packTransposed) {
-          for (Stmt &stmt : downTheRows(1, intConst(all - lanes), lanes))
-            columnsLeft.push_back(stmt);
-          columns = intConst(0);
-        }
-      }
-      Expr column = var(freshName("n_left"), ElemKind::Index);
-      if (asConstant(columns).value_or(1) > 0)
-        columnsLeft.push_back(forLoop(column->name, columns, ForKind::Serial,
-                                      downTheRows(1, add(columnsDone, column), 1)));
-      for (auto d = s.blocksOutside.rbegin(); d != s.blocksOutside.rend(); ++d)
-        columnsLeft = {
-            forLoop(vars[*d]->name, extents[*d], ForKind::Serial, std::move(columnsLeft))};
-    }
-
+    const bool shiftedLastBlock =
+        s.dimN >= 0 && shiftsLastNBlock(s, asConstant(extents[s.dimN]), fill != nullptr);
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
     // iterations runs in parallel when the nest is large enough (decided when the kernel runs
     // if its extents are runtime values).
@@ -1978,6 +1939,85 @@ private:
     // among them (if any) gives each chunk its region, else there is one.
     const bool packsPerChunk =
         packed >= 0 && parallel >= 0 && loops[size_t(parallel)].first != mBlock;
+    // The columns left over run after the outermost block loop. Where that loop or one inside
+    // it is the parallel one, they run on one thread but for their m blocks' own loop, which
+    // then runs in parallel where it is large enough (`parallelM`: where it takes vectors).
+    const bool columnsOnTheirOwn =
+        parallel >= 0 &&
+        std::any_of(loops.begin(), loops.begin() + parallel + 1,
+                    [&](const auto &loop) { return loop.first == outermostBlock; });
+    auto downTheRows = [&](int columns, const Expr &firstColumn, int width,
+                           bool parallelM = false) {
+      std::vector<Stmt> down;
+      if (hasM) {
+        Expr block = var(freshName("m_block"), ElemKind::Index);
+        Stmt loop =
+            forLoop(block->name, mTrips, ForKind::Serial,
+                    buildTile(s.tileM, mul(block, intConst(s.tileM)), columns, firstColumn, width));
+        Expr points = intConst(int64_t(columns) * (width ? width : nStep));
+        for (int d = 0; d < numLoops; ++d)
+          if (d != s.dimN)
+            points = mul(points, extents[d]);
+        const auto constantPoints = asConstant(points);
+        if (parallelM && columnsOnTheirOwn &&
+            (!constantPoints || *constantPoints >= kMinParallelElements)) {
+          loop->forKind = ForKind::Parallel;
+          loop->bound = runtimeChunk(points, mTrips);
+        }
+        down.push_back(loop);
+      } else {
+        down = buildTile(s.tileM, intConst(0), columns, firstColumn, width); // no m: the one tile
+      }
+      for (Stmt &stmt : rowsLeftOver(columns, firstColumn, width))
+        down.push_back(stmt);
+      return down;
+    };
+    std::vector<Stmt> columnsLeft;
+    if (shiftedLastBlock) {
+      // The last n block ends at n (shiftsLastNBlock), over its own panel, packed first (for
+      // each k block, when there are k blocks).
+      const Expr first = intConst(extent(s.dimN) - s.tileN * lanes);
+      columnsLeft = downTheRows(s.tileN, first, 0, true);
+      columnsLeft.insert(columnsLeft.begin(), packTransposedFrom(first));
+      if (s.blockK)
+        columnsLeft = {
+            forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial, std::move(columnsLeft))};
+      // After a parallel loop that bound it, the panel's region is the first.
+      if (packsPerChunk && columnsOnTheirOwn)
+        columnsLeft = substitute(columnsLeft, packRegion->name, intConst(0));
+    } else if (columnsLeftOver) {
+      Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
+      Expr columns; // those taken one at a time
+      if (runtimeN) {
+        columns = binary(OpKind::SubI, extents[s.dimN], columnsDone);
+      } else {
+        const int64_t all = extent(s.dimN), blocks = all - all % (s.tileN * nStep);
+        const int64_t vectors = outer ? all - all % lanes : blocks; // in whole vectors
+        if (vectors > blocks && s.packTransposed)
+          internalError("vectors left over a transposed B, which has none to read in place");
+        if (vectors > blocks)
+          columnsLeft = downTheRows(int((vectors - blocks) / lanes), intConst(blocks), lanes, true);
+        columnsDone = intConst(vectors);
+        columns = intConst(all - vectors);
+        // Accumulators that start from a fill value read nothing of the output: the last
+        // columns go in one vector ending at n, whose first lanes write again what the vectors
+        // before wrote (128x4096 by 4096x127 took 3.5x as long as by 4096x128, its 15 last
+        // columns one lane wide). B is read in place, so not a transposed one.
+        if (outer && fill && all > lanes && !s.packTransposed) {
+          for (Stmt &stmt : downTheRows(1, intConst(all - lanes), lanes, true))
+            columnsLeft.push_back(stmt);
+          columns = intConst(0);
+        }
+      }
+      Expr column = var(freshName("n_left"), ElemKind::Index);
+      if (asConstant(columns).value_or(1) > 0)
+        columnsLeft.push_back(forLoop(column->name, columns, ForKind::Serial,
+                                      downTheRows(1, add(columnsDone, column), 1)));
+      for (auto d = s.blocksOutside.rbegin(); d != s.blocksOutside.rend(); ++d)
+        columnsLeft = {
+            forLoop(vars[*d]->name, extents[*d], ForKind::Serial, std::move(columnsLeft))};
+    }
+
     // Without m blocks the pack goes just before the tile, where it would go before them.
     if (pack && !interleaved && !hasM)
       stmts.insert(stmts.begin(), pack);

@@ -339,9 +339,10 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   for (size_t d = 0; d < nest.extents.size(); ++d)
     if (!nest.reduction[d] && out[d] == 1)
       n = int(d);
-  if (n < 0 || (!isRuntime(nest, n) && nest.extents[n] % lanes != 0 &&
-                !(columnsLeft && nest.extents[n] > lanes))) {
-    why = "the output is not contiguous along a parallel dim of whole vectors";
+  const char *notWholeVectors =
+      "the output is not contiguous along a parallel dim of whole vectors";
+  if (n < 0) {
+    why = notWholeVectors;
     return std::nullopt;
   }
   bool someBroadcast = false;
@@ -355,6 +356,15 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
       transposed = int(i);
     }
     someBroadcast |= nest.strides[i][n] == 0;
+  }
+  // Packed transposed, a constant n of more than a vector may end its last n block at n
+  // (shiftsLastNBlock): attention over 127 keys took 2.73-2.75 ms in dot tiles, 128 keys 1.9.
+  const bool lastBlockShifts =
+      transposed >= 0 && nest.startsFromFill && !isRuntime(nest, n) && nest.extents[n] > lanes;
+  if (!isRuntime(nest, n) && nest.extents[n] % lanes != 0 &&
+      !(columnsLeft && nest.extents[n] > lanes) && !lastBlockShifts) {
+    why = notWholeVectors;
+    return std::nullopt;
   }
   if (!someBroadcast) {
     why = "no input is shared across the output's contiguous dim";
@@ -396,10 +406,13 @@ std::optional<Strategy> tryOuter(const NestShape &nest, int lanes, const Target 
   // run after the n blocks in a narrower tile reading B in place (a transposed B has no vectors
   // to read there): 128x4096 by 4096x1000 (125 vectors) took 12.6 ms in 8x1 tiles on the Zen 3,
   // against 8.6 for 1024 columns.
-  const int64_t rows = extentOr1(nest, s.dimM), vectors = nest.extents[n] / lanes;
+  // A shifted last block counts as whole, and NR vectors may not be more than n.
+  const int64_t rows = extentOr1(nest, s.dimM), columns = nest.extents[n];
+  const int64_t vectors = lastBlockShifts ? (columns + lanes - 1) / lanes : columns / lanes;
+  const int maxN = lastBlockShifts ? int(std::min<int64_t>(4, columns / lanes)) : 4;
   auto chooseOuterTile = [&](double rowLoadCost) {
     chooseTile(
-        s, rows, vectors, target.vectorRegisters, 4, [](int, int nr) { return nr + 1; },
+        s, rows, vectors, target.vectorRegisters, maxN, [](int, int nr) { return nr + 1; },
         rowLoadCost, /*divideRows=*/false,
         /*columnsLeft=*/!isRuntime(nest, n) && transposed < 0);
   };
@@ -1312,11 +1325,13 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
   // contraction.dot's columns one at a time (as its own choice may leave them).
   const bool anyColumns = isRuntime(nest, s.dimN);
   const bool vectorsLeft = (!alongN || !s.packTransposed) && s.tileN <= cols;
+  const bool lastBlockShifts = alongN && s.packTransposed && nest.startsFromFill &&
+                               !isRuntime(nest, s.dimN) && s.tileN <= cols;
   if (s.tileM > extentOr1(nest, s.dimM))
     unfit(config,
           fmt::format("tile {}x{} does not fit the {} nest: M {} is more than its {} rows", s.tileM,
                       s.tileN, pipelineName(s.pipeline), s.tileM, extentOr1(nest, s.dimM)));
-  if (!anyColumns && !vectorsLeft && !divides(s.tileN, cols))
+  if (!anyColumns && !vectorsLeft && !lastBlockShifts && !divides(s.tileN, cols))
     unfit(config, fmt::format("tile {}x{} does not fit the {} nest: N {} must {} its {} {}{}",
                               s.tileM, s.tileN, pipelineName(s.pipeline), s.tileN,
                               !s.packTransposed ? "be at most" : "divide", cols,
@@ -1347,6 +1362,11 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
 }
 
 } // namespace
+
+bool shiftsLastNBlock(const Strategy &s, std::optional<int64_t> n, bool startsFromFill) {
+  return s.pipeline == Pipeline::ContractionOuter && s.packTransposed && startsFromFill && n &&
+         *n % (int64_t(s.tileN) * s.lanes) != 0;
+}
 
 Strategy selectStrategy(const NestShape &nest, const Target &target, const ConfigOverride &config) {
   Strategy base;

@@ -170,6 +170,12 @@ struct Strategy {
   }
 };
 
+/// contraction.outer packing B transposed over a constant n of `n` columns that its n blocks do
+/// not divide, into an output that starts from a fill value: the last block ends at n, its
+/// first columns written again with the values the block before wrote there. (A transposed B
+/// has no vectors to read in place for the columns after the whole blocks.)
+bool shiftsLastNBlock(const Strategy &s, std::optional<int64_t> n, bool startsFromFill);
+
 /// The span the L2's hardware streamer follows a run of lines within: rows read in runs this
 /// long or longer need no prefetch of the rows after them (the strategy's choices and the
 /// lowering's prefetches both go by it).
@@ -195,6 +201,9 @@ struct NestShape {
   int elemBits = 32;
   bool vectorBody = false;     // only arithmetic the vector code generator handles
   bool addAccumulates = false; // the body yields `acc + f(inputs)` and reads acc nowhere else
+  /// The output starts from a fill value that outer's tiles take instead of reading it: a
+  /// column they compute twice is then written twice with the same value.
+  bool startsFromFill = false;
   /// A folded gather: the body reads a tensor with tensor.extract at loop indices, except its
   /// last dim, which an integer input chooses.
   struct Gather {
