@@ -253,6 +253,11 @@ struct Engine::Impl {
     // Zen 4 VMs here, where mul_mat_id's strided expert loads took 3x the DRAM time. Loads
     // built one lane at a time cost about one cycle per element everywhere.
     features += std::string(features.empty() ? "" : ",") + "+prefer-no-gather,+prefer-no-scatter";
+    // AVX512-BF16's and AVX-NE-CONVERT's f32 to bf16 conversions flush subnormal results to 0.
+    // Codegen rounds to bf16 in integer arithmetic, but LLVM's optimizer narrows some f32 ops
+    // on widened bf16 values back to bf16 ops, which the code generator widens again and
+    // rounds back with those instructions: without them, it calls __truncsfbf2 (runtime).
+    features += ",-avx512bf16,-avxneconvert";
     // The JIT links the objects that `compile` generates, or that the disk cache held.
     lljit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(machineBuilder).create(),
                    "creating the JIT");

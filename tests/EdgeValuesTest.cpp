@@ -732,6 +732,122 @@ TEST(EdgeValues, SixteenBitFloatsAgreeAcrossCpus) {
   }
 }
 
+// bf16 arithmetic on subnormal operands and results: negf, absf, addf, mulf and a maximumf
+// reduction keep them, on the host (AVX512-BF16's conversion to bf16 flushes them to 0, and
+// LLVM's optimizer had turned f32 ops on widened bf16 values back into bf16 ops rounded by it)
+// and on a CPU without bf16 instructions.
+TEST(EdgeValues, Bfloat16ArithmeticKeepsSubnormals) {
+  const char *text = R"(
+    func.func @f(%x: tensor<?x?xf32>, %y: tensor<?x?xf32>) -> (tensor<?x?x4xf32>, tensor<?xf32>) {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %e = tensor.empty(%m, %n) : tensor<?x?x4xf32>
+      %r = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, j)>,
+                                            affine_map<(i, j, k) -> (i, j)>,
+                                            affine_map<(i, j, k) -> (i, j, k)>],
+                           iterator_types = ["parallel", "parallel", "parallel"]}
+          ins(%x, %y : tensor<?x?xf32>, tensor<?x?xf32>) outs(%e : tensor<?x?x4xf32>) {
+      ^bb0(%a: f32, %b: f32, %o: f32):
+        %k = linalg.index 2 : index
+        %ha = arith.truncf %a : f32 to bf16
+        %hb = arith.truncf %b : f32 to bf16
+        %neg = arith.negf %ha : bf16
+        %abs = math.absf %ha : bf16
+        %sum = arith.addf %ha, %hb : bf16
+        %product = arith.mulf %ha, %hb : bf16
+        %i = arith.index_cast %k : index to i32
+        %c1i = arith.constant 1 : i32
+        %c2i = arith.constant 2 : i32
+        %is1 = arith.cmpi eq, %i, %c2i : i32
+        %lt1 = arith.cmpi slt, %i, %c1i : i32
+        %p = arith.select %lt1, %neg, %abs : bf16
+        %q = arith.select %is1, %sum, %product : bf16
+        %gt1 = arith.cmpi sgt, %i, %c1i : i32
+        %pick = arith.select %gt1, %q, %p : bf16
+        %w = arith.extf %pick : bf16 to f32
+        linalg.yield %w : f32
+      } -> tensor<?x?x4xf32>
+      %eb = tensor.empty(%m, %n) : tensor<?x?xbf16>
+      %hx = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                            iterator_types = ["parallel", "parallel"]}
+          ins(%x : tensor<?x?xf32>) outs(%eb : tensor<?x?xbf16>) {
+      ^bb0(%a: f32, %o: bf16):
+        %t = arith.truncf %a : f32 to bf16
+        linalg.yield %t : bf16
+      } -> tensor<?x?xbf16>
+      %ninf = arith.constant 0xFF80 : bf16
+      %e1 = tensor.empty(%m) : tensor<?xbf16>
+      %f1 = linalg.fill ins(%ninf : bf16) outs(%e1 : tensor<?xbf16>) -> tensor<?xbf16>
+      %mx = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>],
+                            iterator_types = ["parallel", "reduction"]}
+          ins(%hx : tensor<?x?xbf16>) outs(%f1 : tensor<?xbf16>) {
+      ^bb0(%a: bf16, %acc: bf16):
+        %r2 = arith.maximumf %acc, %a : bf16
+        linalg.yield %r2 : bf16
+      } -> tensor<?xbf16>
+      %e2 = tensor.empty(%m) : tensor<?xf32>
+      %mf = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                            iterator_types = ["parallel"]}
+          ins(%mx : tensor<?xbf16>) outs(%e2 : tensor<?xf32>) {
+      ^bb0(%a: bf16, %o: f32):
+        %t = arith.extf %a : bf16 to f32
+        linalg.yield %t : f32
+      } -> tensor<?xf32>
+      return %r, %mf : tensor<?x?x4xf32>, tensor<?xf32>
+    })";
+  // Rows of 37 subnormals (and a few normals, and zeros) of either sign; the sums and products
+  // of pairs land on subnormals too.
+  const int64_t rows = 3, cols = 37;
+  std::vector<float> x(rows * cols), y(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    x[i] = float((i % 7) - 3) * 0x1p-130f * float(1 + i % 5);
+    y[i] = i % 11 == 0 ? 1.5f : float((i % 5) - 2) * 0x1p-128f;
+  }
+  x[cols + 5] = 1e-38f;
+  auto bfloat16 = [](double v) { // nearest even, by hand, of a value an f32 holds exactly
+    float f = static_cast<float>(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bits = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000u;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  for (const char *cpu : {"", "x86-64-v3"}) {
+    ContextOptions options;
+    options.cpu = cpu;
+    options.diskCache = false;
+    Context ctx(options);
+    Function fn = ctx.loadString(text, "bf16.mlir").function("f");
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(fmt::format("{} {}", *cpu ? cpu : "host", modeName(mode)));
+      std::vector<Tensor> r = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols}),
+                                  Tensor::borrow(y.data(), DType::F32, {rows, cols})},
+                                 mode);
+      int subnormal = 0;
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const double a = bfloat16(x[i]), b = bfloat16(y[i]);
+        const float want[4] = {static_cast<float>(-a), static_cast<float>(std::fabs(a)),
+                               bfloat16(a + b), bfloat16(a * b)};
+        for (int k = 0; k < 4; ++k) {
+          const float got = r[0].as<float>()[i * 4 + k];
+          subnormal += std::fpclassify(want[k]) == FP_SUBNORMAL;
+          EXPECT_TRUE(got == want[k] && std::signbit(got) == std::signbit(want[k]))
+              << "op " << k << " of " << a << " and " << b << " = " << got << ", not " << want[k];
+        }
+      }
+      EXPECT_GT(subnormal, 100); // the check is about them
+      for (int64_t row = 0; row < rows; ++row) {
+        float want = -INFINITY;
+        for (int64_t j = 0; j < cols; ++j)
+          want = std::max(want, bfloat16(x[row * cols + j]));
+        EXPECT_EQ(r[1].as<float>()[row], want) << "row " << row;
+      }
+    }
+  }
+}
+
 // The conversions LLVM calls for bf16 results on CPUs without bf16 instructions (after
 // arithmetic in bf16, or from f64): nearest even, from a double in one rounding (through a
 // float rounded to nearest first, 1 + 2^-8 + 2^-40 would tie and go down to 1).

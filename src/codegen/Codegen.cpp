@@ -441,6 +441,22 @@ private:
     return b_.CreateBitCast(high, to);
   }
 
+  // bf16 arithmetic runs in f32, rounded back by truncToBfloat16 (f32's 24 bits round each
+  // op's exact result once more without changing it): LLVM widens it itself, but rounds back
+  // with AVX512-BF16's instruction where the CPU has one, which flushes subnormal results to 0.
+  static bool isBfloat16(llvm::Value *v) { return v->getType()->getScalarType()->isBFloatTy(); }
+  llvm::Value *toFloat(llvm::Value *v) {
+    return b_.CreateFPExt(v, v->getType()->getWithNewType(b_.getFloatTy()));
+  }
+  // negf and absf of bf16 on its sign bit, which the optimizer cannot narrow to bf16 ops.
+  llvm::Value *signOfBfloat16(OpKind op, llvm::Value *x) {
+    llvm::Type *i16 = x->getType()->getWithNewType(b_.getInt16Ty());
+    llvm::Value *bits = b_.CreateBitCast(x, i16);
+    bits = op == OpKind::NegF ? b_.CreateXor(bits, llvm::ConstantInt::get(i16, 0x8000))
+                              : b_.CreateAnd(bits, llvm::ConstantInt::get(i16, 0x7fff));
+    return b_.CreateBitCast(bits, x->getType());
+  }
+
   llvm::Value *emitExpr(const Expr &e) {
     switch (e->kind) {
     case ExprKind::IntConst: return llvm::ConstantInt::get(typeOf(e->type), e->intValue, true);
@@ -456,10 +472,23 @@ private:
           b_.CreateLoad(memTypeOf(e->type), slot, fmt::format("scalar{}", e->intValue));
       return e->type == ElemKind::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
     }
-    case ExprKind::Unary: return emitUnary(e->op, emitExpr(e->args[0]));
+    case ExprKind::Unary: {
+      llvm::Value *x = emitExpr(e->args[0]);
+      if (isBfloat16(x) && (e->op == OpKind::NegF || e->op == OpKind::AbsF))
+        return signOfBfloat16(e->op, x);
+      if (isBfloat16(x))
+        return truncToBfloat16(emitUnary(e->op, toFloat(x)), x->getType());
+      return emitUnary(e->op, x);
+    }
     case ExprKind::Binary: {
       llvm::Value *a = emitExpr(e->args[0]);
-      return emitBinary(*e, a, emitExpr(e->args[1]));
+      llvm::Value *b = emitExpr(e->args[1]);
+      // maximum and minimum pick an operand (minMax): nothing to round; pow rounds its double
+      // result to bf16 once.
+      if (isBfloat16(a) && e->op != OpKind::MaximumF && e->op != OpKind::MinimumF &&
+          e->op != OpKind::PowF)
+        return truncToBfloat16(emitBinary(*e, toFloat(a), toFloat(b)), a->getType());
+      return emitBinary(*e, a, b);
     }
     case ExprKind::Cmp: {
       llvm::Value *a = emitExpr(e->args[0]);
