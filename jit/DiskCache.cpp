@@ -241,9 +241,19 @@ std::string DiskCache::pathOf(const DiskCacheKey &key) const {
 
 bool DiskCache::ready() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (state_ != State::Unchecked)
-    return state_ == State::Ready;
+  if (state_ == State::Refused)
+    return false;
   std::string problem;
+  // Checked again at every use: the directory may have changed hands or modes since (a kernel
+  // had been loaded from a directory made writable by others after the first check).
+  if (state_ == State::Ready) {
+    problem = checkCacheDirectory(directory_);
+    if (problem.empty())
+      return true;
+    warnOnce(fmt::format("no longer using the kernel cache in {}: {}", directory_, problem));
+    state_ = State::Refused;
+    return false;
+  }
   if (!fs::exists(directory_)) {
     // Missing parents too ($HOME/.cache); the cache itself is private to the user.
     if (std::error_code ec = fs::create_directories(directory_, true, fs::owner_all))
@@ -282,6 +292,10 @@ std::optional<std::string> DiskCache::load(const DiskCacheKey &key) {
       std::make_error_code(std::errc::io_error);
   if (fd < 0 || fs::status(fd, st) || st.type() != fs::file_type::regular_file)
     problem = "it is not a regular file";
+  else if (st.getUser() != ::geteuid())
+    problem = fmt::format("it is owned by uid {}, not by you", st.getUser());
+  else if (st.permissions() & (fs::group_write | fs::others_write))
+    problem = "it is writable by its group or by others";
   else if (!(buffer = readWhole(fd, path)))
     problem = fmt::format("cannot read it: {}", buffer.getError().message());
   else

@@ -285,6 +285,12 @@ std::vector<ArgSpec> specsFromStrings(const FuncOp &fn, const std::vector<std::s
       args.push_back(Tensor::borrow(nullptr, t.dtype, t.shape));
       continue;
     }
+    // A type, not a value, so exactly the declared one ("f16" had passed for an f32).
+    const size_t i = args.size();
+    const ElemKind given = t.isIndex ? ElemKind::Index : elemOf(t.dtype);
+    if (i < fn.argTypes.size() && fn.argTypes[i].isScalar() && fn.argTypes[i].elem != given)
+      throw Error(fmt::format("error: in call to '@{}': {} is {} but was given '{}'", fn.name,
+                              argumentName(fn, i), fn.argTypes[i].str(), text));
     Scalar s;
     s.type = t.dtype;
     s.isIndex = t.isIndex;
@@ -373,14 +379,15 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
       throw Error(fmt::format("error: kernel for '@{}': argument #{} must be {}", k.functionName, i,
                               spec.type.isTensor() ? "a tensor" : "a scalar"));
     if (!t) {
+      // Checked as a call of the function checks it (an integer for an f32 had run as a float).
       // A value baked into the kernel (an index or integer when specialized, a flag always)
       // must be the one it was compiled for: the kernel never reads the argument.
+      const Scalar coerced =
+          coerceScalar(std::get<Scalar>(args[i]), spec.type,
+                       fmt::format("kernel for '@{}': argument #{}", k.functionName, i));
       if (spec.intValue) {
         ArgSpec given = spec;
-        given.intValue =
-            coerceScalar(std::get<Scalar>(args[i]), spec.type,
-                         fmt::format("kernel for '@{}': argument #{}", k.functionName, i))
-                .i;
+        given.intValue = coerced.i;
         if (given.intValue != spec.intValue)
           throw Error(fmt::format("error: kernel for '@{}' was compiled for argument #{} as {} but "
                                   "was given {}",
@@ -410,18 +417,15 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
     const Scalar &s = std::get<Scalar>(args[arg]);
     uint64_t bits = 0;
     ElemKind kind = k.specs[arg].type.elem;
+    // Its type was checked (prepare's coerceScalar).
     if (kind == ElemKind::F32) {
-      float f = static_cast<float>(isFloat(s.type) ? s.f : static_cast<double>(s.i));
+      float f = static_cast<float>(s.f);
       std::memcpy(&bits, &f, 4);
     } else if (kind == ElemKind::F64) {
-      double d = isFloat(s.type) ? s.f : static_cast<double>(s.i);
-      std::memcpy(&bits, &d, 8);
+      std::memcpy(&bits, &s.f, 8);
     } else if (isFloatElem(kind)) {
       throw Error(fmt::format("error: {} scalar arguments are not supported", elemName(kind)));
     } else {
-      if (isFloat(s.type))
-        throw Error(fmt::format("error: argument #{} of '@{}' is {} but was given a float", arg,
-                                k.functionName, elemName(kind)));
       bits = static_cast<uint64_t>(s.i);
     }
     frame.scalars.push_back(bits);
@@ -726,6 +730,7 @@ std::vector<RuntimeDim> parseRuntimeDims(const std::string &text) {
 Function Function::withRuntimeDims(const std::vector<RuntimeDim> &dims) const {
   const FuncOp &fn = lookupFunction(*held(module_, "Function").ir, name_);
   Function f = *this;
+  f.runtimeDims_.clear(); // these dims, not those of an earlier call
   for (const RuntimeDim &d : dims) {
     llvm::StringRef name(d.argument);
     name.consume_front("%");
@@ -780,6 +785,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Arg> &args, Mode mode
 std::string Function::emit(Stage stage, const std::vector<std::string> &argTypes, Mode mode,
                            bool printAfterAll) const {
   const FuncOp &fn = lookupFunction(*held(module_, "Function").ir, name_);
+  if (stage > Stage::Assembly)
+    throw Error(fmt::format("error: no stage {} to emit", static_cast<int>(stage)));
   if (stage == Stage::Mlir)
     return printModule(*module_->ir);
   std::vector<ArgSpec> specs = specsFromStrings(fn, argTypes, mode, runtimeDims_);

@@ -510,6 +510,24 @@ const ApiCase kApiCases[] = {
        m.function("scale")({f32({4}), Scalar::index(4)});
      },
      "", "in call to '@scale': argument #1 (%k) is f32 but was given an integer (4)"},
+    // The same through a kernel (it had run with 3.0).
+    {"kernel_integer_for_float", kAdd,
+     [](Module &m) {
+       Kernel k = m.function("scale").specialize({f32({4}), Scalar::f32(2)});
+       k({f32({4}), Scalar::i64(3)});
+     },
+     "", "kernel for '@scale': argument #1 is f32 but was given an integer (3)"},
+    // A type string names the declared type exactly.
+    {"type_string_of_another_float", kAdd,
+     [](Module &m) {
+       m.function("scale").specialize(std::vector<std::string>{"4xf32", "f16"});
+     },
+     "", "in call to '@scale': argument #1 (%k) is f32 but was given 'f16'"},
+    {"emit_unknown_stage", kAdd,
+     [](Module &m) {
+       m.function("add").emit(static_cast<Stage>(6), {"2x3xf32", "2x3xf32"});
+     },
+     "", "no stage 6 to emit"},
     {"float_out_of_range_of_f32", kAdd,
      [](Module &m) {
        m.function("scale")({f32({4}), Scalar{DType::F64, false, 1e300, 0}});
@@ -971,14 +989,10 @@ const ApiCase kApiCases[] = {
      "t.mlir:6:5", "'scf.yield' operand #0 has 3 along dim 0 where the 'scf.for' carries 2"},
     // Likewise reshapes: a 2x2 collapsed into a 'tensor<6xf32>' returned 4 elements.
     {"collapse_to_a_static_dim_generic", kReshapesToStaticDims,
-     [](Module &m) {
-       m.function("collapse")({f32({2, 2})}, Mode::Generic);
-     },
-     "t.mlir:2:3", "dim 0 of 'tensor<6xf32>' is 6 but the reshape gives 4"},
+     [](Module &m) { m.function("collapse")({f32({2, 2})}, Mode::Generic); }, "t.mlir:2:3",
+     "dim 0 of 'tensor<6xf32>' is 6 but the reshape gives 4"},
     {"expand_to_a_static_dim_generic", kReshapesToStaticDims,
-     [](Module &m) {
-       m.function("expand")({f32({4}), Scalar::index(2)}, Mode::Generic);
-     },
+     [](Module &m) { m.function("expand")({f32({4}), Scalar::index(2)}, Mode::Generic); },
      "t.mlir:6:3", "dim 0 of 'tensor<3x2xf32>' is 3 but the reshape gives 2"},
 };
 
@@ -1293,6 +1307,10 @@ const CliCase kCliCases[] = {
      "none.mlir",
      "cannot open file: No such file or directory"},
     {"module_is_a_directory", {"link", "{dir}/."}, ".", "is a directory, not an .mlir file"},
+    {"input_is_an_endless_device",
+     {"run", "{dir}/add.mlir", "--function=add", "--input=@/dev/zero", "--input=2x3xf32=1"},
+     "/dev/zero",
+     "not a .npy file: bad magic string (expected \\x93NUMPY)"},
     {"print_max_elements_negative",
      {"run", "{dir}/add.mlir", "--function=add", "--input=2x3xf32=1", "--input=2x3xf32=1",
       "--print-max-elements=-5"},

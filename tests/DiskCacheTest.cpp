@@ -214,6 +214,37 @@ TEST(DiskCacheEntries, GroupWritableDirectoryIsRefused) {
   EXPECT_TRUE(filesIn(dir.path()).empty());
 }
 
+// The directory is checked at every use, not only the first: one made writable by others
+// since (where another user could have planted code) is no longer read nor written.
+TEST(DiskCacheEntries, DirectoryMadeWritableLaterIsRefusedFromThen) {
+  TempDir dir;
+  DiskCache cache(dir.path(), jit::kDefaultDiskCacheBytes);
+  ASSERT_TRUE(cache.store(keyOf("a"), "d", "o"));
+  ASSERT_TRUE(cache.load(keyOf("a")).has_value());
+  ASSERT_FALSE(fs::setPermissions(dir.path(), fs::all_all));
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(cache.load(keyOf("a")).has_value());
+  EXPECT_FALSE(cache.store(keyOf("b"), "d", "o"));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, fmt::format("frank-jit: warning: no longer using the kernel cache in {}: it is "
+                             "writable by its group or by others (chmod go-w {})\n",
+                             dir.path(), dir.path()));
+  EXPECT_EQ(filesIn(dir.path()), std::vector<std::string>{keyOf("a").hex() + ".kernel"});
+}
+
+// An entry others may write is discarded, as one of another owner is.
+TEST(DiskCacheEntries, EntryWritableByOthersIsDiscarded) {
+  TempDir dir;
+  DiskCache cache(dir.path(), jit::kDefaultDiskCacheBytes);
+  ASSERT_TRUE(cache.store(keyOf("a"), "d", "o"));
+  ASSERT_FALSE(fs::setPermissions(cache.pathOf(keyOf("a")), fs::all_read | fs::all_write));
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(cache.load(keyOf("a")).has_value());
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, HasSubstr("it is writable by its group or by others")) << err;
+  EXPECT_TRUE(filesIn(dir.path()).empty());
+}
+
 TEST(DiskCacheEntries, DirectoryOfAnotherUserIsRefused) {
   TempDir dir;
   std::string foreign = "/"; // root's, when not running as root

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -315,5 +316,32 @@ TEST(NpyTest, ReportsUnwritablePath) {
   } catch (const Error &error) {
     EXPECT_EQ(std::string(error.what()),
               path + ": error: cannot open file for writing: No such file or directory");
+  }
+}
+
+// A borrowed tensor's shape is checked where it is written: negative dims (whose product
+// NumPy cannot read back) and more than 2^63 elements of no data (whose count had wrapped to 0
+// and passed as empty).
+TEST(NpyTest, RefusesToWriteBorrowedShapesThatAreNoTensor) {
+  std::vector<float> data(4);
+  try {
+    serializeNpy(Tensor::borrow(data.data(), DType::F32, {-2, -2}));
+    FAIL() << "serializeNpy wrote a shape of negative dims";
+  } catch (const Error &error) {
+    EXPECT_THAT(error.what(), HasSubstr("cannot write a tensor of shape (-2, -2): negative"));
+  }
+  Tensor huge = Tensor::borrow(nullptr, DType::F32, {int64_t{1} << 32, int64_t{1} << 32});
+  EXPECT_EQ(huge.numel(), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(huge.valid());
+  EXPECT_THROW(serializeNpy(huge), Error);
+}
+
+// A device or a pipe that does not end is refused from its first bytes, not read to its end.
+TEST(NpyTest, ReadsNoFurtherThanTheHeaderDeclares) {
+  try {
+    readNpy("/dev/zero");
+    FAIL() << "readNpy accepted /dev/zero";
+  } catch (const Error &error) {
+    EXPECT_THAT(error.what(), HasSubstr("/dev/zero: error: not a .npy file: bad magic string"));
   }
 }

@@ -906,6 +906,18 @@ TEST(Diagnostics, UnprintableBytesAreNamedByValue) {
   }
 }
 
+// A file that does not end is read up to its first NUL byte, not until memory runs out; the
+// line shown holds '?' for control characters.
+TEST(Diagnostics, FilesAreReadUpToTheirFirstNulByte) {
+  try {
+    frank::parseFile("/dev/zero");
+    ADD_FAILURE() << "accepted /dev/zero";
+  } catch (const frank::Error &e) {
+    EXPECT_THAT(e.what(), testing::StartsWith("/dev/zero:1:1: error: unexpected byte 0x00\n"
+                                              "??????????"));
+  }
+}
+
 TEST(Diagnostics, TableIsLargeAndNamesAreUnique) {
   std::set<std::string> names;
   for (const DiagCase &c : kDiagCases)

@@ -373,6 +373,18 @@ TEST(Partial, SignatureAndExplanationNameTheRuntimeDims) {
               testing::EndsWith(": keys in one piece: the key count is a runtime value"));
 }
 
+// Runtime dims set again replace the earlier ones (they had added up), and none bake in all.
+TEST(Partial, RuntimeDimsSetAgainReplaceTheEarlierOnes) {
+  const std::vector<std::string> types{"1x1x32x128xf32", "1x9x8x128xf32", "1x9x8x128xf32", "f32"};
+  Function keys = attention().function("attention_gqa_decode").withRuntimeDims({{"key", 1}});
+  EXPECT_EQ(keys.withRuntimeDims({{"value", 1}}).specialize(types).signature(),
+            "1x1x32x128xf32, 1x9x8x128xf32, 1x?x8x128xf32, f32");
+  EXPECT_EQ(keys.withRuntimeDims({}).specialize(types).signature(),
+            "1x1x32x128xf32, 1x9x8x128xf32, 1x9x8x128xf32, f32");
+  EXPECT_EQ(keys.specialize(types).signature(),
+            "1x1x32x128xf32, 1x?x8x128xf32, 1x9x8x128xf32, f32");
+}
+
 // Only V's keys a runtime dim, K's baked in: the keys stay in one piece, since V's chunks would
 // have a size its keys need not have (1024 keys failed to compile, splitting V into 4 x 256).
 TEST(Partial, KeysRuntimeInVAloneStayInOnePiece) {

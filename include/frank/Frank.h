@@ -89,6 +89,7 @@ public:
   /// The same function, whose specialized kernels keep these dims as runtime values and bake in
   /// every other: one kernel then serves every size of them (the KV length of a decode loop, the
   /// token count), at the price of loops whose trip counts are not constants. Checked now.
+  /// They replace the runtime dims this function had: `withRuntimeDims({})` bakes in every dim.
   Function withRuntimeDims(const std::vector<RuntimeDim> &dims) const;
 
   /// Specializes (or finds the cached kernel) for these arguments, then runs it.
@@ -130,8 +131,9 @@ private:
 
 /// Where `Context::load` finds the modules that a file's external declarations
 /// (`util.func private @M.f(...)`) name: explicit files, then directories scanned for `.mlir`
-/// files indexed by their module symbol. frank-jit's own component library is searched last
-/// unless `componentLibrary` is false.
+/// files indexed by their module symbol. frank-jit's own component library is one more such
+/// directory unless `componentLibrary` is false; a module that two files of the directories
+/// define is an error (an explicit file's wins over theirs).
 struct LinkOptions {
   std::vector<std::string> files;
   std::vector<std::string> searchPaths;

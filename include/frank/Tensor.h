@@ -45,14 +45,15 @@ public:
   Tensor() = default;
   /// Owned, zero-filled, 64-byte aligned storage.
   static Tensor zeros(DType type, std::vector<int64_t> shape);
-  /// Wraps caller-owned memory without copying.
+  /// Wraps caller-owned memory without copying. The shape is checked where the tensor is used
+  /// (a call, writeNpy), whose errors name it.
   static Tensor borrow(void *data, DType type, std::vector<int64_t> shape);
 
   bool valid() const { return data_ != nullptr || numel() == 0; }
   DType dtype() const { return dtype_; }
   const std::vector<int64_t> &shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
-  int64_t numel() const;
+  int64_t numel() const; // saturates at INT64_MAX
   size_t byteSize() const { return static_cast<size_t>(numel()) * dtypeSize(dtype_); }
   void *data() { return data_; }
   const void *data() const { return data_; }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 namespace frank {
 
@@ -268,6 +269,10 @@ std::string serialize(const Tensor &tensor, const std::string &errorPrefix) {
   if (!npyType)
     failWrite(std::string(dtypeName(tensor.dtype())) +
               " has no .npy dtype; convert the tensor to f32 first");
+  for (int64_t dim : tensor.shape())
+    if (dim < 0)
+      failWrite("cannot write a tensor of shape " + shapeRepr(tensor.shape()) +
+                ": negative dimension");
   if (!tensor.valid())
     failWrite("cannot write a tensor without data");
 
@@ -308,12 +313,30 @@ std::string serialize(const Tensor &tensor, const std::string &errorPrefix) {
 
 } // namespace
 
-Tensor parseNpy(std::string_view bytes, const std::string &name) {
+namespace {
+
+// Where a .npy file's data starts, its type and shape, and how many bytes the data takes.
+struct NpyLayout {
+  NpyHeader header;
+  DType type;
+  size_t dataStart = 0;
+  uint64_t dataBytes = 0;
+};
+
+// The layout `bytes` declare. `partial`: the bytes read of a file so far, which may end inside
+// the header: nothing until it ends (a bad magic string or version fails at once).
+std::optional<NpyLayout> layoutOf(std::string_view bytes, const std::string &name,
+                                  bool partial = false) {
   if (bytes.substr(0, kMagic.size()) != kMagic.substr(0, bytes.size()))
     fail(name, "not a .npy file: bad magic string (expected \\x93NUMPY)");
   constexpr size_t kVersionEnd = 8;
+  auto truncated = [&](const std::string &message) -> std::optional<NpyLayout> {
+    if (!partial)
+      fail(name, "truncated header: " + message);
+    return std::nullopt;
+  };
   if (bytes.size() < kVersionEnd)
-    fail(name, "truncated header: the file has only " + std::to_string(bytes.size()) + " bytes");
+    return truncated("the file has only " + std::to_string(bytes.size()) + " bytes");
 
   auto major = static_cast<unsigned char>(bytes[6]);
   auto minor = static_cast<unsigned char>(bytes[7]);
@@ -325,28 +348,38 @@ Tensor parseNpy(std::string_view bytes, const std::string &name) {
   size_t lengthFieldWidth = major == 1 ? 2 : 4;
   size_t headerStart = kVersionEnd + lengthFieldWidth;
   if (bytes.size() < headerStart)
-    fail(name, "truncated header: the file has only " + std::to_string(bytes.size()) + " bytes");
+    return truncated("the file has only " + std::to_string(bytes.size()) + " bytes");
   size_t headerLength = readLittleEndian(bytes, kVersionEnd, lengthFieldWidth);
   if (bytes.size() - headerStart < headerLength)
-    fail(name, "truncated header: the header needs " + std::to_string(headerLength) +
-                   " bytes, found " + std::to_string(bytes.size() - headerStart));
+    return truncated("the header needs " + std::to_string(headerLength) + " bytes, found " +
+                     std::to_string(bytes.size() - headerStart));
 
-  NpyHeader header = HeaderParser(bytes.substr(headerStart, headerLength), name).parse();
-  DType type = dtypeForDescr(header.descr, name);
+  NpyLayout layout;
+  layout.header = HeaderParser(bytes.substr(headerStart, headerLength), name).parse();
+  layout.type = dtypeForDescr(layout.header.descr, name);
   // Multi-dimensional Fortran data would need a transpose; 0-d and 1-d arrays never set the flag.
-  if (header.fortranOrder)
+  if (layout.header.fortranOrder)
     fail(name, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
 
   // Checked so a corrupt shape cannot overflow the size computation or trigger a huge allocation.
-  uint64_t expectedBytes = dtypeSize(type);
-  for (int64_t dim : header.shape) {
+  uint64_t expectedBytes = dtypeSize(layout.type);
+  for (int64_t dim : layout.header.shape) {
     if (dim != 0 && expectedBytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) /
                                         static_cast<uint64_t>(dim))
-      fail(name, std::string("shape ") + shapeRepr(header.shape) + " is too large");
+      fail(name, std::string("shape ") + shapeRepr(layout.header.shape) + " is too large");
     expectedBytes *= static_cast<uint64_t>(dim);
   }
-  size_t dataStart = headerStart + headerLength;
-  size_t foundBytes = bytes.size() - dataStart;
+  layout.dataStart = headerStart + headerLength;
+  layout.dataBytes = expectedBytes;
+  return layout;
+}
+
+} // namespace
+
+Tensor parseNpy(std::string_view bytes, const std::string &name) {
+  const NpyLayout layout = *layoutOf(bytes, name);
+  const uint64_t expectedBytes = layout.dataBytes;
+  size_t foundBytes = bytes.size() - layout.dataStart;
   if (foundBytes < expectedBytes)
     fail(name, "truncated data: expected " + std::to_string(expectedBytes) + " bytes, found " +
                    std::to_string(foundBytes));
@@ -354,8 +387,8 @@ Tensor parseNpy(std::string_view bytes, const std::string &name) {
     fail(name, "trailing bytes after the data: expected " + std::to_string(expectedBytes) +
                    " bytes, found " + std::to_string(foundBytes));
 
-  Tensor tensor = Tensor::zeros(type, header.shape);
-  std::memcpy(tensor.data(), bytes.data() + dataStart, expectedBytes);
+  Tensor tensor = Tensor::zeros(layout.type, layout.header.shape);
+  std::memcpy(tensor.data(), bytes.data() + layout.dataStart, expectedBytes);
   return tensor;
 }
 
@@ -364,10 +397,17 @@ Tensor readNpy(const std::string &path) {
   std::ifstream file(path, std::ios::binary);
   if (!file)
     fail(path, "cannot open file: " + errnoText());
+  // Read up to a byte past what the header declares, and no more: a device or a pipe need not
+  // end (`--input=@/dev/zero` had read until memory ran out), and it is refused from its first
+  // bytes, or once the declared data and a byte after it have come.
   std::string bytes;
   char chunk[1 << 16];
-  while (file.read(chunk, sizeof chunk) || file.gcount() > 0)
+  while (file.read(chunk, sizeof chunk) || file.gcount() > 0) {
     bytes.append(chunk, static_cast<size_t>(file.gcount()));
+    if (auto layout = layoutOf(bytes, path, /*partial=*/true);
+        layout && bytes.size() - layout->dataStart > layout->dataBytes)
+      break;
+  }
   // eof alone is the normal end; bad means the read itself failed (e.g. a directory).
   if (file.bad())
     fail(path, "cannot read file: " + errnoText());

@@ -82,9 +82,12 @@ Tensor Tensor::borrow(void *data, DType type, std::vector<int64_t> shape) {
 }
 
 int64_t Tensor::numel() const {
+  // Saturating: a borrowed shape of more than 2^63 elements (2^32 x 2^32) had wrapped to 0,
+  // which made a tensor without data valid.
   int64_t count = 1;
   for (int64_t dim : shape_)
-    count *= dim;
+    if (__builtin_mul_overflow(count, dim, &count))
+      return std::numeric_limits<int64_t>::max();
   return count;
 }
 

@@ -20,6 +20,8 @@ static std::string_view sourceLine(const SourceFile &file, uint32_t line) {
     text.remove_prefix(next + 1);
   }
   text = text.substr(0, text.find('\n'));
+  if (text.ends_with('\r'))
+    text.remove_suffix(1);
   if (line == 1 && text.starts_with("\xEF\xBB\xBF")) // a byte order mark, which columns skip
     text.remove_prefix(3);
   return text;
@@ -48,7 +50,13 @@ std::string formatDiagnostic(const Location &loc, std::string_view severity,
     std::string caret(before.size(), ' ');
     for (size_t i = 0; i < column; ++i)
       caret += line[i] == '\t' ? '\t' : ' ';
-    out += fmt::format("\n{}{}{}\n{}^", before, line, after, caret);
+    // Control characters shown as '?': a NUL had cut the message short, an escape would move
+    // the terminal's cursor.
+    std::string shown(line);
+    for (char &c : shown)
+      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f)
+        c = '?';
+    out += fmt::format("\n{}{}{}\n{}^", before, shown, after, caret);
   }
   if (loc.caller)
     out += "\n" + formatDiagnostic(*loc.caller, "note", "in the function called here");

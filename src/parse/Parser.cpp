@@ -2053,9 +2053,22 @@ std::unique_ptr<ModuleOp> parseFile(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(fmt::format("{}: error: cannot open file: {}", path, std::strerror(errno)));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parseString(buffer.str(), path);
+  // A device or a pipe need not end (`/dev/zero` had been read until memory ran out): reading
+  // stops at the first NUL byte, which no MLIR text holds (the parser reports where it is), and
+  // a text past kMaxSourceBytes is refused.
+  constexpr size_t kMaxSourceBytes = size_t(1) << 30;
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    const std::string_view read(chunk, static_cast<size_t>(in.gcount()));
+    text.append(read);
+    if (read.find('\0') != std::string_view::npos)
+      break;
+    if (text.size() > kMaxSourceBytes)
+      throw Error(fmt::format("{}: error: more than {} MiB of text, too large for a component",
+                              path, kMaxSourceBytes >> 20));
+  }
+  return parseString(text, path);
 }
 
 } // namespace frank
