@@ -1527,6 +1527,8 @@ private:
     };
 
     ElemKind elem = op.result()->type.elem;
+    const bool shiftedLastBlock =
+        s.dimN >= 0 && shiftsLastNBlock(s, asConstant(extents[s.dimN]), fill != nullptr);
     // Packed B: panel after panel of (k-block x NR vectors), each contiguous.
     // A panel's rows: the k block's, else all of k, which may be a runtime extent (no k blocks
     // then, and no pack between the tiles); panelK is 0 for a runtime one.
@@ -1585,8 +1587,12 @@ private:
       for (int d = 0; d < numLoops; ++d)
         if (!g.isReduction(d) && d != s.dimM && d != s.dimN)
           regions *= extent(d);
+      // Panels of every n block, and of the shifted last one (a region is a chunk's first
+      // iteration of the parallel loop over them).
+      const Expr columns =
+          shiftedLastBlock ? intConst((extent(s.dimN) / panelRow + 1) * panelRow) : extents[s.dimN];
       packed = addTemp("packed_" + operand->name, elem,
-                       mul(panelRows, mul(intConst(regions * slots), extents[s.dimN])));
+                       mul(panelRows, mul(intConst(regions * slots), columns)));
       const Expr &panel = nBlock;
       Expr row = var(freshName("row"), ElemKind::Index);
       auto kAt = [&](const Expr &kb, const Expr &r) {
@@ -1884,8 +1890,6 @@ private:
     Expr nTrips = s.dimN < 0 ? intConst(0) : quotient(extents[s.dimN], s.tileN * nStep);
     const bool columnsLeftOver =
         runtimeN || (s.dimN >= 0 && extent(s.dimN) % (s.tileN * nStep) != 0);
-    const bool shiftedLastBlock =
-        s.dimN >= 0 && shiftsLastNBlock(s, asConstant(extents[s.dimN]), fill != nullptr);
     // Block loops, then the other parallel dims, inside out; the outermost with at least two
     // iterations runs in parallel when the nest is large enough (decided when the kernel runs
     // if its extents are runtime values).
@@ -1905,8 +1909,8 @@ private:
       loops.push_back({pairOfBlocks, intConst(kBlocks * group)});
       loops.push_back({mBlock, mTrips});
     } else if (outer) {
-      if (hasN)
-        loops.push_back({nBlock, nTrips});
+      if (hasN) // and the shifted last block, if any
+        loops.push_back({nBlock, shiftedLastBlock ? add(nTrips, intConst(1)) : nTrips});
       if (s.blockK)
         loops.insert(s.blocksOutside.empty() ? loops.end() : loops.begin() + outside,
                      {kBlock, intConst(kBlocks)});
@@ -1975,16 +1979,14 @@ private:
     std::vector<Stmt> columnsLeft;
     if (shiftedLastBlock) {
       // The last n block ends at n (shiftsLastNBlock), over its own panel, packed first (for
-      // each k block, when there are k blocks).
+      // each k block, when there are k blocks): the n blocks' loop runs it as its last
+      // iteration (below), so that it runs on the threads as the others do.
       const Expr first = intConst(extent(s.dimN) - s.tileN * lanes);
-      columnsLeft = downTheRows(s.tileN, first, 0, true);
+      columnsLeft = downTheRows(s.tileN, first, 0);
       columnsLeft.insert(columnsLeft.begin(), packTransposedFrom(first));
       if (s.blockK)
         columnsLeft = {
             forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial, std::move(columnsLeft))};
-      // After a parallel loop that bound it, the panel's region is the first.
-      if (packsPerChunk && columnsOnTheirOwn)
-        columnsLeft = substitute(columnsLeft, packRegion->name, intConst(0));
     } else if (columnsLeftOver) {
       Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
       Expr columns; // those taken one at a time
@@ -2039,8 +2041,10 @@ private:
           loop->chunkFirst = packRegion->name;
         return loop;
       };
+      if (shiftedLastBlock && loops[l].first == nBlock)
+        stmts = {ifThen(cmp("slt", nBlock, nTrips), std::move(stmts), columnsLeft)};
       stmts = {wrap(std::move(stmts))};
-      if (loops[l].first == outermostBlock)
+      if (loops[l].first == outermostBlock && !shiftedLastBlock)
         stmts.insert(stmts.end(), columnsLeft.begin(), columnsLeft.end());
       if (loops[l].first == mBlock) {
         insideM = false;
