@@ -651,6 +651,34 @@ TEST(EdgeValues, TruncfAndExtfKeepSpecialValues) {
   }
 }
 
+// f32 to bf16 by hand: nearest even on the top 16 bits (NaN as it is).
+float roundToBfloat16(float v) {
+  if (std::isnan(v))
+    return v;
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000u;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// Runs `check` on function @f of `text` in both modes, on the host and on a CPU without 16-bit
+// float instructions (x86-64-v3).
+void onHostAndX86v3(const std::string &text,
+                    const std::function<void(const Function &, Mode)> &check) {
+  for (const char *cpu : {"", "x86-64-v3"}) {
+    ContextOptions options;
+    options.cpu = cpu;
+    options.diskCache = false;
+    Context ctx(options);
+    Function fn = ctx.loadString(text, "edge.mlir").function("f");
+    for (Mode mode : kModes) {
+      SCOPED_TRACE(fmt::format("{} {}", *cpu ? cpu : "host", modeName(mode)));
+      check(fn, mode);
+    }
+  }
+}
+
 // 16-bit floats on the host and on a CPU without AVX512-FP16 and AVX512-BF16 (LLVM widens
 // their ops itself there): truncf to bf16 rounds to nearest even with subnormals kept (the
 // host's instruction flushes them; the other CPU had no function to call), and maximumf and
@@ -689,47 +717,29 @@ TEST(EdgeValues, SixteenBitFloatsAgreeAcrossCpus) {
   std::vector<float> y = {kNaN,  0.0f, kNaN,  -0.0f, 1.0f, -1.0f, 0.0f, -0.0f,
                           -0.0f, 1.0f, -0.0f, 0.0f,  0.0f, -3.0f, kNaN, -0.0f};
   const int64_t n = static_cast<int64_t>(x.size());
-  auto bfloat16 = [](float v) { // nearest even, by hand
-    if (std::isnan(v))
-      return v;
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    bits = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000u;
-    float r;
-    std::memcpy(&r, &bits, 4);
-    return r;
-  };
   auto same = [](float got, float want) {
     return std::isnan(want) ? std::isnan(got)
                             : got == want && std::signbit(got) == std::signbit(want);
   };
-  for (const char *cpu : {"", "x86-64-v3"}) {
-    ContextOptions options;
-    options.cpu = cpu;
-    options.diskCache = false;
-    Context ctx(options);
-    Function fn = ctx.loadString(text, "edge.mlir").function("f");
-    for (Mode mode : kModes) {
-      SCOPED_TRACE(fmt::format("{} {}", *cpu ? cpu : "host", modeName(mode)));
-      std::vector<Tensor> r =
-          fn({Tensor::borrow(x.data(), DType::F32, {n}), Tensor::borrow(y.data(), DType::F32, {n})},
-             mode);
-      for (int64_t i = 0; i < n; ++i) {
-        float a = static_cast<float>(static_cast<_Float16>(x[i]));
-        float b = static_cast<float>(static_cast<_Float16>(y[i]));
-        bool nan = std::isnan(a) || std::isnan(b);
-        bool bothZero = a == 0 && b == 0;
-        float max = nan ? kNaN : bothZero ? (std::signbit(a) ? b : a) : std::max(a, b);
-        float min = nan ? kNaN : bothZero ? (std::signbit(a) ? a : b) : std::min(a, b);
-        EXPECT_TRUE(same(r[0].as<float>()[i], bfloat16(x[i])))
-            << "bf16(" << x[i] << ") = " << r[0].as<float>()[i];
-        EXPECT_TRUE(same(r[1].as<float>()[i], max))
-            << "max(" << a << ", " << b << ") = " << r[1].as<float>()[i];
-        EXPECT_TRUE(same(r[2].as<float>()[i], min))
-            << "min(" << a << ", " << b << ") = " << r[2].as<float>()[i];
-      }
+  onHostAndX86v3(text, [&](const Function &fn, Mode mode) {
+    std::vector<Tensor> r =
+        fn({Tensor::borrow(x.data(), DType::F32, {n}), Tensor::borrow(y.data(), DType::F32, {n})},
+           mode);
+    for (int64_t i = 0; i < n; ++i) {
+      float a = static_cast<float>(static_cast<_Float16>(x[i]));
+      float b = static_cast<float>(static_cast<_Float16>(y[i]));
+      bool nan = std::isnan(a) || std::isnan(b);
+      bool bothZero = a == 0 && b == 0;
+      float max = nan ? kNaN : bothZero ? (std::signbit(a) ? b : a) : std::max(a, b);
+      float min = nan ? kNaN : bothZero ? (std::signbit(a) ? a : b) : std::min(a, b);
+      EXPECT_TRUE(same(r[0].as<float>()[i], roundToBfloat16(x[i])))
+          << "bf16(" << x[i] << ") = " << r[0].as<float>()[i];
+      EXPECT_TRUE(same(r[1].as<float>()[i], max))
+          << "max(" << a << ", " << b << ") = " << r[1].as<float>()[i];
+      EXPECT_TRUE(same(r[2].as<float>()[i], min))
+          << "min(" << a << ", " << b << ") = " << r[2].as<float>()[i];
     }
-  }
+  });
 }
 
 // bf16 arithmetic on subnormal operands and results: negf, absf, addf, mulf and a maximumf
@@ -806,46 +816,30 @@ TEST(EdgeValues, Bfloat16ArithmeticKeepsSubnormals) {
     y[i] = i % 11 == 0 ? 1.5f : float((i % 5) - 2) * 0x1p-128f;
   }
   x[cols + 5] = 1e-38f;
-  auto bfloat16 = [](double v) { // nearest even, by hand, of a value an f32 holds exactly
-    float f = static_cast<float>(v);
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    bits = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000u;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  };
-  for (const char *cpu : {"", "x86-64-v3"}) {
-    ContextOptions options;
-    options.cpu = cpu;
-    options.diskCache = false;
-    Context ctx(options);
-    Function fn = ctx.loadString(text, "bf16.mlir").function("f");
-    for (Mode mode : kModes) {
-      SCOPED_TRACE(fmt::format("{} {}", *cpu ? cpu : "host", modeName(mode)));
-      std::vector<Tensor> r = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols}),
-                                  Tensor::borrow(y.data(), DType::F32, {rows, cols})},
-                                 mode);
-      int subnormal = 0;
-      for (int64_t i = 0; i < rows * cols; ++i) {
-        const double a = bfloat16(x[i]), b = bfloat16(y[i]);
-        const float want[4] = {static_cast<float>(-a), static_cast<float>(std::fabs(a)),
-                               bfloat16(a + b), bfloat16(a * b)};
-        for (int k = 0; k < 4; ++k) {
-          const float got = r[0].as<float>()[i * 4 + k];
-          subnormal += std::fpclassify(want[k]) == FP_SUBNORMAL;
-          EXPECT_TRUE(got == want[k] && std::signbit(got) == std::signbit(want[k]))
-              << "op " << k << " of " << a << " and " << b << " = " << got << ", not " << want[k];
-        }
-      }
-      EXPECT_GT(subnormal, 100); // the check is about them
-      for (int64_t row = 0; row < rows; ++row) {
-        float want = -INFINITY;
-        for (int64_t j = 0; j < cols; ++j)
-          want = std::max(want, bfloat16(x[row * cols + j]));
-        EXPECT_EQ(r[1].as<float>()[row], want) << "row " << row;
+  onHostAndX86v3(text, [&](const Function &fn, Mode mode) {
+    std::vector<Tensor> r = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols}),
+                                Tensor::borrow(y.data(), DType::F32, {rows, cols})},
+                               mode);
+    int subnormal = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const double a = roundToBfloat16(x[i]), b = roundToBfloat16(y[i]);
+      const float want[4] = {static_cast<float>(-a), static_cast<float>(std::fabs(a)),
+                             roundToBfloat16(float(a + b)), roundToBfloat16(float(a * b))};
+      for (int k = 0; k < 4; ++k) {
+        const float got = r[0].as<float>()[i * 4 + k];
+        subnormal += std::fpclassify(want[k]) == FP_SUBNORMAL;
+        EXPECT_TRUE(got == want[k] && std::signbit(got) == std::signbit(want[k]))
+            << "op " << k << " of " << a << " and " << b << " = " << got << ", not " << want[k];
       }
     }
-  }
+    EXPECT_GT(subnormal, 100); // the check is about them
+    for (int64_t row = 0; row < rows; ++row) {
+      float want = -INFINITY;
+      for (int64_t j = 0; j < cols; ++j)
+        want = std::max(want, roundToBfloat16(x[row * cols + j]));
+      EXPECT_EQ(r[1].as<float>()[row], want) << "row " << row;
+    }
+  });
 }
 
 // The conversions LLVM calls for bf16 results on CPUs without bf16 instructions (after
