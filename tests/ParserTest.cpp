@@ -501,6 +501,20 @@ const DiagCase kDiagCases[] = {
      "  util.return\n"
      "}\n",
      "2:8", "unsupported generic op syntax (quoted op name)"},
+    {"overflow_flags",
+     "util.func @f(%x: i32) {\n"
+     "  %s = arith.addi %x, %x overflow<nsw> : i32\n"
+     "  util.return\n"
+     "}\n",
+     "2:26", "unsupported attribute 'overflow'"},
+    {"integer_matmul",
+     "util.func @f(%a: tensor<4x4xi8>, %c: tensor<4x4xi8>) -> tensor<4x4xi8> {\n"
+     "  %r = linalg.matmul ins(%a, %a : tensor<4x4xi8>, tensor<4x4xi8>) outs(%c : tensor<4x4xi8>) "
+     "-> tensor<4x4xi8>\n"
+     "  util.return %r : tensor<4x4xi8>\n"
+     "}\n",
+     "2:8",
+     "'linalg.matmul' of 'tensor<4x4xi8>': unsupported element type i8 (float tensors only)"},
     {"fastmath_attribute",
      "util.func @f(%x: f32) {\n"
      "  %s = arith.addf %x, %x fastmath<fast> : f32\n"

@@ -1257,9 +1257,11 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
     typeTok = cur_;
     return parseType();
   };
+  // Flags MLIR prints between operands and type: fast-math flags, integer overflow flags.
   auto rejectFastmath = [&] {
-    if (atKeyword("fastmath"))
-      failAt(cur_, "unsupported attribute 'fastmath'");
+    for (const char *flag : {"fastmath", "overflow"})
+      if (atKeyword(flag))
+        failAt(cur_, fmt::format("unsupported attribute '{}'", flag));
   };
   OpKind kind = op.kind;
   if (kind == OpKind::ArithConstant) {
@@ -1752,10 +1754,15 @@ void Parser::parseOpBody(Op &op, const Token &nameTok, std::vector<Type> &result
       failAt(nameTok, fmt::format("'{}' takes two 'ins' and one 'outs'", op.name()));
     if (mapsTok)
       checkContractionMaps(op, *mapsTok, static_cast<int>(rank) + 1);
-    for (Value *v : op.operands)
-      if (!v->type.isTensor() || !isFloatElem(v->type.elem) || (!mapsTok && v->type.rank() != rank))
+    for (Value *v : op.operands) {
+      if (!v->type.isTensor() || (!mapsTok && v->type.rank() != rank))
         failAt(nameTok, fmt::format("'{}' needs rank-{} float tensors, found '{}'", op.name(), rank,
                                     v->type.str()));
+      if (!isFloatElem(v->type.elem))
+        failAt(nameTok, fmt::format("'{}' of '{}': unsupported element type {} (float tensors "
+                                    "only)",
+                                    op.name(), v->type.str(), elemName(v->type.elem)));
+    }
     resultTypes = parseTypeListAfterArrow();
     if (resultTypes.size() != 1 || resultTypes[0] != op.operands[2]->type)
       failAt(nameTok, fmt::format("the result type of '{}' must be the 'outs' type", op.name()));
