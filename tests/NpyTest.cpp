@@ -345,3 +345,21 @@ TEST(NpyTest, ReadsNoFurtherThanTheHeaderDeclares) {
     EXPECT_THAT(error.what(), HasSubstr("/dev/zero: error: not a .npy file: bad magic string"));
   }
 }
+
+// A declared size past the machine's memory is refused when the header has been read, before
+// the data (a pipe's endless data had been read until the allocation failed).
+TEST(NpyTest, RefusesADeclaredSizePastTheMachinesMemory) {
+  std::string path = tempPath("huge.npy");
+  std::ofstream(path, std::ios::binary)
+      << npyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 100000000000), }",
+                  std::string(4096, '\0'));
+  try {
+    readNpy(path);
+    FAIL() << "readNpy accepted 800 GB of declared data";
+  } catch (const Error &error) {
+    EXPECT_THAT(error.what(), HasSubstr("shape (1, 2, 100000000000) declares 800000000000 bytes, "
+                                        "more than this machine's"));
+  }
+  Tensor huge = Tensor::borrow(nullptr, DType::F32, {int64_t{1} << 40, int64_t{1} << 40});
+  EXPECT_EQ(huge.byteSize(), std::numeric_limits<size_t>::max());
+}

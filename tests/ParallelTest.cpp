@@ -301,6 +301,46 @@ TEST(ParallelLoops, PackedPanelsBelongToTheirChunk) {
     }
 }
 
+// B transposed over n its blocks do not divide: the last n block ends at n and computes again
+// the columns the block before computed. Without k blocks it runs as the n blocks' loop's last
+// iteration, on any thread; with k blocks after that loop, since its tiles add each k block to
+// the output, which the block before reads and writes too (on another thread, the columns both
+// compute had counted some k blocks twice). Every thread count gives the same bits and the
+// oracle's.
+TEST(ParallelLoops, ShiftedLastNBlockRunsWhereNoOtherThreadWritesItsColumns) {
+  struct Case {
+    int64_t m, k, n;
+    const char *placement; // a regex the loop IR matches
+  };
+  for (const Case &c :
+       {Case{128, 256, 127, "for n_block in 0..2 parallel.*\n *if cmp.slt\\(n_block, 1\\)"},
+        Case{128, 1024, 1000, "\n  for k_block in 0..4 [{]"}}) {
+    SCOPED_TRACE(fmt::format("{}x{} by {}x{}", c.m, c.k, c.n, c.k));
+    std::vector<float> x = oracle::randomFloats(c.m * c.k, 3),
+                       w = oracle::randomFloats(c.n * c.k, 4);
+    std::vector<Arg> args{Tensor::borrow(x.data(), DType::F32, {c.m, c.k}),
+                          Tensor::borrow(w.data(), DType::F32, {c.n, c.k})};
+    Function matmul =
+        context().load(componentPath("linear/matmul.mlir")).function("matmul_transpose_b");
+    std::string loops = matmul.emit(
+        Stage::Loops, {fmt::format("{}x{}xf32", c.m, c.k), fmt::format("{}x{}xf32", c.n, c.k)});
+    if (jit::Engine::instance().target().vectorBits == 512) {
+      EXPECT_THAT(loops, testing::HasSubstr("pack=#1^T")) << loops;
+      EXPECT_THAT(loops, testing::ContainsRegex(c.placement)) << loops;
+    }
+    std::vector<Tensor> results;
+    for (int threads : {1, 2, 3, 4}) {
+      ThreadCount count(threads);
+      results.push_back(matmul(args)[0]);
+      EXPECT_EQ(std::memcmp(results[0].data(), results.back().data(), results[0].byteSize()), 0)
+          << threads << " threads";
+    }
+    auto cmp = oracle::compare(results.back().as<float>(),
+                               oracle::matmul(x.data(), w.data(), c.m, c.k, c.n, true), 1e-4, 1e-4);
+    EXPECT_TRUE(cmp.ok) << cmp.describe();
+  }
+}
+
 TEST(ParallelLoops, OnlyLargeSpecializedNestsGoParallel) {
   Function rms =
       context().load(componentPath("normalization/rms_norm.mlir")).function("rms_norm_linalg");

@@ -932,6 +932,17 @@ TEST(Diagnostics, FilesAreReadUpToTheirFirstNulByte) {
   }
 }
 
+// A C1 control character (U+009B, a terminal's CSI) is shown as '?' too.
+TEST(Diagnostics, C1ControlCharactersAreNotEchoed) {
+  try {
+    frank::parseString("util.func @f() {\n  %x = \xc2\x9b[2J\n}\n", "t.mlir");
+    ADD_FAILURE() << "accepted a C1 control character";
+  } catch (const frank::Error &e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("\n  %x = ??[2J\n"));
+    EXPECT_THAT(e.what(), testing::Not(testing::HasSubstr("\xc2\x9b")));
+  }
+}
+
 TEST(Diagnostics, TableIsLargeAndNamesAreUnique) {
   std::set<std::string> names;
   for (const DiagCase &c : kDiagCases)

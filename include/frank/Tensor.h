@@ -54,7 +54,7 @@ public:
   const std::vector<int64_t> &shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t numel() const; // saturates at INT64_MAX
-  size_t byteSize() const { return static_cast<size_t>(numel()) * dtypeSize(dtype_); }
+  size_t byteSize() const; // saturates at SIZE_MAX
   void *data() { return data_; }
   const void *data() const { return data_; }
   template <class T> T *as() { return static_cast<T *>(data_); }

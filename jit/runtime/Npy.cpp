@@ -9,6 +9,8 @@
 #include <limits>
 #include <optional>
 
+#include <unistd.h>
+
 namespace frank {
 
 // .npy data is little-endian and copied as is; a big-endian host would need byte swapping.
@@ -273,6 +275,8 @@ std::string serialize(const Tensor &tensor, const std::string &errorPrefix) {
     if (dim < 0)
       failWrite("cannot write a tensor of shape " + shapeRepr(tensor.shape()) +
                 ": negative dimension");
+  if (tensor.numel() == std::numeric_limits<int64_t>::max())
+    failWrite("cannot write a tensor of shape " + shapeRepr(tensor.shape()) + ": too large");
   if (!tensor.valid())
     failWrite("cannot write a tensor without data");
 
@@ -402,10 +406,18 @@ Tensor readNpy(const std::string &path) {
   // bytes, or once the declared data and a byte after it have come.
   std::string bytes;
   char chunk[1 << 16];
+  // A declared size past the machine's memory is refused before it is read (from a pipe, a
+  // shape of 800 GB had been read until the allocation failed).
+  const uint64_t memoryBytes =
+      uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGE_SIZE));
   while (file.read(chunk, sizeof chunk) || file.gcount() > 0) {
     bytes.append(chunk, static_cast<size_t>(file.gcount()));
-    if (auto layout = layoutOf(bytes, path, /*partial=*/true);
-        layout && bytes.size() - layout->dataStart > layout->dataBytes)
+    auto layout = layoutOf(bytes, path, /*partial=*/true);
+    if (layout && layout->dataBytes > memoryBytes)
+      fail(path, "shape " + shapeRepr(layout->header.shape) + " declares " +
+                     std::to_string(layout->dataBytes) + " bytes, more than this machine's " +
+                     std::to_string(memoryBytes) + " bytes of memory");
+    if (layout && bytes.size() - layout->dataStart > layout->dataBytes)
       break;
   }
   // eof alone is the normal end; bad means the read itself failed (e.g. a directory).

@@ -91,6 +91,13 @@ int64_t Tensor::numel() const {
   return count;
 }
 
+size_t Tensor::byteSize() const {
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(numel()), dtypeSize(dtype_), &bytes))
+    return std::numeric_limits<size_t>::max();
+  return bytes;
+}
+
 std::string Tensor::typeString() const {
   std::string text;
   for (int64_t dim : shape_) {

@@ -53,9 +53,17 @@ std::string formatDiagnostic(const Location &loc, std::string_view severity,
     // Control characters shown as '?': a NUL had cut the message short, an escape would move
     // the terminal's cursor.
     std::string shown(line);
-    for (char &c : shown)
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f)
-        c = '?';
+    for (size_t i = 0; i < shown.size(); ++i) {
+      const auto byte = static_cast<unsigned char>(shown[i]);
+      if ((byte < 0x20 && byte != '\t') || byte == 0x7f)
+        shown[i] = '?';
+      // A C1 control character in UTF-8 (U+0080 to U+009F: CSI is U+009B).
+      const bool c1 = byte == 0xc2 && i + 1 < shown.size() &&
+                      static_cast<unsigned char>(shown[i + 1]) >= 0x80 &&
+                      static_cast<unsigned char>(shown[i + 1]) <= 0x9f;
+      if (c1)
+        shown[i] = shown[i + 1] = '?';
+    }
     out += fmt::format("\n{}{}{}\n{}^", before, shown, after, caret);
   }
   if (loc.caller)

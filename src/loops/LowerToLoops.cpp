@@ -1529,6 +1529,11 @@ private:
     ElemKind elem = op.result()->type.elem;
     const bool shiftedLastBlock =
         s.dimN >= 0 && shiftsLastNBlock(s, asConstant(extents[s.dimN]), fill != nullptr);
+    // It runs as the n blocks' loop's last iteration, unless there are k blocks: its tiles
+    // then add each k block's products to the output, which the block before it, on another
+    // thread, reads and writes as well (the columns both compute had come out with k blocks
+    // counted twice). It then runs after that loop.
+    const bool lastBlockInLoop = shiftedLastBlock && !s.blockK;
     // Packed B: panel after panel of (k-block x NR vectors), each contiguous.
     // A panel's rows: the k block's, else all of k, which may be a runtime extent (no k blocks
     // then, and no pack between the tiles); panelK is 0 for a runtime one.
@@ -1590,7 +1595,7 @@ private:
       // Panels of every n block, and of the shifted last one (a region is a chunk's first
       // iteration of the parallel loop over them).
       const Expr columns =
-          shiftedLastBlock ? intConst((extent(s.dimN) / panelRow + 1) * panelRow) : extents[s.dimN];
+          lastBlockInLoop ? intConst((extent(s.dimN) / panelRow + 1) * panelRow) : extents[s.dimN];
       packed = addTemp("packed_" + operand->name, elem,
                        mul(panelRows, mul(intConst(regions * slots), columns)));
       const Expr &panel = nBlock;
@@ -1909,8 +1914,8 @@ private:
       loops.push_back({pairOfBlocks, intConst(kBlocks * group)});
       loops.push_back({mBlock, mTrips});
     } else if (outer) {
-      if (hasN) // and the shifted last block, if any
-        loops.push_back({nBlock, shiftedLastBlock ? add(nTrips, intConst(1)) : nTrips});
+      if (hasN) // and the shifted last block, if it runs in the loop
+        loops.push_back({nBlock, lastBlockInLoop ? add(nTrips, intConst(1)) : nTrips});
       if (s.blockK)
         loops.insert(s.blocksOutside.empty() ? loops.end() : loops.begin() + outside,
                      {kBlock, intConst(kBlocks)});
@@ -1979,14 +1984,17 @@ private:
     std::vector<Stmt> columnsLeft;
     if (shiftedLastBlock) {
       // The last n block ends at n (shiftsLastNBlock), over its own panel, packed first (for
-      // each k block, when there are k blocks): the n blocks' loop runs it as its last
-      // iteration (below), so that it runs on the threads as the others do.
+      // each k block, when there are k blocks): as the n blocks' loop's last iteration (below),
+      // on the threads as the others, or after that loop, its m blocks on the threads.
       const Expr first = intConst(extent(s.dimN) - s.tileN * lanes);
-      columnsLeft = downTheRows(s.tileN, first, 0);
+      columnsLeft = downTheRows(s.tileN, first, 0, !lastBlockInLoop);
       columnsLeft.insert(columnsLeft.begin(), packTransposedFrom(first));
       if (s.blockK)
         columnsLeft = {
             forLoop(kBlock->name, intConst(kBlocks), ForKind::Serial, std::move(columnsLeft))};
+      // After a parallel loop that bound it, the panel's region is the first.
+      if (!lastBlockInLoop && packsPerChunk && columnsOnTheirOwn)
+        columnsLeft = substitute(columnsLeft, packRegion->name, intConst(0));
     } else if (columnsLeftOver) {
       Expr columnsDone = mul(nTrips, intConst(s.tileN * nStep));
       Expr columns; // those taken one at a time
@@ -2041,10 +2049,10 @@ private:
           loop->chunkFirst = packRegion->name;
         return loop;
       };
-      if (shiftedLastBlock && loops[l].first == nBlock)
+      if (lastBlockInLoop && loops[l].first == nBlock)
         stmts = {ifThen(cmp("slt", nBlock, nTrips), std::move(stmts), columnsLeft)};
       stmts = {wrap(std::move(stmts))};
-      if (loops[l].first == outermostBlock && !shiftedLastBlock)
+      if (loops[l].first == outermostBlock && !lastBlockInLoop)
         stmts.insert(stmts.end(), columnsLeft.begin(), columnsLeft.end());
       if (loops[l].first == mBlock) {
         insideM = false;
