@@ -410,13 +410,16 @@ Tensor readNpy(const std::string &path) {
   // shape of 800 GB had been read until the allocation failed).
   const uint64_t memoryBytes =
       uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGE_SIZE));
+  std::optional<NpyLayout> layout; // once the header has been read
   while (file.read(chunk, sizeof chunk) || file.gcount() > 0) {
     bytes.append(chunk, static_cast<size_t>(file.gcount()));
-    auto layout = layoutOf(bytes, path, /*partial=*/true);
-    if (layout && layout->dataBytes > memoryBytes)
-      fail(path, "shape " + shapeRepr(layout->header.shape) + " declares " +
-                     std::to_string(layout->dataBytes) + " bytes, more than this machine's " +
-                     std::to_string(memoryBytes) + " bytes of memory");
+    if (!layout) {
+      layout = layoutOf(bytes, path, /*partial=*/true);
+      if (layout && layout->dataBytes > memoryBytes)
+        fail(path, "shape " + shapeRepr(layout->header.shape) + " declares " +
+                       std::to_string(layout->dataBytes) + " bytes, more than this machine's " +
+                       std::to_string(memoryBytes) + " bytes of memory");
+    }
     if (layout && bytes.size() - layout->dataStart > layout->dataBytes)
       break;
   }

@@ -448,7 +448,9 @@ private:
   llvm::Value *toFloat(llvm::Value *v) {
     return b_.CreateFPExt(v, v->getType()->getWithNewType(b_.getFloatTy()));
   }
-  // negf and absf of bf16 on its sign bit, which the optimizer cannot narrow to bf16 ops.
+  // negf and absf of bf16 on its sign bit: exact, with no rounding to do. (The optimizer may
+  // still make them bf16 fneg and fabs, which the code generator widens and rounds back
+  // through __truncsfbf2: slower, still exact.)
   llvm::Value *signOfBfloat16(OpKind op, llvm::Value *x) {
     llvm::Type *i16 = x->getType()->getWithNewType(b_.getInt16Ty());
     llvm::Value *bits = b_.CreateBitCast(x, i16);
