@@ -11,6 +11,7 @@
 #include "Engine.h"
 #include "TestSupport.h"
 #include "oracles/Oracles.h"
+#include "runtime/Bfloat16.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -391,6 +392,124 @@ TEST(MatmulDot, RowSumsOfEveryWidth) {
           << loops;
   }
 }
+
+// Weights stored as bf16 or f16 in an f32 contraction whose body widens them (arith.extf): the
+// register-tiled pipelines take it. The outer products pack them widened (loads `as f32` in the
+// loop IR, the extf then has nothing left to do); the stream of one row reads them in place,
+// half the bytes of f32 weights, and its extf widens each vector. The narrow values are
+// exact in f32, so the oracle (and its tolerance, as above) is the f32 matmul of the widened
+// weights. B as [k, n] and as [n, k], and A widened instead of B.
+std::string widenedMatmulText(const char *narrow) {
+  auto generic = [&](const char *name, const char *xType, const char *wType, const char *wMap,
+                     const char *widen, int nDim) {
+    return fmt::format(R"(
+  util.func public @{0}(%x: tensor<?x?x{1}>, %w: tensor<?x?x{2}>) -> tensor<?x?xf32> {{
+    %c0 = arith.constant 0 : index
+    %cn = arith.constant {5} : index
+    %m = tensor.dim %x, %c0 : tensor<?x?x{1}>
+    %n = tensor.dim %w, %cn : tensor<?x?x{2}>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+    %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+    %y = linalg.generic {{indexing_maps = [affine_map<(m, n, k) -> (m, k)>, {3},
+                                           affine_map<(m, n, k) -> (m, n)>],
+                          iterator_types = ["parallel", "parallel", "reduction"]}}
+        ins(%x, %w : tensor<?x?x{1}>, tensor<?x?x{2}>) outs(%acc : tensor<?x?xf32>) {{
+    ^bb0(%a: {1}, %b: {2}, %o: f32):
+      {4}
+      %p = arith.mulf %aw, %bw : f32
+      %s = arith.addf %o, %p : f32
+      linalg.yield %s : f32
+    }} -> tensor<?x?xf32>
+    util.return %y : tensor<?x?xf32>
+  }})",
+                       name, xType, wType, wMap, widen, nDim);
+  };
+  const std::string widenB = fmt::format("%aw = arith.addf %a, %a : f32\n"
+                                         "      %bw = arith.extf %b : {} to f32",
+                                         narrow);
+  const std::string widenA = fmt::format("%aw = arith.extf %a : {} to f32\n"
+                                         "      %bw = arith.addf %b, %b : f32",
+                                         narrow);
+  const char *kn = "affine_map<(m, n, k) -> (k, n)>", *nk = "affine_map<(m, n, k) -> (n, k)>";
+  return "module @widened {" + generic("wide_b", "f32", narrow, kn, widenB.c_str(), 1) +
+         generic("wide_bt", "f32", narrow, nk, widenB.c_str(), 0) +
+         generic("wide_a", narrow, "f32", kn, widenA.c_str(), 1) + "\n}\n";
+}
+
+// `v` rounded to the 16-bit type: its bits, and the float they stand for.
+uint16_t narrowBits(float v, DType type, float &value) {
+  uint16_t bits;
+  if (type == DType::BF16) {
+    bits = runtime::bfloat16Bits(v);
+    uint32_t wide = uint32_t(bits) << 16;
+    std::memcpy(&value, &wide, 4);
+  } else {
+    _Float16 h = static_cast<_Float16>(v);
+    std::memcpy(&bits, &h, 2);
+    value = static_cast<float>(h);
+  }
+  return bits;
+}
+
+class MatmulWidenedTest : public testing::TestWithParam<std::tuple<DType, Mode>> {};
+
+TEST_P(MatmulWidenedTest, MatchesTheOracleOfTheWidenedValues) {
+  auto [narrow, mode] = GetParam();
+  Module module = context().loadString(widenedMatmulText(dtypeName(narrow)), "widened.mlir");
+  for (const char *function : {"wide_b", "wide_bt", "wide_a"})
+    for (Shape s : {Shape{1, 4096, 64}, Shape{37, 512, 128}, Shape{128, 1024, 1000},
+                    Shape{32, 300, 1001}, Shape{5, 7, 11}, Shape{64, 512, 259}, Shape{1, 301, 77},
+                    Shape{128, 256, 256}, Shape{6, 3, 4097}}) {
+      SCOPED_TRACE(fmt::format("{} {}", function, shapeName(s)));
+      const bool transposeB = std::string(function) == "wide_bt";
+      const bool narrowA = std::string(function) == "wide_a";
+      std::vector<float> x = oracle::randomFloats(s.m * s.k, 3 + s.m);
+      float bound = 1.0f / std::sqrt(float(s.k));
+      std::vector<float> w = oracle::randomFloats(s.k * s.n, 5 + s.n, -bound, bound);
+      // The narrow operand as stored, and its values widened; the other operand doubled (the
+      // body adds it to itself).
+      std::vector<float> &narrowed = narrowA ? x : w;
+      std::vector<uint16_t> bits(narrowed.size());
+      for (size_t i = 0; i < narrowed.size(); ++i)
+        bits[i] = narrowBits(narrowed[i], narrow, narrowed[i]);
+      std::vector<float> &doubled = narrowA ? w : x;
+      std::vector<float> stored = doubled;
+      for (float &v : doubled)
+        v *= 2;
+      Tensor xt = narrowA ? Tensor::borrow(bits.data(), narrow, {s.m, s.k})
+                          : Tensor::borrow(stored.data(), DType::F32, {s.m, s.k});
+      std::vector<int64_t> wShape =
+          transposeB ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n};
+      Tensor wt = narrowA ? Tensor::borrow(stored.data(), DType::F32, wShape)
+                          : Tensor::borrow(bits.data(), narrow, wShape);
+      GuardedOutput out({s.m, s.n});
+      std::vector<Tensor> outputs{out.tensor()};
+      module.function(function).specialize({xt, wt}, mode).run({xt, wt}, outputs);
+      auto result = oracle::compare(out.data(), matmulOracle(x, w, s, transposeB), kRtol, kAtol);
+      EXPECT_TRUE(result.ok) << result.describe();
+      EXPECT_EQ(out.guardsIntact(), "");
+    }
+  if (mode == Mode::Generic)
+    return;
+  const std::string n = dtypeName(narrow);
+  std::string loops = module.function("wide_b").emit(Stage::Loops, {"37x512xf32", "512x128x" + n});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.outer"));
+  EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[[^\n]*\\] = w\\[[^\n]*\\] as f32"))
+      << loops;
+  loops = module.function("wide_b").emit(Stage::Loops, {"1x4096xf32", "4096x64x" + n});
+  EXPECT_THAT(loops, testing::HasSubstr("contraction.stream"));
+  EXPECT_THAT(loops, testing::ContainsRegex(fmt::format("let b: {}x[0-9]+ = w\\[", n))) << loops;
+  EXPECT_THAT(loops, testing::ContainsRegex("let bw: f32x[0-9]+ = extf<f32>\\(b\\)")) << loops;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulWidenedTest,
+                         testing::Combine(testing::Values(DType::BF16, DType::F16),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           return fmt::format("{}_{}", dtypeName(std::get<0>(info.param)),
+                                              modeName(std::get<1>(info.param)));
+                         });
 
 } // namespace
 } // namespace frank::test

@@ -507,6 +507,9 @@ private:
       llvm::Value *ptr = emitAddress(e->intValue, e->args[0], true);
       llvm::Value *v = b_.CreateAlignedLoad(memTypeOf(buf.elem, e->lanes), ptr,
                                             llvm::Align(std::max(1, elemBits(buf.elem) / 8)));
+      // A load of a wider float type widens 16-bit floats (exact).
+      if (e->type != buf.elem)
+        return b_.CreateFPExt(v, typeOf(e->type, e->lanes));
       // An i1 element is a byte, true when it is not zero (as NumPy reads bools).
       return buf.elem == ElemKind::I1
                  ? b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()))

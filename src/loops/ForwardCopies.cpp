@@ -293,6 +293,9 @@ bool forwardReads(Program &p, const CopyNest &copy, const Extents &extents) {
 // Writes of `copy.from` write `copy.to` instead: the copy empties a temporary nothing else reads,
 // written before it, into a buffer nothing else touches.
 bool forwardWrites(Program &p, const CopyNest &copy, const Extents &extents) {
+  // A copy that widens (LoopIR.h's load) leaves the writes at their narrower type.
+  if (p.buffers[copy.from].elem != p.buffers[copy.to].elem)
+    return false;
   auto digits = copyDigits(p, copy.from, copy.fromIndex, copy.toIndex, extents);
   if (!digits)
     return false;

@@ -512,9 +512,12 @@ std::string print(const Expr &e, const Program *program) {
   case ExprKind::Load: {
     std::string buf =
         program ? program->buffers[e->intValue].name : fmt::format("b{}", e->intValue);
-    if (e->lanes > 1)
-      return fmt::format("{}[{} : {}]", buf, print(e->args[0], program), e->lanes);
-    return fmt::format("{}[{}]", buf, print(e->args[0], program));
+    std::string read = e->lanes > 1
+                           ? fmt::format("{}[{} : {}]", buf, print(e->args[0], program), e->lanes)
+                           : fmt::format("{}[{}]", buf, print(e->args[0], program));
+    if (program && program->buffers[e->intValue].elem != e->type)
+      read += fmt::format(" as {}", elemName(e->type));
+    return read;
   }
   case ExprKind::Broadcast:
     return fmt::format("broadcast<{}>({})", e->lanes, print(e->args[0], program));

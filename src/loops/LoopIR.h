@@ -85,6 +85,8 @@ Expr binary(OpKind op, Expr a, Expr b, bool reassoc = false);
 Expr cmp(const std::string &pred, Expr a, Expr b);
 Expr select(Expr c, Expr a, Expr b);
 Expr cast(OpKind op, Expr a, ElemKind to);
+// `type` is the buffer's element type, or f32 or f64 for a buffer of 16-bit floats: the load then
+// widens them (exactly).
 Expr load(int buffer, Expr index, ElemKind type, int lanes = 1);
 Expr broadcast(Expr scalar, int lanes);
 /// A copy of `e`'s node with other operands.

@@ -438,6 +438,9 @@ private:
       return cmp(predicate(op), args[0], args[1]);
     if (op.kind == OpKind::Select)
       return select(args[0], args[1], args[2]);
+    // An extf of an input read at its wider type already (widensTo).
+    if (op.kind == OpKind::ExtF && args[0]->type == type)
+      return args[0];
     if (isCast(op.kind))
       return cast(op.kind, args[0], type);
     fail(op.loc, fmt::format("unsupported op '{}' in this position", op.name()));
@@ -1152,6 +1155,7 @@ private:
       case OpKind::MaximumF:
       case OpKind::MinimumF:
       case OpKind::NegF:
+      case OpKind::ExtF:
       case OpKind::LinalgYield: break;
       case OpKind::ArithConstant:
         if (!isFloatElem(bodyOp->result()->type.elem))
@@ -1161,6 +1165,22 @@ private:
       }
     }
     return true;
+  }
+
+  // Input `i` of 16-bit floats that the body only widens to `elem` (bf16 or f16 weights in an f32
+  // contraction): the tiles read it as `elem`, a load that widens it (LoopIR.h), and its extf
+  // then has nothing left to do (scalarExpr).
+  static bool widensTo(GenericView &g, int i, ElemKind elem) {
+    const ElemKind narrow = g.input(i)->type.elem;
+    if ((narrow != ElemKind::BF16 && narrow != ElemKind::F16) || elemBits(elem) <= 16)
+      return false;
+    const Value *arg = g.body().arguments[size_t(i)].get();
+    int extensions = 0;
+    for (auto &bodyOp : g.body().ops)
+      if (bodyOp->kind == OpKind::ExtF && bodyOp->operands[0] == arg &&
+          bodyOp->result()->type.elem == elem)
+        ++extensions;
+    return extensions > 0 && extensions == countUses(g.body(), arg);
   }
 
   // The body yields `acc + x` (either order) and reads the accumulator nowhere else.
@@ -1395,7 +1415,7 @@ private:
       std::vector<int64_t> strides(g.numLoops(), 0);
       if (operand->type.isTensor()) {
         bool choices = nest.gather && nest.gather->indexInput == i;
-        sameTypes = sameTypes && (operand->type.elem == elem || choices);
+        sameTypes = sameTypes && (operand->type.elem == elem || choices || widensTo(g, i, elem));
         strides = stridesOf(g.map(i), i < g.numInputs() ? storageOf(operand).dims : result.dims);
       }
       nest.strides.push_back(strides);
