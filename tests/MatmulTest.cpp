@@ -432,9 +432,31 @@ std::string widenedMatmulText(const char *narrow) {
                                          "      %bw = arith.addf %b, %b : f32",
                                          narrow);
   const char *kn = "affine_map<(m, n, k) -> (k, n)>", *nk = "affine_map<(m, n, k) -> (n, k)>";
+  // linalg.matmul casts the narrow B to f32 itself; x is doubled as in the others.
+  const std::string named = fmt::format(R"(
+  util.func public @named_b(%x: tensor<?x?xf32>, %w: tensor<?x?x{0}>) -> tensor<?x?xf32> {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+    %n = tensor.dim %w, %c1 : tensor<?x?x{0}>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+    %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+    %x2 = linalg.generic {{indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                          iterator_types = ["parallel", "parallel"]}}
+        ins(%x : tensor<?x?xf32>) outs(%x : tensor<?x?xf32>) {{
+    ^bb0(%a: f32, %o: f32):
+      %d = arith.addf %a, %a : f32
+      linalg.yield %d : f32
+    }} -> tensor<?x?xf32>
+    %y = linalg.matmul ins(%x2, %w : tensor<?x?xf32>, tensor<?x?x{0}>)
+        outs(%acc : tensor<?x?xf32>) -> tensor<?x?xf32>
+    util.return %y : tensor<?x?xf32>
+  }})",
+                                        narrow);
   return "module @widened {" + generic("wide_b", "f32", narrow, kn, widenB.c_str(), 1) +
          generic("wide_bt", "f32", narrow, nk, widenB.c_str(), 0) +
-         generic("wide_a", narrow, "f32", kn, widenA.c_str(), 1) + "\n}\n";
+         generic("wide_a", narrow, "f32", kn, widenA.c_str(), 1) + named + "\n}\n";
 }
 
 // `v` rounded to the 16-bit type: its bits, and the float they stand for.
@@ -457,7 +479,7 @@ class MatmulWidenedTest : public testing::TestWithParam<std::tuple<DType, Mode>>
 TEST_P(MatmulWidenedTest, MatchesTheOracleOfTheWidenedValues) {
   auto [narrow, mode] = GetParam();
   Module module = context().loadString(widenedMatmulText(dtypeName(narrow)), "widened.mlir");
-  for (const char *function : {"wide_b", "wide_bt", "wide_a"})
+  for (const char *function : {"wide_b", "wide_bt", "wide_a", "named_b"})
     for (Shape s : {Shape{1, 4096, 64}, Shape{37, 512, 128}, Shape{128, 1024, 1000},
                     Shape{32, 300, 1001}, Shape{5, 7, 11}, Shape{64, 512, 259}, Shape{1, 301, 77},
                     Shape{128, 256, 256}, Shape{6, 3, 4097}}) {
@@ -493,11 +515,14 @@ TEST_P(MatmulWidenedTest, MatchesTheOracleOfTheWidenedValues) {
   if (mode == Mode::Generic)
     return;
   const std::string n = dtypeName(narrow);
-  std::string loops = module.function("wide_b").emit(Stage::Loops, {"37x512xf32", "512x128x" + n});
-  EXPECT_THAT(loops, testing::HasSubstr("contraction.outer"));
-  EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[[^\n]*\\] = w\\[[^\n]*\\] as f32"))
-      << loops;
-  loops = module.function("wide_b").emit(Stage::Loops, {"1x4096xf32", "4096x64x" + n});
+  for (const char *function : {"wide_b", "named_b"}) {
+    std::string loops =
+        module.function(function).emit(Stage::Loops, {"37x512xf32", "512x128x" + n});
+    EXPECT_THAT(loops, testing::HasSubstr("contraction.outer"));
+    EXPECT_THAT(loops, testing::ContainsRegex("packed_w\\[[^\n]*\\] = w\\[[^\n]*\\] as f32"))
+        << loops;
+  }
+  std::string loops = module.function("wide_b").emit(Stage::Loops, {"1x4096xf32", "4096x64x" + n});
   EXPECT_THAT(loops, testing::HasSubstr("contraction.stream"));
   EXPECT_THAT(loops, testing::ContainsRegex(fmt::format("let b: {}x[0-9]+ = w\\[", n))) << loops;
   EXPECT_THAT(loops, testing::ContainsRegex("let bw: f32x[0-9]+ = extf<f32>\\(b\\)")) << loops;

@@ -462,16 +462,31 @@ const DiagCase kDiagCases[] = {
      "2:23",
      "'linalg.matmul' takes its indexing maps before 'ins', not in braces: linalg.matmul "
      "indexing_maps = [...] ins(...)"},
-    // Contractions compute in one element type; gather's indices are integers.
+    // Contractions compute in one element type (matmul casts float operands to its output's,
+    // not integers); gather's indices are integers.
     {"matmul_mixed_element_types",
-     "util.func @f(%a: tensor<2x3xf16>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "
+     "util.func @f(%a: tensor<2x3xi32>, %b: tensor<3x2xf32>, %c: tensor<2x2xf32>) -> "
      "tensor<2x2xf32> {\n"
-     "  %r = linalg.matmul ins(%a, %b : tensor<2x3xf16>, tensor<3x2xf32>) outs(%c : "
+     "  %r = linalg.matmul ins(%a, %b : tensor<2x3xi32>, tensor<3x2xf32>) outs(%c : "
      "tensor<2x2xf32>) -> tensor<2x2xf32>\n"
      "  util.return %r : tensor<2x2xf32>\n}\n",
+     "2:8",
+     "'linalg.matmul' of 'tensor<2x3xi32>': unsupported element type i32 (float tensors only)"},
+    {"attention_mixed_element_types",
+     "util.func @f(%q: tensor<1x2x4xf32>, %k: tensor<1x3x4xf16>, %v: tensor<1x3x4xf32>, %s: f32, "
+     "%o: tensor<1x2x4xf32>) -> tensor<1x2x4xf32> {\n"
+     "  %r = iree_linalg_ext.attention {indexing_maps = [affine_map<(b, m, n, k1, k2) -> (b, m, "
+     "k1)>, affine_map<(b, m, n, k1, k2) -> (b, k2, k1)>, affine_map<(b, m, n, k1, k2) -> (b, k2, "
+     "n)>, affine_map<(b, m, n, k1, k2) -> ()>, affine_map<(b, m, n, k1, k2) -> (b, m, n)>]} "
+     "ins(%q, %k, %v, %s : tensor<1x2x4xf32>, tensor<1x3x4xf16>, tensor<1x3x4xf32>, f32) outs(%o "
+     ": tensor<1x2x4xf32>) {\n"
+     "  ^bb0(%x: f32):\n"
+     "    iree_linalg_ext.yield %x : f32\n"
+     "  } -> tensor<1x2x4xf32>\n"
+     "  util.return %r : tensor<1x2x4xf32>\n}\n",
      "2:3",
-     "unsupported: 'linalg.matmul' with operand '%a' of type 'tensor<2x3xf16>' into "
-     "'tensor<2x2xf32>': its operands and output must have one element type"},
+     "unsupported: 'iree_linalg_ext.attention' with operand '%k' of type 'tensor<1x3x4xf16>' into "
+     "'tensor<1x2x4xf32>': its operands and output must have one element type"},
     {"gather_float_indices",
      "util.func @f(%w: tensor<4x3xf32>, %i: tensor<2xf16>, %o: tensor<2x3xf32>) -> "
      "tensor<2x3xf32> {\n"

@@ -140,13 +140,18 @@ std::vector<Type> resultTypesOf(const Op &op) {
   return types;
 }
 
-// The contractions compute in one element type: operands of another (linalg's implicit casts,
-// as f16 x f16 into f32) are not supported, and gather's indices are integers.
+// The contractions compute in one element type. matmul and batch_matmul cast float operands of
+// another float type to the output's (linalg's implicit cast: bf16 weights into an f32 product);
+// attention's operands must share its output's type, and gather's indices are integers.
 void verifyElementTypes(const Op &op) {
   std::vector<size_t> same; // operands that must share the output's element type
+  bool floatsCast = false;  // float operands of another float type are cast to it
   switch (op.kind) {
   case OpKind::LinalgMatmul:
-  case OpKind::LinalgBatchMatmul: same = {0, 1}; break;
+  case OpKind::LinalgBatchMatmul:
+    same = {0, 1};
+    floatsCast = true;
+    break;
   case OpKind::Attention: same = {0, 1, 2}; break; // query, key, value
   case OpKind::Gather: {
     same = {0};
@@ -158,12 +163,15 @@ void verifyElementTypes(const Op &op) {
   default: return;
   }
   const Type &out = op.operands.back()->type;
-  for (size_t i : same)
-    if (op.operands[i]->type.elem != out.elem)
-      fail(op.loc,
-           fmt::format("unsupported: '{}' with operand '%{}' of type '{}' into '{}': its "
-                       "operands and output must have one element type",
-                       op.name(), op.operands[i]->name, op.operands[i]->type.str(), out.str()));
+  for (size_t i : same) {
+    const ElemKind elem = op.operands[i]->type.elem;
+    if (elem == out.elem || (floatsCast && isFloatElem(elem) && isFloatElem(out.elem)))
+      continue;
+    fail(op.loc,
+         fmt::format("unsupported: '{}' with operand '%{}' of type '{}' into '{}': its "
+                     "operands and output must have one element type",
+                     op.name(), op.operands[i]->name, op.operands[i]->type.str(), out.str()));
+  }
 }
 
 void verifyOp(const Op &op, const RegionContext &context) {

@@ -45,10 +45,20 @@ Value *contraction(Builder &b, Op &op, int batch) {
     for (const AffineResult &r : maps[2].results)
       red[r.value] = false;
   }
+  // Float operands of another type are cast to the output's first (the verifier allows only
+  // those): extf, as of bf16 weights, or truncf.
+  const ElemKind outElem = c->type.elem;
+  auto castToOutput = [outElem](Builder &bb, Value *v) {
+    if (v->type.elem == outElem)
+      return v;
+    return bb.cast(elemBits(v->type.elem) < elemBits(outElem) ? OpKind::ExtF : OpKind::TruncF, v,
+                   outElem);
+  };
   return b.generic(
       {a, bm}, c, maps, red,
-      [](Builder &bb, const Args &x) {
-        return bb.binary(OpKind::AddF, x[2], bb.binary(OpKind::MulF, x[0], x[1]));
+      [&](Builder &bb, const Args &x) {
+        return bb.binary(OpKind::AddF, x[2],
+                         bb.binary(OpKind::MulF, castToOutput(bb, x[0]), castToOutput(bb, x[1])));
       },
       op.result()->name);
 }
