@@ -609,6 +609,10 @@ const std::string &Engine::cpuFeatures() const { return impl_->features; }
 loops::Target Engine::target() const {
   loops::Target target = impl_->avx512 ? loops::Target::avx512() : loops::Target::avx2();
   target.prefetchRowsAhead = !llvm::StringRef(impl_->cpu).starts_with("znver");
+  if (impl_->cpu == "znver5") {
+    target.blockKPanelBytes *= 2;
+    target.blockKSliceBytes *= 2;
+  }
   return target;
 }
 

@@ -314,7 +314,7 @@ TEST(ParallelLoops, ShiftedLastNBlockRunsWhereNoOtherThreadWritesItsColumns) {
   };
   for (const Case &c :
        {Case{128, 256, 127, "for n_block in 0..2 parallel.*\n *if cmp.slt\\(n_block, 1\\)"},
-        Case{128, 1024, 1000, "\n  for k_block in 0..4 [{]"}}) {
+        Case{128, 1024, 1000, "\n  for k_block in 0..[0-9]+ [{]"}}) {
     SCOPED_TRACE(fmt::format("{}x{} by {}x{}", c.m, c.k, c.n, c.k));
     std::vector<float> x = oracle::randomFloats(c.m * c.k, 3),
                        w = oracle::randomFloats(c.n * c.k, 4);

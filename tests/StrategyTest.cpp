@@ -77,6 +77,17 @@ TEST(Strategy, GoldenContractions) {
   // of B's rows.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512()),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
+  // Zen 5's budgets for k blocks (Engine::target), twice the others': k blocks of 512, A's slice
+  // of 128 rows 256 KiB; 256 rows keep blocks of 256, and a k of 512 takes none.
+  Target zen5 = Target::avx512();
+  zen5.blockKPanelBytes *= 2;
+  zen5.blockKSliceBytes *= 2;
+  EXPECT_EQ(choose(matmulNest(128, 4096, 4096), zen5),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=512 pack=#1 n-group=8");
+  EXPECT_EQ(choose(matmulNest(256, 4096, 4096), zen5),
+            "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1 n-group=8");
+  EXPECT_THAT(choose(matmulNest(128, 512, 4096), zen5),
+              testing::Not(testing::HasSubstr("k-block")));
   // `n-group=` sets the group (one that divides the n blocks), 0 none.
   EXPECT_EQ(choose(matmulNest(128, 4096, 4096), Target::avx512(), "n-group=0"),
             "contraction.outer m=d0 n=d1 k=d2 tile=6x4 lanes=16 k-block=256 pack=#1");

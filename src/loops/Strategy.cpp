@@ -966,7 +966,6 @@ int64_t panelBudget(const Strategy &s) { return s.tileM >= 4 ? 64 << 10 : 32 << 
 constexpr int64_t kTwoBlocksPackBytes = 512 << 10;
 // The most a kernel's packed panels may take, over all their regions.
 constexpr int64_t kMaxPackBytes = 8 << 20;
-constexpr int64_t kASliceBytes = 128 << 10;
 bool reusesPanels(const NestShape &nest, const Strategy &s) {
   if (s.pipeline != Pipeline::ContractionOuter || s.dimK < 0 ||
       !constantBesidesM(nest, s.dimM, s.dimK))
@@ -1005,19 +1004,19 @@ bool panelRowsShareL1Sets(const NestShape &nest, const Strategy &s) {
 // 32 KiB panels against 55.1 with 16 KiB (two threads, one process alternating the kernels,
 // medians of 40 calls; on one thread, in separate processes, 64 KiB had been slowest).
 // Every n block reads A's k block for all of m again, so that slice of A stays within
-// kASliceBytes, a quarter of a Zen 3's L2, beside the panels (a runtime m counts as its nominal
-// extent): S7 with 6x2 tiles on the Zen 3 runs 43.8 ms with k blocks of 256 (A's slice
-// 128 KiB), 45.9 with 512 and 84.2 with 1024 (512 KiB, all of L2), alternating as above.
-int64_t chooseBlockK(const NestShape &nest, const Strategy &s) {
+// Target::blockKSliceBytes, a quarter of a Zen 3's L2, beside the panels (a runtime m counts as its
+// nominal extent): S7 with 6x2 tiles on the Zen 3 runs 43.8 ms with k blocks of 256 (A's slice 128
+// KiB), 45.9 with 512 and 84.2 with 1024 (512 KiB, all of L2), alternating as above.
+int64_t chooseBlockK(const NestShape &nest, const Strategy &s, const Target &target) {
   if (!reusesPanels(nest, s) || isRuntime(nest, s.dimK))
     return 0;
   const int64_t panelRow = panelRowBytes(nest, s);
   const int64_t k = nest.extents[s.dimK];
-  int64_t most = panelBudget(s) / panelRow;
+  int64_t most = (s.tileM >= 4 ? target.blockKPanelBytes : panelBudget(s)) / panelRow;
   if (k <= most)
     return 0;
   const int64_t aRowBytes = saturatingMul(extentOr1(nest, s.dimM), nest.elemBits / 8);
-  return dividingBlock(k, std::min(most, kASliceBytes / aRowBytes), 16);
+  return dividingBlock(k, std::min(most, target.blockKSliceBytes / aRowBytes), 16);
 }
 
 // Where B is read in place from beyond L1 (rows that share L1 sets) and one tile of two vectors
@@ -1039,7 +1038,7 @@ void takeAllRowsWhereBLeavesL1(const NestShape &nest, Strategy &s, const Target 
     if (vectors % nr == 0 && rows * nr + nr + 1 <= target.vectorRegisters) {
       s.tileM = int(rows);
       s.tileN = nr;
-      s.blockK = chooseBlockK(nest, s); // none: k blocks serve several m blocks
+      s.blockK = chooseBlockK(nest, s, target); // none: k blocks serve several m blocks
       return;
     }
 }
@@ -1494,7 +1493,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
                  chosen->pipeline == Pipeline::ContractionRanks ||
                  chosen->pipeline == Pipeline::ContractionStream;
   if (!gathers) {
-    chosen->blockK = chooseBlockK(nest, *chosen);
+    chosen->blockK = chooseBlockK(nest, *chosen, target);
     if (!chosen->packTransposed)
       chosen->packInput = choosePackInput(nest, *chosen);
     takeAllRowsWhereBLeavesL1(nest, *chosen, target);

@@ -121,6 +121,14 @@ struct Target {
   /// of the time without them and the MoE block at one token 0.86-0.94; at 32 tokens level
   /// (0.92-1.05), 0.98 with the weights warm. Off for AMD's Zen cores (Engine::target).
   bool prefetchRowsAhead = true;
+  /// The most bytes of B's panel (a k block of a tile's NR vectors, for tiles of 4 rows or more)
+  /// and of A's slice (the k block of every row of m) that chooseBlockK's k blocks take: the
+  /// slice a quarter of a Zen 3's L2. Zen 5 takes twice both (its L2 1 MiB): S7 in k blocks of
+  /// 512 ran 9.40-9.45 ms against 10.03-10.07 in blocks of 256 (one process alternating the
+  /// kernels, medians of 25 calls, two rounds), 128x14336 by 14336x4096 33.8 against 35.4 and
+  /// 128x4096 by 4096x14336 34.6 against 35.3; 32 and 64 rows level.
+  int64_t blockKPanelBytes = 64 << 10;
+  int64_t blockKSliceBytes = 128 << 10;
   static Target avx2() { return {256, 16}; }
   static Target avx512() { return {512, 32}; }
 };
