@@ -1,10 +1,10 @@
 // LLJIT, target machine and the kernel optimization pipeline.
 #include "Engine.h"
 #include "Pipeline.h"
-#include "codegen/Bfloat16SignBits.h"
 #include "codegen/ColdCode.h"
 #include "codegen/MathFunctions.h"
 #include "codegen/MaximumReductions.h"
+#include "codegen/SixteenBitFloatBits.h"
 #include "codegen/SplitKernel.h"
 #include "ir/Diagnostics.h"
 #include "runtime/Bfloat16.h"
@@ -441,7 +441,7 @@ struct Engine::Impl {
       throw Error("error: FRANK_LLVM_PASSES: " + llvm::toString(std::move(error)));
     passes.run(module, mam);
     lowerMaximumReductions(module);
-    lowerBfloat16SignOps(module);
+    lowerSixteenBitFloatBits(module);
     compileColdFunctionsQuickly(module);
     defineMathFunctions(module, {avx2, avx512Math});
   }

@@ -843,7 +843,7 @@ TEST(EdgeValues, Bfloat16ArithmeticKeepsSubnormals) {
 }
 
 // bf16 negf, absf, select, a maximumf reduction's accumulator and the stores of all of them move
-// bits: no lane goes through f32 and back (Bfloat16SignBits.h), which x86 without AVX512-BF16
+// bits: no lane goes through f32 and back (SixteenBitFloatBits.h), which x86 without AVX512-BF16
 // does with a call to __truncsfbf2 per lane (SwiGLU in bf16 had run 19x slower than in f32).
 TEST(EdgeValues, Bfloat16SignsSelectsAndStoresMoveBits) {
   const char *text = R"(
@@ -912,6 +912,56 @@ TEST(EdgeValues, Bfloat16SignsSelectsAndStoresMoveBits) {
       EXPECT_EQ(value(r[1].as<uint16_t>()[row]), want) << "row " << row;
     }
   });
+}
+
+// negf and absf of f16 and bf16 move the sign bit alone, signaling NaNs as they are, in vector
+// lanes and in the scalar lanes after them: x86 without AVX512-FP16 had computed a scalar f16
+// fneg in f32 and converted it back, quieting the NaN (negf of 0x7C01 gave 0xFE01, absf 0x7E01).
+TEST(EdgeValues, SixteenBitSignOpsKeepSignalingNaNs) {
+  for (const char *type : {"f16", "bf16"}) {
+    SCOPED_TRACE(type);
+    auto generic = [&](const char *result, const char *op) {
+      return fmt::format(R"(
+        %{1} = linalg.generic {{indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                               iterator_types = ["parallel"]}}
+            ins(%x : tensor<?x{0}>) outs(%e : tensor<?x{0}>) {{
+        ^bb0(%a: {0}, %o: {0}):
+          %r = {2} %a : {0}
+          linalg.yield %r : {0}
+        }} -> tensor<?x{0}>)",
+                         type, result, op);
+    };
+    const std::string text = fmt::format(R"(
+      func.func @f(%x: tensor<?x{0}>) -> (tensor<?x{0}>, tensor<?x{0}>) {{
+        %c0 = arith.constant 0 : index
+        %n = tensor.dim %x, %c0 : tensor<?x{0}>
+        %e = tensor.empty(%n) : tensor<?x{0}>)",
+                                         type) +
+                             generic("neg", "arith.negf") + generic("abs", "math.absf") +
+                             fmt::format(R"(
+        return %neg, %abs : tensor<?x{0}>, tensor<?x{0}>
+      }})",
+                                         type);
+    const bool bf16 = std::string(type) == "bf16";
+    // Signaling and quiet NaNs with payloads, of either sign, infinities, zeros and numbers.
+    const std::vector<uint16_t> special =
+        bf16 ? std::vector<uint16_t>{0x7f81, 0xff81, 0x7fc1, 0x7f80, 0x8000, 0x3f80, 0x0001}
+             : std::vector<uint16_t>{0x7c01, 0xfc01, 0x7e01, 0x7c00, 0x8000, 0x3c00, 0x0001};
+    for (int64_t n : {1, 17, 33}) {
+      std::vector<uint16_t> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)
+        x[size_t(i)] = special[size_t((i * 3 + n) % int64_t(special.size()))];
+      x.back() = special[0]; // the last lane: scalar code after the vectors
+      onHostAndX86v3(text, [&](const Function &fn, Mode mode) {
+        std::vector<Tensor> r =
+            fn({Tensor::borrow(x.data(), bf16 ? DType::BF16 : DType::F16, {n})}, mode);
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_EQ(r[0].as<uint16_t>()[i], x[size_t(i)] ^ 0x8000) << "negf, n " << n << ", " << i;
+          EXPECT_EQ(r[1].as<uint16_t>()[i], x[size_t(i)] & 0x7fff) << "absf, n " << n << ", " << i;
+        }
+      });
+    }
+  }
 }
 
 // The conversions LLVM calls for bf16 results on CPUs without bf16 instructions (after

@@ -1,5 +1,5 @@
-// bf16 sign operations through integer ones (see Bfloat16SignBits.h).
-#include "codegen/Bfloat16SignBits.h"
+// 16-bit float sign operations and bf16 moves through integer ones (see SixteenBitFloatBits.h).
+#include "codegen/SixteenBitFloatBits.h"
 
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
@@ -37,24 +37,28 @@ void phiOfBits(llvm::PHINode *phi) {
 
 } // namespace
 
-void lowerBfloat16SignOps(llvm::Module &module) {
+void lowerSixteenBitFloatBits(llvm::Module &module) {
   std::vector<llvm::Instruction *> signOps;
   std::vector<llvm::PHINode *> phis;
   std::vector<llvm::LoadInst *> loads;
   for (llvm::Function &f : module)
     for (llvm::BasicBlock &bb : f)
       for (llvm::Instruction &inst : bb) {
-        if (!inst.getType()->getScalarType()->isBFloatTy())
+        llvm::Type *scalar = inst.getType()->getScalarType();
+        if (!scalar->isBFloatTy() && !scalar->isHalfTy())
           continue;
         auto *call = llvm::dyn_cast<llvm::IntrinsicInst>(&inst);
-        if (auto *phi = llvm::dyn_cast<llvm::PHINode>(&inst))
+        if (inst.getOpcode() == llvm::Instruction::FNeg ||
+            (call && (call->getIntrinsicID() == llvm::Intrinsic::fabs ||
+                      call->getIntrinsicID() == llvm::Intrinsic::copysign)))
+          signOps.push_back(&inst);
+        else if (!scalar->isBFloatTy())
+          continue;
+        else if (auto *phi = llvm::dyn_cast<llvm::PHINode>(&inst))
           phis.push_back(phi);
         else if (auto *load = llvm::dyn_cast<llvm::LoadInst>(&inst))
           loads.push_back(load);
-        else if (inst.getOpcode() == llvm::Instruction::FNeg ||
-                 inst.getOpcode() == llvm::Instruction::Select ||
-                 (call && (call->getIntrinsicID() == llvm::Intrinsic::fabs ||
-                           call->getIntrinsicID() == llvm::Intrinsic::copysign)))
+        else if (inst.getOpcode() == llvm::Instruction::Select)
           signOps.push_back(&inst);
       }
   // Loads of bits, cast to bf16 where bf16 is wanted (a bf16 load's value, used as bits, had been
