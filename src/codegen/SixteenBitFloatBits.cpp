@@ -12,8 +12,8 @@ namespace frank {
 
 namespace {
 
-// The bits of bf16 value `v` (of type `bitsType`, i16 or a vector of them): those it was cast
-// from, when it was (the code generator would round a cast through f32 and back).
+// The bits of 16-bit float value `v` (of type `bitsType`, i16 or a vector of them): those it was
+// cast from, when it was (the code generator would round a bf16 cast through f32 and back).
 llvm::Value *bitsOf(llvm::IRBuilder<> &b, llvm::Value *v, llvm::Type *bitsType) {
   if (auto *cast = llvm::dyn_cast<llvm::BitCastInst>(v))
     if (cast->getSrcTy() == bitsType)
