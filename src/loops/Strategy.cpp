@@ -995,9 +995,9 @@ bool panelRowsShareL1Sets(const NestShape &nest, const Strategy &s) {
 
 // The largest k block that divides k and keeps the B panel (k-block x NR vectors) within
 // Target::blockKPanelBytes (64 KiB; 32 for tiles of fewer than 4 rows), when there are several m
-// blocks to reuse it. Every k block loads and stores the C
-// tile once more, so a panel in L2 beats one in L1: S7 (k 4096) runs 25.2 ms with k blocks of
-// 256 against 26.5 ms with 64 (16 KiB, medians of six alternating runs on a Zen 4, 4x4 tiles);
+// blocks to reuse it. Every k block loads and stores the C tile once more, so a panel in L2
+// beats one in L1: S7 (k 4096) runs 25.2 ms with k blocks of 256 against 26.5 ms with 64
+// (16 KiB, medians of six alternating runs on a Zen 4, 4x4 tiles);
 // attention's k of 128 fits whole either way (2.2-2.3 ms both).
 // A tile of fewer than 4 rows feeds each B vector to fewer than 4 FMAs, so it reads its panel
 // faster than L2 refills L1 (a 2x4 AVX2 tile at peak: 32 bytes a cycle, a Zen 3's whole L2
