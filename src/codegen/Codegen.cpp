@@ -448,16 +448,6 @@ private:
   llvm::Value *toFloat(llvm::Value *v) {
     return b_.CreateFPExt(v, v->getType()->getWithNewType(b_.getFloatTy()));
   }
-  // negf and absf of bf16 on its sign bit: exact, with no rounding to do. (The optimizer may
-  // still make them bf16 fneg and fabs, which the code generator widens and rounds back
-  // through __truncsfbf2: slower, still exact.)
-  llvm::Value *signOfBfloat16(OpKind op, llvm::Value *x) {
-    llvm::Type *i16 = x->getType()->getWithNewType(b_.getInt16Ty());
-    llvm::Value *bits = b_.CreateBitCast(x, i16);
-    bits = op == OpKind::NegF ? b_.CreateXor(bits, llvm::ConstantInt::get(i16, 0x8000))
-                              : b_.CreateAnd(bits, llvm::ConstantInt::get(i16, 0x7fff));
-    return b_.CreateBitCast(bits, x->getType());
-  }
 
   llvm::Value *emitExpr(const Expr &e) {
     switch (e->kind) {
@@ -476,8 +466,10 @@ private:
     }
     case ExprKind::Unary: {
       llvm::Value *x = emitExpr(e->args[0]);
+      // negf and absf of bf16 stay bf16 fneg and fabs, exact: they become sign-bit operations
+      // after the optimizer (SixteenBitFloatBits.h).
       if (isBfloat16(x) && (e->op == OpKind::NegF || e->op == OpKind::AbsF))
-        return signOfBfloat16(e->op, x);
+        return emitUnary(e->op, x);
       if (isBfloat16(x))
         return truncToBfloat16(emitUnary(e->op, toFloat(x)), x->getType());
       return emitUnary(e->op, x);

@@ -1,8 +1,8 @@
 // \file A peephole on the optimized LLVM IR: fneg, fabs and copysign of bf16 and f16 values
 // (scalars or vectors) become integer operations on their sign bits, and loads, stores, selects
-// and phis of bf16 values those of their bits. Codegen emits bf16 negf and absf so
-// (signOfBfloat16), but the optimizer turns the bit operations back into bf16 fneg and fabs, and
-// x86 without AVX512-BF16 (kernels are built without it: its conversion flushes subnormals)
+// and phis of bf16 values those of their bits. Codegen emits bf16 negf and absf as fneg and
+// fabs, and the optimizer makes more of them from bit operations on bf16 values; x86 without
+// AVX512-BF16 (kernels are built without it: its conversion flushes subnormals)
 // computes those in f32 and rounds each lane back through a call to `__truncsfbf2`, as it does the
 // value a bf16 select or phi holds in an f32 register: SwiGLU on 1x32x14336 bf16 took 526 µs, with
 // 16 calls a vector, against 28 µs in f32 (148 µs now). x86 without AVX512-FP16 computes f16 fneg
