@@ -42,7 +42,7 @@ TSAN_ENV := TSAN_OPTIONS=suppressions=$(SANITIZERS_DIR)/tsan.supp:halt_on_error=
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps deps-fuzz deps-bench configure build run test bench bench-peers clean test-asan \
+.PHONY: all deps deps-fuzz deps-bench configure build run test test-avx2 bench bench-peers clean test-asan \
         test-tsan fuzz
 
 all: build
@@ -78,6 +78,11 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD) -j $(JOBS) --output-on-failure --timeout 300
+
+# The whole suite again with kernels for x86-64-v3 (AVX2, 16 vector registers) whatever the host:
+# on an AVX-512 host it also checks the strategies, loop IR and results AVX2 hosts get.
+test-avx2: build
+	FRANK_CPU=x86-64-v3 ctest --test-dir $(BUILD) -j $(JOBS) --output-on-failure --timeout 300
 
 # Every benchmark shape against generic loops, the installed peers and the measured roofline, in
 # one run: the JSON report, the roofline plot and a Markdown table land in $(BENCH_OUT).

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -867,7 +868,9 @@ Context::Context(ContextOptions options) : impl_(std::make_shared<detail::Contex
   impl_->options = options;
   impl_->config = loops::parseConfig(options.loweringConfig, options.loweringConfigName);
   impl_->configText = impl_->config.str();
-  impl_->engine = &jit::Engine::forCpu(options.cpu);
+  // $FRANK_CPU stands in for the host: a suite or a tool run generates code for another CPU.
+  const char *envCpu = std::getenv("FRANK_CPU");
+  impl_->engine = &jit::Engine::forCpu(!options.cpu.empty() ? options.cpu : envCpu ? envCpu : "");
   jit::DiskCacheSettings disk =
       jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);
   // The directory is created and checked on first use, not here: a context that compiles

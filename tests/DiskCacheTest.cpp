@@ -17,7 +17,6 @@
 #include <llvm/ADT/SmallString.h>
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/Path.h>
-#include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
 #include <chrono>
@@ -127,7 +126,7 @@ struct RmsCase {
             Tensor::borrow(w.data(), DType::F32, {cols}), Scalar::f32(1e-6f)};
   }
   /// How `cache ls` and FRANK_DEBUG name the kernel for `cpu`.
-  std::string description(const std::string &cpu = llvm::sys::getHostCPUName().str()) const {
+  std::string description(const std::string &cpu = targetCpu()) const {
     return fmt::format("@rms_norm_linalg (specialized, {0}x{1}xf32, {1}xf32, f32) of "
                        "rms_norm.mlir for {2}",
                        rows, cols, cpu);
@@ -516,8 +515,7 @@ TEST(DiskCacheKernels, RuntimeDimsShareOneEntryAcrossSizes) {
   std::string cacheDir = dir / "cache";
   RmsCase small(dir, 3, 80), large(dir, 11, 80);
   const std::string description =
-      "@rms_norm_linalg (specialized, ?x80xf32, 80xf32, f32) of rms_norm.mlir for " +
-      llvm::sys::getHostCPUName().str();
+      "@rms_norm_linalg (specialized, ?x80xf32, 80xf32, f32) of rms_norm.mlir for " + targetCpu();
   ToolResult first =
       small.run(cacheDir, dir / "y1.npy", {{"FRANK_DEBUG", "1"}}, {"--runtime-dims=input:0"});
   EXPECT_SUCCESS(first);
@@ -743,7 +741,7 @@ TEST(DiskCacheKernels, ConcurrentProcessesBothSucceed) {
   EXPECT_SUCCESS(third);
   EXPECT_THAT(third.err, HasSubstr("frank: loaded @matmul (specialized, 48x384xf32, 384x320xf32) "
                                    "of matmul.mlir for " +
-                                   llvm::sys::getHostCPUName().str() + " from the disk cache"));
+                                   targetCpu() + " from the disk cache"));
   EXPECT_EQ(third.out, r1.out);
 }
 

@@ -4,7 +4,10 @@
 #include "frank/Frank.h"
 
 #include <gtest/gtest.h>
+#include <llvm/ADT/StringRef.h>
+#include <llvm/TargetParser/Host.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -23,6 +26,12 @@ inline Context &context() {
 /// the host (the kernels run only where it has their features).
 inline constexpr const char *kAvx512Cpu = "skylake-avx512";
 inline constexpr const char *kAvx2Cpu = "x86-64-v3";
+
+/// The CPU a context with no `cpu` option generates code for: $FRANK_CPU, else the host's.
+inline std::string targetCpu() {
+  const char *cpu = std::getenv("FRANK_CPU");
+  return cpu ? cpu : llvm::sys::getHostCPUName().str();
+}
 
 /// Options whose `--config=` text is `config`.
 inline ContextOptions withConfig(std::string config) {

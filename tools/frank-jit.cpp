@@ -141,7 +141,8 @@ cl::opt<bool> noDiskCache("no-disk-cache",
 cl::opt<std::string>
     cpu("cpu",
         cl::desc("Generate code for this CPU, by LLVM's name (skylake-avx512, znver3, "
-                 "x86-64-v3; default: the host). Kernels that need features the host lacks can "
+                 "x86-64-v3; default: $FRANK_CPU, else the host). Kernels that need features the "
+                 "host lacks can "
                  "be printed but not run"),
         cl::value_desc("name"), cl::sub(compileCmd), cl::sub(runCmd), cl::sub(benchCmd),
         cl::cat(category));

@@ -163,9 +163,9 @@ struct ContextOptions {
   /// user and nobody else may write to it: it holds code the process runs.
   std::string cacheDir;
   /// The CPU kernels are generated for: LLVM's name of a CPU of the host's architecture
-  /// (skylake-avx512, znver3, x86-64-v3). Empty: the host. Kernels for a CPU whose features the
-  /// host lacks can be printed (`Function::emit`) but not run: calling them is an Error. Checked
-  /// when the context is made.
+  /// (skylake-avx512, znver3, x86-64-v3). Empty: $FRANK_CPU, else the host. Kernels for a CPU
+  /// whose features the host lacks can be printed (`Function::emit`) but not run: calling them
+  /// is an Error. Checked when the context is made.
   std::string cpu;
   /// The disk cache's size cap: after a write, least recently used entries go until the
   /// directory fits. 0: $FRANK_CACHE_MAX_BYTES (bytes, or 512K, 64M, 1G), else 512 MiB.
