@@ -442,6 +442,22 @@ TEST(CliCompile, CpuPrintsAnotherCpusKernels) {
   EXPECT_THAT(unknown.err, HasSubstr("skylake-avx512"));
 }
 
+// FRANK_CPU stands in for the host where no --cpu is given; --cpu wins over it, and a name LLVM
+// does not know is the same error.
+TEST(CliCompile, FrankCpuNamesTheDefaultCpu) {
+  ToolResult ir = runTool(compileArgs({"--emit=llvm-opt"}), {{"FRANK_CPU", "x86-64-v3"}});
+  EXPECT_SUCCESS(ir);
+  EXPECT_THAT(ir.out, HasSubstr("\"target-cpu\"=\"x86-64-v3\""));
+  EXPECT_THAT(ir.out, HasSubstr("<8 x float>"));
+  ToolResult named = runTool(compileArgs({"--emit=llvm-opt", "--cpu=skylake-avx512"}),
+                             {{"FRANK_CPU", "x86-64-v3"}});
+  EXPECT_SUCCESS(named);
+  EXPECT_THAT(named.out, HasSubstr("\"target-cpu\"=\"skylake-avx512\""));
+  ToolResult unknown = runTool(compileArgs({"--emit=loops"}), {{"FRANK_CPU", "bogus"}});
+  EXPECT_FAILURE(unknown);
+  EXPECT_THAT(unknown.err, HasSubstr("error: unknown CPU 'bogus' for x86_64"));
+}
+
 // A kernel for a CPU whose features the host lacks is an error when run, naming them, not an
 // illegal instruction: Granite Rapids' AMX-FP16, which no host of ours has, unless this one does.
 TEST(CliRun, AKernelForFeaturesTheHostLacksIsAnError) {
