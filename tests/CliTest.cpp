@@ -2,12 +2,13 @@
 // stdout, stderr and the exit status, and checks exact content (values against plain-double
 // oracles, IR text per stage, and the exact error messages).
 #include "Engine.h"
+#include "TestSupport.h"
 #include "ToolSupport.h"
 #include "frank/Npy.h"
 #include "frank/Tensor.h"
 #include "oracles/AttentionMoe.h"
-#include "oracles/Oracles.h"
 #include "oracles/EmbeddingRopeMoe.h"
+#include "oracles/Oracles.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -1088,8 +1089,8 @@ TEST(CliConfig, OverrideShowsInLoopsAndKeepsResults) {
   ToolResult r = runTool({"compile", matmul, "--function=matmul", "--input=16x64xf32",
                           "--input=64x32xf32", "--emit=loops", "--config=tile=3x2,pack=0"});
   EXPECT_SUCCESS(r);
-  // The lanes follow the host the tool runs on.
-  const int lanes = jit::Engine::instance().target().vectorBits / 32;
+  // The lanes follow the CPU the tool generates code for: $FRANK_CPU, else the host.
+  const int lanes = targetOfContexts().vectorBits / 32;
   EXPECT_THAT(r.out, testing::HasSubstr(
                          fmt::format("contraction.outer m=d0 n=d1 k=d2 tile=3x2 lanes={}", lanes)));
   // x = 1 everywhere and w[k, n] = n: every output is 64 * n, whatever the tile.

@@ -1710,9 +1710,8 @@ TEST_P(CliDiagnostics, ExitOneAndExactMessage) {
     if (name == file)
       source = bytes;
   // 32 columns are 4 vectors of 8 lanes with AVX2, 2 of 16 with AVX-512.
-  std::string message = replaceAll(
-      c.message, "{vectors of 32}",
-      std::to_string(32 * 32 / jit::Engine::instance().target().vectorBits));
+  std::string message = replaceAll(c.message, "{vectors of 32}",
+                                   std::to_string(32 * 32 / targetOfContexts().vectorBits));
   expectError(err, c.where, message, source);
 }
 

@@ -324,7 +324,7 @@ TEST(ParallelLoops, ShiftedLastNBlockRunsWhereNoOtherThreadWritesItsColumns) {
         context().load(componentPath("linear/matmul.mlir")).function("matmul_transpose_b");
     std::string loops = matmul.emit(
         Stage::Loops, {fmt::format("{}x{}xf32", c.m, c.k), fmt::format("{}x{}xf32", c.n, c.k)});
-    if (jit::Engine::instance().target().vectorBits == 512) {
+    if (targetOfContexts().vectorBits == 512) {
       EXPECT_THAT(loops, testing::HasSubstr("pack=#1^T")) << loops;
       EXPECT_THAT(loops, testing::ContainsRegex(c.placement)) << loops;
     }

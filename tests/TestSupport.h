@@ -1,6 +1,7 @@
 // Shared test helpers: component paths, guarded output buffers.
 #pragma once
 
+#include "Engine.h"
 #include "frank/Frank.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +32,12 @@ inline constexpr const char *kAvx2Cpu = "x86-64-v3";
 inline std::string targetCpu() {
   const char *cpu = std::getenv("FRANK_CPU");
   return cpu ? cpu : llvm::sys::getHostCPUName().str();
+}
+
+/// The vector registers strategies are selected for in a context with no `cpu` option.
+inline loops::Target targetOfContexts() {
+  const char *cpu = std::getenv("FRANK_CPU");
+  return jit::Engine::forCpu(cpu ? cpu : "").target();
 }
 
 /// Options whose `--config=` text is `config`.
