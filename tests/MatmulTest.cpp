@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <regex>
 
 namespace frank::test {
@@ -369,7 +370,7 @@ TEST(MatmulFill, TilesStartFromTheFillValue) {
 }
 
 TEST(MatmulDot, RowSumsOfEveryWidth) {
-  const int lanes = jit::Engine::instance().target().vectorBits / 32;
+  const int lanes = targetOfContexts().vectorBits / 32;
   for (const char *tile : {"1x2", "3x4", "2x8", "1x16"}) {
     SCOPED_TRACE(tile);
     Context ctx(withConfig(fmt::format("pipeline=contraction.dot,tile={}", tile)));
@@ -529,6 +530,173 @@ TEST_P(MatmulWidenedTest, MatchesTheOracleOfTheWidenedValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MatmulWidenedTest,
+                         testing::Combine(testing::Values(DType::BF16, DType::F16),
+                                          testing::Values(Mode::Specialized, Mode::Generic)),
+                         [](const auto &info) {
+                           return fmt::format("{}_{}", dtypeName(std::get<0>(info.param)),
+                                              modeName(std::get<1>(info.param)));
+                         });
+
+// Every type of linear/matmul.mlir narrowed to bf16 or f16: the accumulator is 16-bit too, and
+// each step rounds, as the body says. The tiled pipelines hold the accumulators as 16-bit vectors
+// computed in f32 registers.
+//
+// Exact check: entries of -1, 0 or 1 with at most 256 nonzero terms per output (A's row m keeps
+// the k with k % stride == m % stride) keep every partial sum, in any order, an integer of at
+// most 256, exact in both types: the kernel must give the integer sum bit for bit whatever its
+// order of summation (the stream's split k, the dot's lane reduction, f16 FMAs).
+// Rounding check (bf16, B as [k, n]): the outer-product tiles and the generic loops keep each
+// output's k order, and bf16 arithmetic rounds the f32 result of every op (the product of two
+// bf16 values is exact in f32, and the sum's two roundings equal one since 24 >= 2 * 8 + 2), so
+// real values give the sequential oracle that rounds after each multiply and add, bit for bit.
+class MatmulSixteenBitTest : public testing::TestWithParam<std::tuple<DType, Mode>> {};
+
+// `bits` of a 16-bit float of `type`, widened.
+float widen(uint16_t bits, DType type) {
+  if (type == DType::BF16) {
+    uint32_t wide = uint32_t(bits) << 16;
+    float value;
+    std::memcpy(&value, &wide, 4);
+    return value;
+  }
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+
+// An output of 16-bit floats between guards of signaling NaNs, which a stray write or a
+// read-modify-write (quieting them) changes.
+struct GuardedNarrowOutput {
+  static constexpr int64_t kGuard = 64;
+  GuardedNarrowOutput(DType type, int64_t m, int64_t n)
+      : pattern(type == DType::BF16 ? 0x7f81 : 0x7c01), storage(m * n + 2 * kGuard, pattern),
+        tensor(Tensor::borrow(storage.data() + kGuard, type, {m, n})) {}
+  uint16_t at(int64_t i) const { return storage[kGuard + i]; }
+  bool guardsIntact() const {
+    for (int64_t i = 0; i < kGuard; ++i)
+      if (storage[i] != pattern || storage[storage.size() - 1 - i] != pattern)
+        return false;
+    return true;
+  }
+  uint16_t pattern;
+  std::vector<uint16_t> storage;
+  Tensor tensor;
+};
+
+std::vector<uint16_t> runNarrowMatmul(Module &module, const std::string &function, DType type,
+                                      const Shape &s, std::vector<uint16_t> &x,
+                                      std::vector<uint16_t> &w, Mode mode) {
+  bool transposeB = function == "matmul_transpose_b";
+  Tensor xt = Tensor::borrow(x.data(), type, {s.m, s.k});
+  Tensor wt = Tensor::borrow(
+      w.data(), type, transposeB ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n});
+  GuardedNarrowOutput out(type, s.m, s.n);
+  std::vector<Tensor> outputs{out.tensor};
+  module.function(function).specialize({xt, wt}, mode).run({xt, wt}, outputs);
+  EXPECT_TRUE(out.guardsIntact());
+  return {out.storage.begin() + out.kGuard, out.storage.end() - out.kGuard};
+}
+
+TEST_P(MatmulSixteenBitTest, IntegerSumsAreExact) {
+  auto [type, mode] = GetParam();
+  Module module = context().loadString(
+      componentTextWith("linear/matmul.mlir", "f32", dtypeName(type)), "matmul_narrow.mlir");
+  std::mt19937 random(7);
+  for (const char *function : {"matmul", "matmul_transpose_b"})
+    for (Shape s : kShapes) {
+      // The generic loops are scalar: their larger shapes would take seconds.
+      if (mode == Mode::Generic && s.m * s.k * s.n > (int64_t(1) << 24))
+        continue;
+      SCOPED_TRACE(fmt::format("{} {}", function, shapeName(s)));
+      const bool transposeB = std::string(function) == "matmul_transpose_b";
+      const int64_t stride = std::max<int64_t>(1, (s.k + 255) / 256);
+      std::vector<int> xv(s.m * s.k), wv(s.k * s.n);
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t k = 0; k < s.k; ++k)
+          xv[i * s.k + k] = k % stride == i % stride ? int(random() % 3) - 1 : 0;
+      for (int &v : wv)
+        v = int(random() % 3) - 1;
+      float ignored;
+      auto narrow = [&](const std::vector<int> &values) {
+        std::vector<uint16_t> bits(values.size());
+        for (size_t i = 0; i < values.size(); ++i)
+          bits[i] = narrowBits(float(values[i]), type, ignored);
+        return bits;
+      };
+      std::vector<uint16_t> x = narrow(xv), w = narrow(wv);
+      std::vector<uint16_t> out = runNarrowMatmul(module, function, type, s, x, w, mode);
+      int wrong = 0;
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          int sum = 0;
+          for (int64_t k = 0; k < s.k; ++k)
+            sum += xv[i * s.k + k] * (transposeB ? wv[j * s.k + k] : wv[k * s.n + j]);
+          float got = widen(out[i * s.n + j], type);
+          if (got != float(sum) && wrong++ < 3)
+            ADD_FAILURE() << "out[" << i << ", " << j << "] = " << got << ", not " << sum;
+        }
+      EXPECT_EQ(wrong, 0);
+    }
+}
+
+TEST(MatmulBfloat16Test, RoundsEachStep) {
+  Module module = context().loadString(componentTextWith("linear/matmul.mlir", "f32", "bf16"),
+                                       "matmul_bf16.mlir");
+  for (Mode mode : {Mode::Specialized, Mode::Generic})
+    for (Shape s : {Shape{37, 512, 128}, Shape{64, 512, 259}, Shape{128, 256, 256},
+                    Shape{6, 3, 87392}, Shape{128, 512, 40}, Shape{32, 300, 1001}}) {
+      SCOPED_TRACE(fmt::format("{} {}", shapeName(s), modeName(mode)));
+      std::vector<float> xf = oracle::randomFloats(s.m * s.k, 3 + s.m);
+      std::vector<float> wf = oracle::randomFloats(s.k * s.n, 5 + s.n);
+      std::vector<uint16_t> x(xf.size()), w(wf.size());
+      for (size_t i = 0; i < xf.size(); ++i)
+        x[i] = narrowBits(xf[i], DType::BF16, xf[i]);
+      for (size_t i = 0; i < wf.size(); ++i)
+        w[i] = narrowBits(wf[i], DType::BF16, wf[i]);
+      std::vector<uint16_t> out = runNarrowMatmul(module, "matmul", DType::BF16, s, x, w, mode);
+      int wrong = 0;
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          float acc = 0, rounded;
+          for (int64_t k = 0; k < s.k; ++k) {
+            narrowBits(xf[i * s.k + k] * wf[k * s.n + j], DType::BF16, rounded);
+            narrowBits(acc + rounded, DType::BF16, acc);
+          }
+          if (out[i * s.n + j] != runtime::bfloat16Bits(acc) && wrong++ < 3)
+            ADD_FAILURE() << "out[" << i << ", " << j
+                          << "] = " << widen(out[i * s.n + j], DType::BF16) << ", not " << acc;
+        }
+      EXPECT_EQ(wrong, 0);
+    }
+}
+
+// The accumulators are 16-bit vectors as wide as f32's: lanes of 16 with AVX-512, 8 with AVX2
+// (whose B as [n, k] takes the dot tiles, as f32's does). bf16 lanes move as bits: the dot's
+// lane sums shuffle them, which x86 without AVX512-BF16 did in f32 registers, rounding each
+// lane back through a call to __truncsfbf2 (SixteenBitFloatBits.h).
+TEST(MatmulSixteenBitStrategy, TilesHoldSixteenBitAccumulators) {
+  for (auto [cpu, lanes] : {std::pair{kAvx512Cpu, 16}, std::pair{kAvx2Cpu, 8}})
+    for (const char *type : {"bf16", "f16"}) {
+      Context ctx(forCpu(cpu));
+      Module module = ctx.loadString(componentTextWith("linear/matmul.mlir", "f32", type),
+                                     "matmul_narrow.mlir");
+      for (const char *function : {"matmul", "matmul_transpose_b"}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", cpu, type, function));
+        const std::vector<std::string> shapes{fmt::format("64x512x{}", type),
+                                              fmt::format("512x512x{}", type)};
+        std::string loops = module.function(function).emit(Stage::Loops, shapes);
+        EXPECT_THAT(loops, testing::ContainsRegex("contraction\\.(outer|dot) "));
+        EXPECT_THAT(loops, testing::HasSubstr(fmt::format("var acc: {}x{} =", type, lanes)))
+            << loops;
+        for (const std::vector<std::string> &s :
+             {shapes, {fmt::format("1x512x{}", type), fmt::format("512x512x{}", type)}})
+          EXPECT_THAT(module.function(function).emit(Stage::Assembly, s),
+                      testing::Not(testing::HasSubstr("truncsfbf2")));
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulSixteenBitTest,
                          testing::Combine(testing::Values(DType::BF16, DType::F16),
                                           testing::Values(Mode::Specialized, Mode::Generic)),
                          [](const auto &info) {

@@ -269,6 +269,9 @@ private:
     for (int v = 0; v < count; ++v)
       std::fill(sourceOfLane[v].begin(), sourceOfLane[v].end(), v);
     auto add = [&](llvm::Value *a, llvm::Value *b) {
+      if (isBfloat16(a))
+        return truncToBfloat16(floatBinary(llvm::Instruction::FAdd, toFloat(a), toFloat(b), true),
+                               a->getType());
       return floatBinary(llvm::Instruction::FAdd, a, b, true);
     };
     int block = lanes / 2;
@@ -515,6 +518,9 @@ private:
       if (vectors.size() > 1)
         return sumsOfVectors(vectors);
       llvm::Value *v = vectors[0];
+      // bf16 lanes are summed as its other arithmetic runs, rounding each add.
+      if (isBfloat16(v))
+        return b_.CreateExtractElement(sumsOfVectors(vectors), uint64_t(0));
       llvm::Value *sum =
           b_.CreateFAddReduce(llvm::ConstantFP::getNegativeZero(v->getType()->getScalarType()), v);
       if (auto *inst = llvm::dyn_cast<llvm::Instruction>(sum))

@@ -58,7 +58,8 @@ void lowerSixteenBitFloatBits(llvm::Module &module) {
           phis.push_back(phi);
         else if (auto *load = llvm::dyn_cast<llvm::LoadInst>(&inst))
           loads.push_back(load);
-        else if (inst.getOpcode() == llvm::Instruction::Select)
+        else if (llvm::isa<llvm::SelectInst, llvm::ShuffleVectorInst, llvm::ExtractElementInst>(
+                     &inst))
           signOps.push_back(&inst);
       }
   // Loads of bits, cast to bf16 where bf16 is wanted (a bf16 load's value, used as bits, had been
@@ -79,10 +80,24 @@ void lowerSixteenBitFloatBits(llvm::Module &module) {
     llvm::Type *bitsType = type->getWithNewType(b.getInt16Ty());
     auto bits = [&](llvm::Value *v) { return frank::bitsOf(b, v, bitsType); };
     auto mask = [&](uint16_t m) { return llvm::ConstantInt::get(bitsType, m); };
-    if (inst->getOpcode() == llvm::Instruction::Select) {
-      llvm::Value *picked =
-          b.CreateSelect(inst->getOperand(0), bits(inst->getOperand(1)), bits(inst->getOperand(2)));
-      inst->replaceAllUsesWith(b.CreateBitCast(picked, type));
+    if (llvm::isa<llvm::SelectInst, llvm::ShuffleVectorInst, llvm::ExtractElementInst>(inst)) {
+      // Moves of lanes: the same moves of their bits.
+      llvm::Value *moved;
+      if (auto *select = llvm::dyn_cast<llvm::SelectInst>(inst)) {
+        moved = b.CreateSelect(select->getCondition(), bits(select->getTrueValue()),
+                               bits(select->getFalseValue()));
+      } else if (auto *shuffle = llvm::dyn_cast<llvm::ShuffleVectorInst>(inst)) {
+        llvm::Type *sourceBits = shuffle->getOperand(0)->getType()->getWithNewType(b.getInt16Ty());
+        moved = b.CreateShuffleVector(frank::bitsOf(b, shuffle->getOperand(0), sourceBits),
+                                      frank::bitsOf(b, shuffle->getOperand(1), sourceBits),
+                                      shuffle->getShuffleMask());
+      } else {
+        llvm::Value *vector = inst->getOperand(0);
+        moved = b.CreateExtractElement(
+            frank::bitsOf(b, vector, vector->getType()->getWithNewType(b.getInt16Ty())),
+            inst->getOperand(1));
+      }
+      inst->replaceAllUsesWith(b.CreateBitCast(moved, type));
       inst->eraseFromParent();
       continue;
     }

@@ -1393,7 +1393,7 @@ private:
     NestShape nest;
     ElemKind elem = g.op.result()->type.elem;
     nest.elemBits = elemBits(elem);
-    bool sameTypes = elem == ElemKind::F32 || elem == ElemKind::F64;
+    bool sameTypes = isFloatElem(elem);
     bool runtime = false;
     for (int d = 0; d < g.numLoops(); ++d) {
       nest.reduction.push_back(g.isReduction(d));

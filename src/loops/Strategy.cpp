@@ -1412,7 +1412,9 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
   std::string whyNot;
   if (!nest.vectorBody)
     whyNot = "its body has ops the vector code generator does not take";
-  int lanes = std::max(1, target.vectorBits / nest.elemBits);
+  // 16-bit floats are computed in f32 registers: a vector holds as many of them as of f32.
+  const int laneBits = std::max(nest.elemBits, 32);
+  int lanes = std::max(1, target.vectorBits / laneBits);
   std::optional<Strategy> chosen;
   std::string whyOuter, whyDot;
   if (nest.gather && hasRuntimeExtents(nest) && !runtimeOnlyInPairs(nest)) {
@@ -1443,7 +1445,7 @@ Strategy selectStrategy(const NestShape &nest, const Target &target, const Confi
     // dim that is not a whole number of full vectors (n = 40 on AVX-512) still gets register
     // tiles: row-reduction reads B down its columns. A matmul of 128x512 by 512x40 took 0.63 ms
     // that way on a Zen 4, where 512x48 takes 0.055 with 16 lanes.
-    const int narrowest = std::min(lanes, std::max(1, 128 / nest.elemBits));
+    const int narrowest = std::min(lanes, std::max(1, 128 / laneBits));
     for (int width = lanes; !chosen && width >= narrowest; width /= 2) {
       if (allows(Pipeline::ContractionStream) && !hasRuntimeExtents(nest))
         chosen = tryStream(nest, width, target, whyOuter);
