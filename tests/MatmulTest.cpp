@@ -475,7 +475,18 @@ uint16_t narrowBits(float v, DType type, float &value) {
   return bits;
 }
 
-class MatmulWidenedTest : public testing::TestWithParam<std::tuple<DType, Mode>> {};
+/// The 16-bit float types in both modes, for the suites of 16-bit matmuls.
+using TypeAndMode = std::tuple<DType, Mode>;
+auto sixteenBitTypesAndModes() {
+  return testing::Combine(testing::Values(DType::BF16, DType::F16),
+                          testing::Values(Mode::Specialized, Mode::Generic));
+}
+std::string typeAndModeName(const testing::TestParamInfo<TypeAndMode> &info) {
+  return fmt::format("{}_{}", dtypeName(std::get<0>(info.param)),
+                     modeName(std::get<1>(info.param)));
+}
+
+class MatmulWidenedTest : public testing::TestWithParam<TypeAndMode> {};
 
 TEST_P(MatmulWidenedTest, MatchesTheOracleOfTheWidenedValues) {
   auto [narrow, mode] = GetParam();
@@ -529,13 +540,7 @@ TEST_P(MatmulWidenedTest, MatchesTheOracleOfTheWidenedValues) {
   EXPECT_THAT(loops, testing::ContainsRegex("let bw: f32x[0-9]+ = extf<f32>\\(b\\)")) << loops;
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, MatmulWidenedTest,
-                         testing::Combine(testing::Values(DType::BF16, DType::F16),
-                                          testing::Values(Mode::Specialized, Mode::Generic)),
-                         [](const auto &info) {
-                           return fmt::format("{}_{}", dtypeName(std::get<0>(info.param)),
-                                              modeName(std::get<1>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(Types, MatmulWidenedTest, sixteenBitTypesAndModes(), typeAndModeName);
 
 // Every type of linear/matmul.mlir narrowed to bf16 or f16: the accumulator is 16-bit too, and
 // each step rounds, as the body says. The tiled pipelines hold the accumulators as 16-bit vectors
@@ -549,7 +554,7 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulWidenedTest,
 // output's k order, and bf16 arithmetic rounds the f32 result of every op (the product of two
 // bf16 values is exact in f32, and the sum's two roundings equal one since 24 >= 2 * 8 + 2), so
 // real values give the sequential oracle that rounds after each multiply and add, bit for bit.
-class MatmulSixteenBitTest : public testing::TestWithParam<std::tuple<DType, Mode>> {};
+class MatmulSixteenBitTest : public testing::TestWithParam<TypeAndMode> {};
 
 // `bits` of a 16-bit float of `type`, widened.
 float widen(uint16_t bits, DType type) {
@@ -696,13 +701,7 @@ TEST(MatmulSixteenBitStrategy, TilesHoldSixteenBitAccumulators) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, MatmulSixteenBitTest,
-                         testing::Combine(testing::Values(DType::BF16, DType::F16),
-                                          testing::Values(Mode::Specialized, Mode::Generic)),
-                         [](const auto &info) {
-                           return fmt::format("{}_{}", dtypeName(std::get<0>(info.param)),
-                                              modeName(std::get<1>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(Types, MatmulSixteenBitTest, sixteenBitTypesAndModes(), typeAndModeName);
 
 } // namespace
 } // namespace frank::test
