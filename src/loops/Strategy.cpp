@@ -311,7 +311,9 @@ bool panelStreams(const NestShape &nest, const Strategy &s) {
 // faster in five), the same on the Zen 4, and compiles in 13-14 ms either way. A panel that fits
 // (attention's, k of 128: 32 KiB) stays in L1, and the rows shrink to a size that divides them: the
 // leftover tile would cost more than it saves (S5 0.98-0.99 ms with 4x4 against 1.02-1.03 with 6x4
-// on the Xeon).
+// on the Xeon). On a later Xeon (AMX, 2 MiB L2) 6x4 ran S5 in 0.87-0.91 ms against 0.94-0.98 but
+// compiled in 29-33 ms against 22-27; a last m block shifted to end at M instead of the leftover
+// tile (its first row a select of the block index) ran 1.03.
 void divideRowsUnlessPanelStreams(const NestShape &nest, Strategy &s) {
   if (s.pipeline == Pipeline::ContractionOuter && !panelStreams(nest, s))
     s.tileM = rowsDividingTile(s.tileM, extentOr1(nest, s.dimM));
