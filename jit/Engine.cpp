@@ -608,6 +608,8 @@ void Engine::checkRunsOnHost() const {
 const std::string &Engine::cpuName() const { return impl_->cpu; }
 const std::string &Engine::hostFingerprint() const { return impl_->fingerprint; }
 const std::string &Engine::cpuFeatures() const { return impl_->features; }
+bool Engine::hasAvx2() const { return impl_->avx2; }
+
 loops::Target Engine::target() const {
   loops::Target target = impl_->avx512 ? loops::Target::avx512() : loops::Target::avx2();
   target.prefetchRowsAhead = !llvm::StringRef(impl_->cpu).starts_with("znver");

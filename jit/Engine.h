@@ -61,6 +61,9 @@ public:
   const std::string &cpuFeatures() const;
   /// The CPU's vector registers, for strategy selection.
   loops::Target target() const;
+  /// Whether the CPU has AVX2: without it (x86-64's SSE2) the vectorizer's vectors hold 4 floats,
+  /// whatever width the strategies chose.
+  bool hasAvx2() const;
 
   ~Engine();
 

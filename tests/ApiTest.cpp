@@ -150,7 +150,8 @@ TEST(Api, EmitShowsEveryStage) {
   EXPECT_THAT(fn.emit(Stage::Specialized, types), HasSubstr("tensor<1x4x100xf32>"));
   EXPECT_THAT(fn.emit(Stage::Loops, types), HasSubstr("for d2 in 0..100 vectorized"));
   EXPECT_THAT(fn.emit(Stage::LLVM, types), HasSubstr("noalias"));
-  EXPECT_THAT(fn.emit(Stage::OptimizedLLVM, types), testing::ContainsRegex("<(8|16) x float>"));
+  EXPECT_THAT(fn.emit(Stage::OptimizedLLVM, types),
+              testing::ContainsRegex("<" + floatVectorWidths() + " x float>"));
   std::string all = fn.emit(Stage::Loops, types, Mode::Specialized, true);
   for (const char *pass : {"inline", "specialize", "fuse-elementwise", "lower-to-loops"})
     EXPECT_THAT(all, HasSubstr(std::string("IR Dump After ") + pass));

@@ -40,6 +40,13 @@ inline loops::Target targetOfContexts() {
   return jit::Engine::forCpu(cpu ? cpu : "").target();
 }
 
+/// The widths of the float vectors in the kernels of a context with no `cpu` option, as a regex
+/// group: 8 or 16 lanes with AVX2 or AVX-512, SSE's 4 without AVX2 (x86-64).
+inline std::string floatVectorWidths() {
+  const char *cpu = std::getenv("FRANK_CPU");
+  return jit::Engine::forCpu(cpu ? cpu : "").hasAvx2() ? "(8|16)" : "(4)";
+}
+
 /// Options whose `--config=` text is `config`.
 inline ContextOptions withConfig(std::string config) {
   ContextOptions options;
