@@ -411,9 +411,9 @@ TEST(CliCompile, EmitAsmUsesVectorInstructions) {
   ToolResult r = runTool(compileArgs({"--emit=asm"}));
   EXPECT_SUCCESS(r);
   // SSE's packed instructions below AVX2 (x86-64).
-  const bool avx = floatVectorWidths() != "(4)";
-  EXPECT_TRUE(std::regex_search(
-      r.out, std::regex(avx ? R"(vmovups|vfmadd|%ymm|%zmm)" : R"(\b(movups|mulps|addps)\b)")))
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(engineOfContexts().hasAvx2()
+                                                      ? R"(vmovups|vfmadd|%ymm|%zmm)"
+                                                      : R"(\b(movups|mulps|addps)\b)")))
       << "no vector code in the assembly";
   // asm is the default stage.
   ToolResult byDefault = runTool(compileArgs({}));

@@ -34,18 +34,18 @@ inline std::string targetCpu() {
   return cpu ? cpu : llvm::sys::getHostCPUName().str();
 }
 
-/// The vector registers strategies are selected for in a context with no `cpu` option.
-inline loops::Target targetOfContexts() {
+/// The engine of a context with no `cpu` option: $FRANK_CPU's, else the host's.
+inline jit::Engine &engineOfContexts() {
   const char *cpu = std::getenv("FRANK_CPU");
-  return jit::Engine::forCpu(cpu ? cpu : "").target();
+  return jit::Engine::forCpu(cpu ? cpu : "");
 }
+
+/// The vector registers strategies are selected for in a context with no `cpu` option.
+inline loops::Target targetOfContexts() { return engineOfContexts().target(); }
 
 /// The widths of the float vectors in the kernels of a context with no `cpu` option, as a regex
 /// group: 8 or 16 lanes with AVX2 or AVX-512, SSE's 4 without AVX2 (x86-64).
-inline std::string floatVectorWidths() {
-  const char *cpu = std::getenv("FRANK_CPU");
-  return jit::Engine::forCpu(cpu ? cpu : "").hasAvx2() ? "(8|16)" : "(4)";
-}
+inline std::string floatVectorWidths() { return engineOfContexts().hasAvx2() ? "(8|16)" : "(4)"; }
 
 /// Options whose `--config=` text is `config`.
 inline ContextOptions withConfig(std::string config) {
