@@ -971,8 +971,8 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   // Groups of n blocks spanning 2 KiB of B's rows (8 blocks wide, 32 narrow: 8 groups either
   // way), the parallel loop; in each, the (k block, n block) pairs, k blocks outside. Two panel
   // slots per chunk of groups: the m blocks pack the next pair's panel into the other, a chunk
-  // of rows after each tile, prefetched before it: 21 tiles of 6 rows (6x4 wide, 6x2 narrow),
-  // the first 16 of them 16 rows a chunk, in k blocks of 256.
+  // of rows after each tile, prefetched a line every few steps of its k loop: 21 tiles of 6 rows
+  // (6x4 wide, 6x2 narrow), the first 16 of them 16 rows a chunk, in k blocks of 256.
   const int group = wide ? 8 : 32, knPairs = 16 * group;
   EXPECT_THAT(loops, testing::HasSubstr("  for n_group in 0..8 parallel(chunks of at least 1) "
                                         "chunk from pack_region {\n"));
@@ -983,23 +983,23 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
                   "      for m_block in 0..21 {{\n",
                   group, knPairs)));
   EXPECT_THAT(loops, testing::HasSubstr("temp packed_w: f32[2097152]"));
-  EXPECT_THAT(loops, testing::HasSubstr("// prefetch 16 rows of the next pair's panel\n"));
+  // One prefetch in the k loop, with no branch: the 64 lines of a chunk of 16 rows of 4 lines
+  // (wide) one every 4 steps, the 16 of 16 rows of one line (narrow) one every 16; the m blocks
+  // past the 16 chunks, and the last pair, prefetch the last chunk's lines again.
+  EXPECT_THAT(loops, testing::HasSubstr("// prefetch a line of the next pair's panel's 16 rows\n"));
+  EXPECT_EQ(count(loops, "prefetch w["), 1) << loops;
+  EXPECT_THAT(loops,
+              testing::HasSubstr(
+                  wide ? "prefetch w[(((((n_group * 8) + remui(minsi((kn_pair + 1), 127), 8)) * "
+                         "64) + (remui((d2 / 4), 4) * 16)) + ((((minsi((kn_pair + 1), 127) / 8) * "
+                         "256) + ((minsi(m_block, 15) * 16) + ((d2 / 4) / 4))) * 4096))]\n"
+                       : "prefetch w[((((n_group * 32) + remui(minsi((kn_pair + 1), 511), 32)) * "
+                         "16) + ((((minsi((kn_pair + 1), 511) / 32) * 256) + ((minsi(m_block, 15) "
+                         "* 16) + (d2 / 16))) * 4096))]\n"));
   EXPECT_THAT(loops, testing::HasSubstr(fmt::format("if andi(cmp.slt((kn_pair + 1), {}), "
                                                     "cmp.slt(m_block, 16)) {{\n",
                                                     knPairs)));
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
-                         "prefetch w[((((n_group * {0}) + remui((kn_pair + 1), {0})) * {1}) + "
-                         "(((((kn_pair + 1) / {0}) * 256) + ((m_block * 16) + row_1)) * 4096))]\n",
-                         group, wide ? 64 : 16)));
   EXPECT_THAT(loops, testing::HasSubstr("// then pack them\n"));
-  // A prefetch for every line of each row of the panel: 4 of 64 columns, 1 of 16.
-  EXPECT_EQ(count(loops, "prefetch w["), wide ? 4 : 1) << loops;
-  if (wide) {
-    EXPECT_THAT(loops,
-                testing::HasSubstr(
-                    "prefetch w[(((((n_group * 8) + remui((kn_pair + 1), 8)) * 64) + 48) + "
-                    "(((((kn_pair + 1) / 8) * 256) + ((m_block * 16) + row_1)) * 4096))]\n"));
-  }
 
   // GEMV: each part of the output adds four rows of the weights at a time; eight with 16-lane
   // vectors, each load prefetching the line eight rows further, its own at the end.

@@ -1585,7 +1585,9 @@ private:
     const int64_t slots = interleaved ? 2 : 1;
     int packed = -1;
     Stmt pack;
-    std::vector<Stmt> prefetchChunk, packChunk; // interleaved: before and after each tile
+    std::vector<Stmt> packChunk; // interleaved: after each tile
+    // interleaved: in each step of a tile's k loop, a prefetch of a line of the chunk it packs
+    Stmt prefetchStep;
     Stmt packRest; // interleaved, runtime m: after the m blocks, the chunks none packed
     // Packed transposed: the pack of the panel whose first column is the given one.
     std::function<Stmt(const Expr &)> packTransposedFrom;
@@ -1688,7 +1690,7 @@ private:
         pack = forLoop(row->name, panelRows, ForKind::Serial, copyRow(firstK, firstN, firstK, row));
         if (interleaved) {
           // Tile m prefetches chunk m of the next pair's panel (the next k block's, in a group
-          // the next n block's) before its products, and packs it after them.
+          // the next n block's) while it computes its products, and packs it after them.
           Expr nextPair = add(pairNow, intConst(1));
           Expr next = group ? kBlockOf(nextPair) : nextPair;
           Expr nextN = group ? nBlockOf(nextPair) : panel;
@@ -1696,26 +1698,42 @@ private:
           Expr when =
               binary(OpKind::AndI, hasNext, cmp("slt", mBlock, intConst(panelK / chunkRows)));
           Expr chunk = mul(mBlock, intConst(chunkRows));
-          Expr prefetchRow = var(freshName("row"), ElemKind::Index);
-          // Every line of the row's run of the panel: the L2's prefetchers follow no run of
-          // 256 bytes every 16 KiB (S7), and with the first line alone the pack after the tile
-          // waited on the rest (15% of a thread's samples in S7). On the 5th-generation Xeon,
-          // one process alternating the two (`--versus`, medians of 10): S7 18.0-23.8 ms against
-          // 20.2-25.2 with the first line, faster in four rounds of four; 512 rows 85.5 against
-          // 118, 32 rows 8.28 against 9.04, 14336 columns 177 against 194. (The earlier 2-core
-          // Xeon, alternating processes: S7 15.1-15.8 against 14.4-15.5.)
-          std::vector<Stmt> prefetches;
+          // Every line of the chunk's rows: the L2's prefetchers follow no run of 256 bytes every
+          // 16 KiB (S7), and with the first line alone the pack after the tile waited on the rest
+          // (15% of a thread's samples in S7; on the 5th-generation Xeon, one process alternating
+          // the two, `--versus`, medians of 10: S7 18.0-23.8 ms against 20.2-25.2). A line every
+          // few steps of the tile's k loop, not all of them before it: issued at once, the chunk's
+          // 64 prefetches of S7 left its pack 10% of the samples on the Zen 4 guest, as many when
+          // they ran 2 or 4 pairs ahead; spread, 4%, and S7 ran 20.3-22.0 ms against 22.5-24.1
+          // (alternating processes, medians of 7, three rounds). The loop takes no branch, which
+          // would cost the tile registers (a spill a step, 28-31 ms): the m blocks past the
+          // chunks, and the last pair, prefetch lines already in cache.
           const int64_t lineElems = lineElemsOf(g.input(s.packInput)->type.elem);
-          for (int64_t column = 0; column < panelRow; column += lineElems) {
+          const int64_t linesPerRow = (panelRow + lineElems - 1) / lineElems;
+          const int64_t lines = chunkRows * linesPerRow;
+          const int64_t stepsPerLine = std::max<int64_t>(1, panelK / lines);
+          const int64_t linesPerStep = (lines + panelK - 1) / panelK;
+          const int64_t lastPair = (group ? kBlocks * group : kBlocks) - 1;
+          Expr pairAhead = binary(OpKind::MinSI, nextPair, intConst(lastPair));
+          Expr chunkAhead = mul(binary(OpKind::MinSI, mBlock, intConst(panelK / chunkRows - 1)),
+                                intConst(chunkRows));
+          std::vector<Stmt> prefetches;
+          for (int64_t j = 0; j < linesPerStep; ++j) {
+            Expr line =
+                add(mul(quotient(vars[s.dimK], stepsPerLine), intConst(linesPerStep)), intConst(j));
             std::vector<Expr> iv = vars;
-            iv[s.dimN] = add(mul(nextN, intConst(panelRow)), intConst(column));
-            iv[s.dimK] = kAt(next, add(chunk, prefetchRow));
+            iv[s.dimN] = mul(group ? nBlockOf(pairAhead) : panel, intConst(panelRow));
+            if (linesPerRow > 1)
+              iv[s.dimN] = add(iv[s.dimN], mul(binary(OpKind::RemUI, line, intConst(linesPerRow)),
+                                               intConst(lineElems)));
+            iv[s.dimK] = kAt(group ? kBlockOf(pairAhead) : pairAhead,
+                             add(chunkAhead, quotient(line, linesPerRow)));
             prefetches.push_back(prefetch(t.buffer, accessIndex(g.map(s.packInput), iv, t.dims)));
           }
-          prefetchChunk.push_back(ifThen(when, {forLoop(prefetchRow->name, intConst(chunkRows),
-                                                        ForKind::Serial, std::move(prefetches))}));
-          prefetchChunk.back()->comment = fmt::format("prefetch {} rows of the next {} panel",
-                                                      chunkRows, group ? "pair's" : "k block's");
+          prefetchStep = block(std::move(prefetches));
+          prefetchStep->comment = fmt::format("prefetch {} of the next {} panel's {} rows",
+                                              linesPerStep == 1 ? "a line" : "lines",
+                                              group ? "pair's" : "k block's", chunkRows);
           Expr chunkRow = var(freshName("row"), ElemKind::Index);
           packChunk.push_back(
               ifThen(when, {forLoop(chunkRow->name, intConst(chunkRows), ForKind::Serial,
@@ -1763,7 +1781,8 @@ private:
     // (`width` lanes or 1) read B in place, as the panels hold whole n blocks; they run after
     // the n blocks, outside any k blocks, over all of k.
     auto buildTile = [&](int rows, const Expr &firstRow, int columns = 0,
-                         const Expr &firstColumn = nullptr, int width = 0) {
+                         const Expr &firstColumn = nullptr, int width = 0,
+                         bool prefetchNextChunk = false) {
       if (columns == 0)
         columns = s.tileN;
       const int accLanes = outer && width ? width : lanes;
@@ -1858,6 +1877,8 @@ private:
             seen = binary(OpKind::SubI, seen, mul(kBlock, intConst(s.blockK)));
           trips = tripsUpTo(trips, seen);
         }
+        if (*d == s.dimK && prefetchNextChunk && prefetchStep)
+          stmts.push_back(prefetchStep);
         stmts = {forLoop(vars[*d]->name, trips, ForKind::Serial, std::move(stmts))};
       }
       std::vector<Stmt> tile = std::move(init);
@@ -1869,10 +1890,10 @@ private:
       }
       return tile;
     };
-    std::vector<Stmt> stmts = prefetchChunk;
+    std::vector<Stmt> stmts;
     if (s.prefetchAhead > 0)
       stmts.push_back(prefetchRowsAhead(g, s, vars, nBlock, extent(s.dimK)));
-    for (Stmt &tileStmt : buildTile(s.tileM, mul(mBlock, intConst(s.tileM))))
+    for (Stmt &tileStmt : buildTile(s.tileM, mul(mBlock, intConst(s.tileM)), 0, nullptr, 0, true))
       stmts.push_back(tileStmt);
     stmts.insert(stmts.end(), packChunk.begin(), packChunk.end());
     Expr mTrips = intConst(0); // 0: no m loop
