@@ -612,7 +612,8 @@ bool Engine::hasAvx2() const { return impl_->avx2; }
 
 loops::Target Engine::target() const {
   loops::Target target = impl_->avx512 ? loops::Target::avx512() : loops::Target::avx2();
-  target.prefetchRowsAhead = !llvm::StringRef(impl_->cpu).starts_with("znver");
+  target.prefetchRowsAhead =
+      !llvm::StringRef(impl_->cpu).starts_with("znver") || impl_->cpu == "znver4";
   if (impl_->cpu == "znver5") {
     target.blockKPanelBytes *= 2;
     target.blockKSliceBytes *= 2;

@@ -119,7 +119,10 @@ struct Target {
   /// own prefetchers follow the rows, and the prefetches only take slots: one process
   /// alternating the kernels, weights rotated through 3-4 copies, S9 at one token took 0.96-0.97
   /// of the time without them and the MoE block at one token 0.86-0.94; at 32 tokens level
-  /// (0.92-1.05), 0.98 with the weights warm. Off for AMD's Zen cores (Engine::target).
+  /// (0.92-1.05), 0.98 with the weights warm. Off for AMD's Zen cores (Engine::target) but Zen 4,
+  /// where they took the MoE block at 32 tokens to 12.4-14.1 ms from 13.2-15.9 (medians 12.9 and
+  /// 14.5; alternating processes, five rounds), S9 at 32 tokens 3.9-4.7 from 4.1-4.6, and left
+  /// one token level (S9 2.9-3.4 against 2.4-3.7, the MoE block 9.2-12.5 against 10.1-12.1).
   bool prefetchRowsAhead = true;
   /// The most bytes of B's panel (a k block of a tile's NR vectors, for tiles of 4 rows or more)
   /// and of A's slice (the k block of every row of m) that chooseBlockK's k blocks take: the
