@@ -1704,10 +1704,10 @@ private:
           // the two, `--versus`, medians of 10: S7 18.0-23.8 ms against 20.2-25.2). A line every
           // few steps of the tile's k loop, not all of them before it: issued at once, the chunk's
           // 64 prefetches of S7 left its pack 10% of the samples on the Zen 4 guest, as many when
-          // they ran 2 or 4 pairs ahead; spread, 4%, and S7 ran 20.3-22.0 ms against 22.5-24.1
-          // (alternating processes, medians of 7, three rounds). The loop takes no branch, which
-          // would cost the tile registers (a spill a step, 28-31 ms): the m blocks past the
-          // chunks, and the last pair, prefetch lines already in cache.
+          // they ran 2 or 4 pairs ahead; spread, 4%, and S7 ran 21.3-22.0 ms against 22.0-23.6
+          // (alternating processes, medians of 7, four rounds; 32 rows 6.0-6.1 against 7.7-8.4).
+          // The loop takes no branch, which would cost the tile registers (a spill a step, 28-31
+          // ms): the m blocks past the chunks, and the last pair, prefetch lines already in cache.
           const int64_t lineElems = lineElemsOf(g.input(s.packInput)->type.elem);
           const int64_t linesPerRow = (panelRow + lineElems - 1) / lineElems;
           const int64_t lines = chunkRows * linesPerRow;
