@@ -755,17 +755,23 @@ private:
 
   // for name in [begin, end) { body }, at the insertion point. A `remainder` of an interleaved
   // exp loop (emitFor) runs one vector an iteration.
+  //
+  // The loop tests its index at the bottom, after the body, and a guard before it skips a loop
+  // that may run no trip (none where the bounds are constants and it runs at least one): the
+  // form LLVM's loop rotation would otherwise make of a loop tested at the top, by copying the
+  // test before the loop, for every loop of the kernel.
   void emitLoop(const StmtNode &s, llvm::Value *begin, llvm::Value *end, bool remainder = false) {
     llvm::BasicBlock *pre = b_.GetInsertBlock();
-    auto *header = llvm::BasicBlock::Create(ctx_, s.name + ".header", fn_);
     auto *bodyBB = llvm::BasicBlock::Create(ctx_, s.name + ".body", fn_);
     auto *exit = llvm::BasicBlock::Create(ctx_, s.name + ".exit", fn_);
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
+    llvm::Value *entered = b_.CreateICmpSLT(begin, end, s.name + ".entered");
+    if (auto *known = llvm::dyn_cast<llvm::ConstantInt>(entered); known && known->isOne())
+      b_.CreateBr(bodyBB);
+    else
+      b_.CreateCondBr(entered, bodyBB, exit);
+    b_.SetInsertPoint(bodyBB);
     llvm::PHINode *iv = b_.CreatePHI(b_.getInt64Ty(), 2, s.name);
     iv->addIncoming(begin, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(iv, end), bodyBB, exit);
-    b_.SetInsertPoint(bodyBB);
     scopes_.emplace_back();
     scopes_.back()[s.name] = iv;
     if (!s.chunkFirst.empty())
@@ -779,7 +785,8 @@ private:
     runs_ = outerRuns;
     scopes_.pop_back();
     llvm::Value *next = b_.CreateAdd(iv, b_.getInt64(1), s.name + ".next", true, true);
-    llvm::BranchInst *latch = b_.CreateBr(header);
+    llvm::BranchInst *latch =
+        b_.CreateCondBr(b_.CreateICmpSLT(next, end, s.name + ".more"), bodyBB, exit);
     iv->addIncoming(next, b_.GetInsertBlock());
     // `Vectorize` stays a hint for readers of the loop IR: forcing it with loop metadata makes
     // LLVM warn on stderr about loops its cost model rightly leaves scalar, and gains nothing.
