@@ -382,6 +382,8 @@ struct Engine::Impl {
                                       CodegenOptions options) {
     if (options.permuteBits < 0)
       options.permuteBits = avx512 ? 512 : avx2 ? 256 : 0;
+    if (options.vectorBits < 0)
+      options.vectorBits = avx512 ? 512 : 256; // prefer-vector-width, below
     // With 16 registers the vectorizer widens an exp loop one vector an iteration, and the
     // iterations' long chains fill the out-of-order window: swiglu at S2 on a Zen 3 runs
     // 0.200 ms so and 0.158 ms four vectors an iteration (0.279 with two, 0.182 with eight;

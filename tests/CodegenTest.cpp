@@ -159,6 +159,75 @@ TEST(Codegen, ExpLoopsOfRuntimeLengthsLeaveTheScalarLessThanAVector) {
   EXPECT_THAT(ir, testing::Not(testing::HasSubstr("i.whole"))) << ir;
 }
 
+// Any vectorized loop of a runtime length (a partly specialized softmax's rows) takes four
+// vectors an iteration over the multiples of four, then one vector an iteration over the rest:
+// the vectorizer's own epilogue would take half vectors and leave the rest of them to its scalar
+// loop. At vectorBits 0 the vectorizer keeps the choice, in one loop. Both the elementwise loop
+// and the sum compute what they say at every length around the steps, at either vector width.
+TEST(Codegen, VectorizedLoopsOfRuntimeLengthsRunTheRestOneVectorAnIteration) {
+  using namespace loops;
+  const int64_t most = 160;
+  Program program;
+  program.name = "runtime_length_loops";
+  program.numDimParams = 1;
+  program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(most), nullptr},
+                     {"twice", ElemKind::F32, BufferRole::Output, 0, intConst(most), nullptr},
+                     {"sum", ElemKind::F32, BufferRole::Output, 1, intConst(1), nullptr}};
+  program.workspaceBytes = intConst(0);
+  Expr i = var("i", ElemKind::Index), j = var("j", ElemKind::Index);
+  Expr acc = var("acc", ElemKind::F32);
+  program.body = {
+      forLoop(
+          "i", dimParam(0), ForKind::Vectorize,
+          {store(1, i,
+                 binary(OpKind::MulF, load(0, i, ElemKind::F32), floatConst(2, ElemKind::F32)))}),
+      local("acc", floatConst(0, ElemKind::F32)),
+      forLoop("j", dimParam(0), ForKind::Vectorize,
+              {assign("acc", binary(OpKind::AddF, acc, load(0, j, ElemKind::F32), true))}),
+      store(2, intConst(0), acc)};
+  for (int bits : {512, 256, 0}) {
+    SCOPED_TRACE(fmt::format("vectorBits {}", bits));
+    CodegenOptions options;
+    options.vectorBits = bits;
+    options.expInterleave = 0;
+    program.name = fmt::format("runtime_length_loops_{}", bits);
+    std::string ir = jit::Engine::instance().emit(program, options, jit::Output::LLVM);
+    const int64_t step = 4 * bits / 32;
+    // The hints are uniqued: one of each, which both loops' parts name.
+    EXPECT_EQ(count(ir, "!{!\"llvm.loop.interleave.count\", i32 4}"), bits ? 1 : 0) << ir;
+    EXPECT_EQ(count(ir, "!{!\"llvm.loop.interleave.count\", i32 1}"), bits ? 1 : 0) << ir;
+    EXPECT_EQ(count(ir, "!llvm.loop !"), bits ? 4 : 0) << ir;
+    if (bits) {
+      EXPECT_THAT(ir, testing::HasSubstr("%i.whole = sub i64")) << ir;
+      EXPECT_THAT(ir, testing::HasSubstr("%j.whole = sub i64")) << ir;
+      EXPECT_EQ(count(ir, fmt::format(", {}\n", step)), 2) << ir; // the srems by the step
+    } else {
+      EXPECT_THAT(ir, testing::Not(testing::HasSubstr(".whole"))) << ir;
+    }
+    jit::EntryFn kernel = jit::Engine::instance().compile(program, options);
+    std::vector<float> x(most);
+    for (int64_t k = 0; k < most; ++k)
+      x[size_t(k)] = float(k % 23) - 11;
+    for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 48, 63, 64, 65, 80, 112, 127, 128, 129, 160}) {
+      std::vector<float> twice(most, -1.0f);
+      float sum = -1.0f;
+      void *buffers[] = {x.data(), twice.data(), &sum};
+      int64_t dims[] = {n};
+      int64_t status[3] = {0, 0, 0};
+      kernel(buffers, dims, nullptr, nullptr, status);
+      double want = 0;
+      for (int64_t k = 0; k < most; ++k) {
+        EXPECT_EQ(twice[size_t(k)], k < n ? 2 * x[size_t(k)] : -1.0f)
+            << "length " << n << " at " << k;
+        if (k < n)
+          want += x[size_t(k)];
+      }
+      // Small integers: every partial sum is exact, in any order.
+      EXPECT_EQ(sum, float(want)) << "length " << n;
+    }
+  }
+}
+
 // Two vectorized loops of `of(x[i])` over input x: i's of 128 trips into a, j's of `longTrips`
 // into b.
 loops::Program shortAndLongLoops(const char *name, int64_t longTrips,

@@ -48,9 +48,13 @@ constexpr int64_t kGrain = 128;
 // 128 left uninterleaved compiled S5 in 47 ms instead of 54 and S5c in 59 instead of 74 (medians
 // of six alternating compiles), and ran level (0.99-1.01x, one process alternating).
 constexpr int64_t kMaxTripsNotInterleaved = 128;
-// An interleaved exp loop's vector body takes this many elements an iteration at most (4
-// vectors of 8 floats with AVX2; see emitFor).
-constexpr int64_t kExpStep = 32;
+// A vectorized loop whose trip count is no constant interleaves this many vectors, as LLVM
+// chooses with 32 vector registers, so that codegen knows the step its body takes and can leave
+// the rest to a loop of one vector an iteration (emitFor), not to the vectorizer's epilogue of
+// half-width vectors and its scalar loop. In a partly specialized S5c (Emerald Rapids) the rows of
+// a causal softmax, 16 to 128 keys long, fell to those almost whole: the softmax took three times
+// as long as the specialized one's.
+constexpr unsigned kInterleave = 4;
 // For the work estimate (ColdCode.h): the trips of a loop whose extent is a runtime dim, and how
 // many scalar iterations a vectorized loop's one does.
 constexpr double kUnknownTrips = 1024;
@@ -724,27 +728,42 @@ private:
       emitParallelFor(s, extent);
       return;
     }
-    if (interleavesExp(s)) {
-      // The interleaved vector body takes the multiples of kExpStep, a loop of one vector an
+    if (const int64_t step = interleavedStep(s)) {
+      // The interleaved vector body takes the multiples of `step`, a loop of one vector an
       // iteration the rest, which leaves the scalar remainder fewer than one vector: a causal
       // softmax's rows, whose lengths are multiples of 16, would each leave 16 to the scalar exp
-      // (in a partly specialized S5c, 45% of the softmax's samples went to it).
+      // (in a partly specialized S5c, 45% of the softmax's samples went to it, AVX2).
       const std::optional<int64_t> trips = asConstant(s.value);
-      if (!trips || *trips % kExpStep) {
-        llvm::Value *whole = b_.CreateSub(extent, b_.CreateSRem(extent, b_.getInt64(kExpStep)),
+      if (!trips || *trips % step) {
+        llvm::Value *whole = b_.CreateSub(extent, b_.CreateSRem(extent, b_.getInt64(step)),
                                           s.name + ".whole"); // 0 for an extent below 0
-        emitLoop(s, b_.getInt64(0), whole);
-        emitLoop(s, whole, extent, /*remainder=*/true);
+        emitLoop(s, b_.getInt64(0), whole, LoopPart::Interleaved);
+        emitLoop(s, whole, extent, LoopPart::Rest);
         return;
       }
     }
     emitLoop(s, b_.getInt64(0), extent);
   }
 
-  // Whether `s` is a vectorized loop whose exp the vectorizer interleaves (CodegenOptions).
-  bool interleavesExp(const StmtNode &s) const {
-    return s.forKind == ForKind::Vectorize && options_.expInterleave > 1 && computesExp(s.body) &&
-           !isShort(s);
+  // The vectors an iteration of the vectorized loop `s` takes where codegen chooses them, 0 where
+  // the vectorizer does: CodegenOptions::expInterleave for exp loops, kInterleave for loops whose
+  // trip count is no constant; one for short loops.
+  unsigned interleaveOf(const StmtNode &s) const {
+    if (s.forKind != ForKind::Vectorize || isShort(s))
+      return 0;
+    if (options_.expInterleave > 1 && computesExp(s.body))
+      return unsigned(options_.expInterleave);
+    if (options_.vectorBits > 0 && !asConstant(s.value))
+      return kInterleave;
+    return 0;
+  }
+
+  // The f32 elements an iteration of `s`'s interleaved vector body takes (emitFor), 0 where the
+  // vectorizer chooses. Loops of 16-bit elements may take twice as many: the vectorizer's
+  // epilogue then runs the odd multiple.
+  int64_t interleavedStep(const StmtNode &s) const {
+    const int64_t lanes = options_.vectorBits > 0 ? options_.vectorBits / 32 : 8;
+    return interleaveOf(s) * lanes;
   }
 
   // Whether `s` runs at most kMaxTripsNotInterleaved trips.
@@ -753,14 +772,16 @@ private:
     return trips && *trips <= kMaxTripsNotInterleaved;
   }
 
-  // for name in [begin, end) { body }, at the insertion point. A `remainder` of an interleaved
-  // exp loop (emitFor) runs one vector an iteration.
+  // for name in [begin, end) { body }, at the insertion point: all of the loop, or the
+  // interleaved part or the rest of one that emitFor splits, which runs one vector an iteration.
   //
   // The loop tests its index at the bottom, after the body, and a guard before it skips a loop
   // that may run no trip (none where the bounds are constants and it runs at least one): the
   // form LLVM's loop rotation would otherwise make of a loop tested at the top, by copying the
   // test before the loop, for every loop of the kernel.
-  void emitLoop(const StmtNode &s, llvm::Value *begin, llvm::Value *end, bool remainder = false) {
+  enum class LoopPart { All, Interleaved, Rest };
+  void emitLoop(const StmtNode &s, llvm::Value *begin, llvm::Value *end,
+                LoopPart part = LoopPart::All) {
     llvm::BasicBlock *pre = b_.GetInsertBlock();
     auto *bodyBB = llvm::BasicBlock::Create(ctx_, s.name + ".body", fn_);
     auto *exit = llvm::BasicBlock::Create(ctx_, s.name + ".exit", fn_);
@@ -796,11 +817,12 @@ private:
     // times.
     if (s.forKind != ForKind::Vectorize && addressesThroughLoads(s.body))
       setLoopHint(latch, "llvm.loop.vectorize.enable", llvm::ConstantInt::getFalse(ctx_));
-    else if (s.forKind == ForKind::Vectorize && isShort(s))
+    else if (s.forKind == ForKind::Vectorize && (isShort(s) || part == LoopPart::Rest))
       setLoopHint(latch, "llvm.loop.interleave.count", b_.getInt32(1));
     else if (s.forKind == ForKind::Vectorize && options_.expInterleave > 0 && computesExp(s.body))
-      setLoopHint(latch, "llvm.loop.interleave.count",
-                  b_.getInt32(remainder ? 1 : uint32_t(options_.expInterleave)));
+      setLoopHint(latch, "llvm.loop.interleave.count", b_.getInt32(options_.expInterleave));
+    else if (part == LoopPart::Interleaved)
+      setLoopHint(latch, "llvm.loop.interleave.count", b_.getInt32(interleaveOf(s)));
     b_.SetInsertPoint(exit);
   }
 

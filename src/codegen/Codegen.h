@@ -35,6 +35,10 @@ struct CodegenOptions {
   /// choice, which is one on a 16-register target: see Engine.cpp), but those of at most 128
   /// trips. -1: the host's.
   int expInterleave = -1;
+  /// The width of the vectors the vectorizer widens loops to: 512 with AVX-512, 256 with AVX2.
+  /// A vectorized loop whose trip count is not a constant multiple of its interleaved step runs
+  /// the rest one vector an iteration. -1: the host's; 0 leaves the rest to the vectorizer.
+  int vectorBits = -1;
 };
 
 /// Builds and verifies the module; an invalid module is an internal error.
