@@ -168,7 +168,6 @@ TEST(Codegen, VectorizedLoopsOfRuntimeLengthsRunTheRestOneVectorAnIteration) {
   using namespace loops;
   const int64_t most = 160;
   Program program;
-  program.name = "runtime_length_loops";
   program.numDimParams = 1;
   program.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, intConst(most), nullptr},
                      {"twice", ElemKind::F32, BufferRole::Output, 0, intConst(most), nullptr},

@@ -745,9 +745,10 @@ private:
     emitLoop(s, b_.getInt64(0), extent);
   }
 
-  // The vectors an iteration of the vectorized loop `s` takes where codegen chooses them, 0 where
-  // the vectorizer does: CodegenOptions::expInterleave for exp loops, kInterleave for loops whose
-  // trip count is no constant; one for short loops.
+  // The vectors an iteration of the vectorized loop `s` takes where codegen splits off its rest
+  // (emitFor): CodegenOptions::expInterleave for exp loops, kInterleave for loops whose trip count
+  // is no constant. 0 for loops it leaves whole: short ones (one vector an iteration, emitLoop)
+  // and those the vectorizer chooses for.
   unsigned interleaveOf(const StmtNode &s) const {
     if (s.forKind != ForKind::Vectorize || isShort(s))
       return 0;
