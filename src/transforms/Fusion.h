@@ -1,6 +1,7 @@
 // \file Elementwise fusion: an all-parallel `linalg.generic` whose only use is an input of
 // another generic is folded into that consumer, so its values are computed where they are
-// consumed and never stored.
+// consumed and never stored. A cheap one (a few ops over at most one input, no copy) that
+// several generics read is folded into each of them, computed again where each reads it.
 //
 // A producer P is fused into consumer C through C's input i when:
 //  - P's output map is a permutation and P's body does not read its `outs` value, and
