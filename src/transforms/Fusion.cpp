@@ -80,20 +80,13 @@ bool recomputesCheaply(const GenericView &p) {
           op->operands[1]->definingOp->kind != OpKind::ArithConstant)
         return false;
       break;
+    case OpKind::AbsF:
+    case OpKind::NegF: break;
     case OpKind::DivF:
     case OpKind::RemF:
-    case OpKind::Exp:
-    case OpKind::Exp2:
-    case OpKind::Log:
-    case OpKind::Sqrt:
-    case OpKind::Rsqrt:
-    case OpKind::Tanh:
-    case OpKind::Sin:
-    case OpKind::Cos:
-    case OpKind::Erf:
     case OpKind::PowF: return false;
     default:
-      if (!op->regions.empty())
+      if (isMathUnary(op->kind) || !op->regions.empty())
         return false;
     }
     ++ops;
