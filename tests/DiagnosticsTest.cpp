@@ -90,14 +90,6 @@ void expectError(const std::string &text, const std::string &where, const std::s
   EXPECT_EQ(lines[2], std::string(col - 1, ' ') + "^");
 }
 
-/// Replaces every occurrence of `from` in `text`.
-std::string replaceAll(std::string text, const std::string &from, const std::string &to) {
-  for (size_t at = text.find(from); !from.empty() && at != std::string::npos;
-       at = text.find(from, at + to.size()))
-    text.replace(at, from.size(), to);
-  return text;
-}
-
 Tensor f32(std::vector<int64_t> shape) { return Tensor::zeros(DType::F32, std::move(shape)); }
 
 /// An i32 tensor holding `values`.

@@ -73,15 +73,21 @@ inline std::string componentPath(const std::string &relative) {
   return std::string(FRANK_TESTS_DIR) + "/../components/" + relative;
 }
 
+/// Replaces every occurrence of `from` in `text`.
+inline std::string replaceAll(std::string text, const std::string &from, const std::string &to) {
+  for (size_t at = text.find(from); !from.empty() && at != std::string::npos;
+       at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
 /// A component's text with every `from` replaced by `to`: a variant of it for one test.
 inline std::string componentTextWith(const std::string &relative, const std::string &from,
                                      const std::string &to) {
   std::ifstream file(componentPath(relative), std::ios::binary);
   std::string text(std::istreambuf_iterator<char>(file), {});
   EXPECT_NE(text.find(from), std::string::npos) << relative << " has no '" << from << "'";
-  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
-    text.replace(at, from.size(), to);
-  return text;
+  return replaceAll(std::move(text), from, to);
 }
 
 /// How many times `what` occurs in `text` (functions in LLVM IR, statements in loop IR).
