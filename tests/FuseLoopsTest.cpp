@@ -344,6 +344,128 @@ TEST(FuseLoops, ConsumerOfAColumnReductionStaysApart) {
       << loops;
 }
 
+// A row's exponentials, then their sum: A writes t[j] = exp(x[j]); the sum's start (s = 0, its
+// variable loaded from s) sits between the loops; B adds t[j2] into the variable. Returned with
+// B's body given by `sumBody` (the default adds t[j2]) and the loops' kinds.
+Program exponentialsThenSum(ForKind aKind = ForKind::Vectorize, ForKind bKind = ForKind::Vectorize,
+                            std::vector<Stmt> extraBetween = {}) {
+  Program p;
+  p.name = "k";
+  Expr size = intConst(kColumns);
+  p.buffers = {{"x", ElemKind::F32, BufferRole::Input, 0, size, nullptr},
+               {"t", ElemKind::F32, BufferRole::Temp, 0, size, intConst(0)},
+               {"s", ElemKind::F32, BufferRole::Output, 0, intConst(1), nullptr}};
+  p.workspaceBytes = intConst(4 * kColumns);
+  Expr j = var("j", ElemKind::Index), j2 = var("j2", ElemKind::Index);
+  Expr acc = var("acc", ElemKind::F32);
+  Stmt a = forLoop("j", size, aKind, {store(1, j, unary(OpKind::Exp, load(0, j, ElemKind::F32)))});
+  Stmt b = forLoop("j2", size, bKind,
+                   {assign("acc", binary(OpKind::AddF, acc, load(1, j2, ElemKind::F32), true))});
+  p.body = {a, store(2, intConst(0), floatConst(0, ElemKind::F32)),
+            local("acc", load(2, intConst(0), ElemKind::F32))};
+  p.body.insert(p.body.end(), extraBetween.begin(), extraBetween.end());
+  p.body.push_back(b);
+  p.body.push_back(store(2, intConst(0), acc));
+  return p;
+}
+
+// The sum's start moves above the exponentials' loop, which touches neither s nor the variable,
+// and the two loops become one: each exponential is added as it is made, in the same order.
+TEST(FuseLoops, ASumFusesWithTheLoopThatComputesItsTerms) {
+  Program p = exponentialsThenSum();
+  fuseLoops(p);
+  std::string text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("  s[0] = 0f\n"
+                                       "  var acc: f32 = s[0]\n"
+                                       "  for j in 0..8 vectorized {\n"
+                                       "    t[j] = exp(x[j])\n"
+                                       "    acc = (acc +[reassoc] t[j])\n"
+                                       "  }\n"
+                                       "  s[0] = acc\n"))
+      << text;
+}
+
+// What keeps the two loops apart: a statement between them that reads the exponentials (it
+// cannot run first), a loop that reads or assigns the variable the other accumulates into, a
+// parallel loop, whose iterations would add into one variable at once, and a serial
+// accumulation, which would make the vectorized loop serial.
+TEST(FuseLoops, AccumulatorsKeepLoopsApartWhereFusingWouldChangeThem) {
+  auto loopsLeft = [](const Program &p) {
+    std::string text = print(p);
+    return count(text, "for j");
+  };
+  Program readsTerms =
+      exponentialsThenSum(ForKind::Vectorize, ForKind::Vectorize,
+                          {store(2, intConst(0), load(1, intConst(0), ElemKind::F32))});
+  fuseLoops(readsTerms);
+  EXPECT_EQ(loopsLeft(readsTerms), 2) << print(readsTerms);
+
+  Program readsSum = exponentialsThenSum();
+  readsSum.body[0]->body = {store(1, var("j", ElemKind::Index), var("acc", ElemKind::F32))};
+  // `acc` is declared after the first loop here; declared before it, as below, both touch it.
+  std::swap(readsSum.body[0], readsSum.body[2]);
+  fuseLoops(readsSum);
+  EXPECT_EQ(loopsLeft(readsSum), 2) << print(readsSum);
+
+  Program bothAccumulate = exponentialsThenSum();
+  std::swap(bothAccumulate.body[0], bothAccumulate.body[2]);
+  bothAccumulate.body[2]->body.push_back(
+      assign("acc", binary(OpKind::AddF, var("acc", ElemKind::F32), floatConst(1, ElemKind::F32))));
+  fuseLoops(bothAccumulate);
+  EXPECT_EQ(loopsLeft(bothAccumulate), 2) << print(bothAccumulate);
+
+  Program parallel = exponentialsThenSum(ForKind::Parallel, ForKind::Parallel);
+  parallel.body[0]->bound = parallel.body[3]->bound = intConst(1);
+  fuseLoops(parallel);
+  EXPECT_EQ(loopsLeft(parallel), 2) << print(parallel);
+
+  Program serialSum = exponentialsThenSum(ForKind::Vectorize, ForKind::Serial);
+  fuseLoops(serialSum);
+  EXPECT_EQ(loopsLeft(serialSum), 2) << print(serialSum);
+  EXPECT_THAT(print(serialSum), testing::HasSubstr("for j in 0..8 vectorized")) << print(serialSum);
+}
+
+// A softmax's exponentials and their sum are one loop over each row (FuseLoops) and the result
+// still matches the oracle.
+TEST(FuseLoops, SoftmaxSumsItsExponentialsAsItMakesThem) {
+  Module m = context().loadString(R"(
+func.func @softmax(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %r = tensor.dim %x, %c0 : tensor<?x?xf32>
+  %c = tensor.dim %x, %c1 : tensor<?x?xf32>
+  %e = tensor.empty(%r, %c) : tensor<?x?xf32>
+  %y = linalg.softmax dimension(1) ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+)",
+                                  "softmax.mlir");
+  Function fn = m.function("softmax");
+  std::string loops = fn.emit(Stage::Loops, {"7x300xf32"});
+  // Three loops over a row's columns: the maximum, the exponentials with their sum, the division.
+  EXPECT_EQ(count(loops, "in 0..300 vectorized {"), 3) << loops;
+  // The loop that stores the exponentials adds them up before it ends.
+  const size_t exp = loops.find("= exp(");
+  ASSERT_NE(exp, std::string::npos) << loops;
+  EXPECT_LT(loops.find("+[reassoc]", exp), loops.find("}", exp)) << loops;
+  const int64_t rows = 7, cols = 300;
+  std::vector<float> x = oracle::randomFloats(rows * cols, 3, -4.0f, 4.0f);
+  std::vector<double> expected(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = &x[size_t(r * cols)];
+    double most = *std::max_element(row, row + cols), sum = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      sum += std::exp(double(row[j]) - most);
+    for (int64_t j = 0; j < cols; ++j)
+      expected[size_t(r * cols + j)] = std::exp(double(row[j]) - most) / sum;
+  }
+  Tensor y = fn({Tensor::borrow(x.data(), DType::F32, {rows, cols})})[0];
+  // exp is within a few ulp, the f32 sum of 300 terms of at most 1 adds up to 300 roundings of
+  // 2^-24 of it, and the division one more: rtol 1e-5 holds them with room to spare.
+  oracle::Comparison cmp = oracle::compare(y.as<float>(), expected, 1e-5, 1e-12);
+  EXPECT_TRUE(cmp.ok) << cmp.describe();
+}
+
 // rms_norm's sum of squares, its root and its scaling become one pass over each row.
 TEST(FuseLoops, RmsNormIsOnePassPerRow) {
   Function rms =

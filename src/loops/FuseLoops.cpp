@@ -3,7 +3,11 @@
 // and touched by the other, each access's index is `row * S + offset` with S the same for all
 // of them and the offset, over the ranges of the loops inside, within [0, S). Iteration i then
 // touches only row i of that buffer, so running A's iteration i and then B's, for each i in
-// turn, computes what running all of A and then all of B did.
+// turn, computes what running all of A and then all of B did. A loop that accumulates into a
+// variable declared outside it (a row's sum) fuses with one that neither reads nor assigns that
+// variable: the fused loop runs each loop's iterations in their order, so the sum is the same.
+// Statements between the two that the first loop does not interact with move above it (a
+// reduction's start: its initial value stored and loaded into its variable).
 //
 // With runtime extents (partial specialization) S and the offsets' bounds are polynomials in
 // the runtime sizes (Polynomial.h): the offset's bounds are proved within [0, S) when `lo` and
@@ -32,7 +36,8 @@ struct BodyFacts {
   std::vector<Access> accesses;
   std::map<std::string, std::optional<Poly>> innerLoops;    // variable -> extent
   std::set<std::string> bound;                              // lets and locals: any value
-  bool assignsOutside = false; // assigns a variable declared outside the loop
+  std::set<std::string> assignedOutside; // variables declared outside the loop it assigns
+  std::set<std::string> used;            // the variables it reads
 };
 
 void collect(const Expr &e, BodyFacts &facts) {
@@ -40,6 +45,8 @@ void collect(const Expr &e, BodyFacts &facts) {
     return;
   if (e->kind == ExprKind::Load)
     facts.accesses.push_back({static_cast<int>(e->intValue), e->args[0], e->lanes, false});
+  if (e->kind == ExprKind::Var)
+    facts.used.insert(e->name);
   for (const Expr &a : e->args)
     collect(a, facts);
 }
@@ -58,7 +65,10 @@ void collect(const std::vector<Stmt> &stmts, BodyFacts &facts) {
     }
     case StmtKind::Let:
     case StmtKind::Local: facts.bound.insert(s->name); break;
-    case StmtKind::Assign: facts.assignsOutside |= !facts.bound.count(s->name); break;
+    case StmtKind::Assign:
+      if (!facts.bound.count(s->name))
+        facts.assignedOutside.insert(s->name);
+      break;
     case StmtKind::Store:
       facts.accesses.push_back({s->buffer, s->index, s->value->lanes, true});
       break;
@@ -124,13 +134,26 @@ bool keepsVectorsApart(const StmtNode &a, const StmtNode &b) {
          (vectorized(b) && !vectorized(a) && addressesThroughLoads(a.body));
 }
 
+// Whether `other` reads or assigns a variable declared outside `accumulating` that it assigns.
+bool touchesAccumulators(const BodyFacts &accumulating, const BodyFacts &other) {
+  for (const std::string &name : accumulating.assignedOutside)
+    if (other.used.count(name) || other.assignedOutside.count(name))
+      return true;
+  return false;
+}
+
 bool canFuse(const StmtNode &a, const StmtNode &b) {
   if (print(a.value) != print(b.value) || keepsVectorsApart(a, b))
     return false;
   BodyFacts fa, fb;
   collect(a.body, fa);
   collect(b.body, fb);
-  if (fa.assignsOutside || fb.assignsOutside)
+  // A parallel loop's iterations run at once: an accumulation across them would race. And a
+  // loop that accumulates keeps its kind: fused with a vectorized loop, a serial accumulation (a
+  // recurrence no vectorizer reorders) would make that loop serial too.
+  const bool accumulates = !fa.assignedOutside.empty() || !fb.assignedOutside.empty();
+  if ((accumulates && (a.forKind != b.forKind || a.forKind == ForKind::Parallel)) ||
+      touchesAccumulators(fa, fb) || touchesAccumulators(fb, fa))
     return false;
   std::set<int> written, inA, inB;
   for (const Access &x : fa.accesses) {
@@ -252,20 +275,32 @@ Stmt fuse(const Stmt &a, const Stmt &b) {
   return fused;
 }
 
-bool readsMemory(const Expr &e) {
-  if (!e)
+// Whether `s`, after the loop that `loop` describes, may run before it: a let, a variable or
+// a store that touches no buffer the loop writes, writes none it reads, and reads no variable
+// the loop assigns.
+bool movableAbove(const StmtNode &s, const BodyFacts &loop) {
+  if (s.kind != StmtKind::Let && s.kind != StmtKind::Local && s.kind != StmtKind::Store)
     return false;
-  if (e->kind == ExprKind::Load)
-    return true;
-  return std::any_of(e->args.begin(), e->args.end(), readsMemory);
+  BodyFacts facts;
+  collect(std::vector<Stmt>{std::make_shared<StmtNode>(s)}, facts);
+  for (const Access &x : facts.accesses)
+    for (const Access &y : loop.accesses)
+      if (x.buffer == y.buffer && (x.write || y.write))
+        return false;
+  for (const std::string &name : facts.used)
+    if (loop.assignedOutside.count(name))
+      return false;
+  return true;
 }
 
 void fuseList(std::vector<Stmt> &stmts) {
   for (size_t i = 0; i < stmts.size(); ++i) {
     while (stmts[i]->kind == StmtKind::For) {
-      // Lets of constants and parameters between the two loops move above the first.
+      // The statements between the two loops that may run first move above the first loop.
+      BodyFacts first; // the loop's extent too
+      collect(std::vector<Stmt>{stmts[i]}, first);
       size_t j = i + 1;
-      while (j < stmts.size() && stmts[j]->kind == StmtKind::Let && !readsMemory(stmts[j]->value))
+      while (j < stmts.size() && movableAbove(*stmts[j], first))
         ++j;
       if (j == stmts.size() || stmts[j]->kind != StmtKind::For || !canFuse(*stmts[i], *stmts[j]))
         break;
@@ -273,7 +308,7 @@ void fuseList(std::vector<Stmt> &stmts) {
       std::rotate(stmts.begin() + static_cast<std::ptrdiff_t>(i),
                   stmts.begin() + static_cast<std::ptrdiff_t>(i + 1),
                   stmts.begin() + static_cast<std::ptrdiff_t>(j));
-      i += j - i - 1; // past the lets that moved up
+      i += j - i - 1; // past the statements that moved up
       stmts[i] = fused;
       stmts.erase(stmts.begin() + static_cast<std::ptrdiff_t>(j));
     }
