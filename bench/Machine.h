@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -158,9 +159,11 @@ public:
   TeamReader(const TeamReader &) = delete;
   TeamReader &operator=(const TeamReader &) = delete;
 
-  /// Reads every tensor once, each split evenly over the threads.
-  void read(const std::vector<Tensor> &tensors) {
+  /// Reads every tensor once, each split evenly over the threads; then, the same way, writes
+  /// zeros over every tensor of `written`.
+  void read(const std::vector<Tensor> &tensors, std::vector<Tensor> *written = nullptr) {
     tensors_ = &tensors;
+    written_ = written;
     done_.store(0, std::memory_order_release);
     round_.fetch_add(1, std::memory_order_acq_rel);
     readPart(0);
@@ -176,6 +179,13 @@ private:
       const int64_t begin = blocks * t / threads_ * 64, end = blocks * (t + 1) / threads_ * 64;
       sink_ = detail::readAll(tensor.as<float>() + begin, end - begin);
     }
+    if (written_)
+      for (Tensor &tensor : *written_) {
+        const int64_t bytes = tensor.byteSize();
+        const int64_t begin = bytes * t / threads_ / 64 * 64,
+                      end = bytes * (t + 1) / threads_ / 64 * 64;
+        std::memset(static_cast<char *>(tensor.data()) + begin, 0, size_t(end - begin));
+      }
   }
 
   const int threads_;
@@ -184,6 +194,7 @@ private:
   std::atomic<int> done_{0};
   std::atomic<bool> stop_{false};
   const std::vector<Tensor> *tensors_ = nullptr;
+  std::vector<Tensor> *written_ = nullptr;
   volatile float sink_ = 0;
 };
 

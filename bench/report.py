@@ -13,12 +13,14 @@ Benchmark names are "<shape id> <description>/<implementation>". Google Benchmar
 Implementations named "compile*" or "*-compile" (a peer's compiler, e.g. "iree-compile") are
 compile times, and "disk-reload" is the time to load a compiled kernel from the disk cache
 instead: they go to the compile section, which lists them shape by shape. "dram-read" is a cold
-shape's own DRAM roof: a plain read of the weights the kernels read, the same pages. A result's
+shape's own DRAM roof: a plain read of the weights the kernels read, the same pages;
+"cache-copy" a warm shape's: a plain read of its inputs and write of its outputs, where they
+stay cached. A result's
 roofline fraction is its "roofline" counter when it has one (frank-shapes measures each
 repetition's against a read of the weights right after it: this machine's DRAM bandwidth
 drifts); else, for a cold shape with a dram-read, against that read's rate; else against the
-machine's probes. dram-read is a column of the table but no implementation: no speedup, no plot
-point.
+machine's probes. dram-read and cache-copy are columns of the table but no implementations: no
+speedup, no roofline fraction, no plot point.
 
 The JSON report: {"machine": {peak_gflops, dram_gbps, l3_gbps, l3_bytes, l2_gbps, l2_bytes,
 threads},
@@ -49,8 +51,10 @@ PARTIAL = "frank-partial"  # specialized but for the token count or KV length
 GENERIC = "frank-generic"
 # Table and legend order; implementations not listed follow in order of appearance.
 DRAM_READ = "dram-read"  # a cold shape's weights read by a plain loop: its DRAM roof
+CACHE_COPY = "cache-copy"  # a warm shape's inputs read and outputs written by plain loops
+PLAIN_LOOPS = (DRAM_READ, CACHE_COPY)  # references, not implementations
 KNOWN_IMPLS = [SPECIALIZED, PARTIAL, GENERIC, "openblas", "onednn", "libxsmm", "ggml", "torch",
-               "iree", DRAM_READ]
+               "iree", DRAM_READ, CACHE_COPY]
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # User counters read from each entry (everything else is Google Benchmark's own fields).
@@ -332,8 +336,8 @@ def build_report(docs, names=None):
             r_flops = run.get("flops", flops)
             r_bytes = run.get("bytes", nbytes)
             r_cold = run.get("cold", cold)
-            roofline = None if impl == DRAM_READ else run.get("roofline")
-            if roofline is None and impl != DRAM_READ:
+            roofline = None if impl in PLAIN_LOOPS else run.get("roofline")
+            if roofline is None and impl not in PLAIN_LOOPS:
                 bound = roofline_bound(r_flops, r_bytes, bool(r_cold), machine, own_dram)
                 roofline = None if bound is None else bound / seconds
             results[impl] = {
@@ -343,7 +347,7 @@ def build_report(docs, names=None):
                 "gbps": r_bytes / seconds / 1e9 if r_bytes is not None else None,
                 "roofline": roofline,
                 "speedup_vs_generic": (generic / seconds
-                                       if generic and impl != DRAM_READ else None),
+                                       if generic and impl not in PLAIN_LOOPS else None),
                 "flops": r_flops,
                 "bytes": r_bytes,
             }
@@ -435,7 +439,8 @@ def markdown(report):
                  "warm shapes the L2 bandwidth where their bytes fit the cores' L2s, else L3; "
                  "for cold ones DRAM, at the rate a plain read of "
                  "their weights reached right after each repetition (frank-shapes), or the "
-                 f"median of {DRAM_READ}'s, which times that read.")
+                 f"median of {DRAM_READ}'s, which times that read. {CACHE_COPY} times a plain "
+                 "read of a warm shape's inputs and write of its outputs, with every thread.")
     lines.append("")
     # Why each skipped cell is skipped, once per implementation and reason.
     skipped = {}
@@ -499,7 +504,7 @@ def plot_points(report):
         for impl, r in shape["results"].items():
             if "skipped" in r or not r.get("flops") or not r.get("bytes") or not r.get("gflops"):
                 continue
-            if impl == DRAM_READ:
+            if impl in PLAIN_LOOPS:
                 continue
             points.append((shape, impl, r["flops"] / r["bytes"], r["gflops"],
                            bool(shape["cold"])))
@@ -907,6 +912,20 @@ def self_test():
         "roofline"], cold_bound / 30e-6)
     points, _ = plot_points(own)
     check("no dram-read point", all(impl != DRAM_READ for _, impl, *_ in points))
+
+    # A warm shape's cache-copy is a column as well: no roofline, no speedup, no plot point.
+    copy_doc = {"benchmarks": [_iteration(f"{S9}/frank-specialized/real_time", 80, flops=s9f,
+                                          bytes=s9b, cold=0),
+                               _iteration(f"{S9}/frank-generic/real_time", 400, flops=s9f,
+                                          bytes=s9b, cold=0),
+                               _iteration(f"{S9}/cache-copy/real_time", 60, bytes=s9b, cold=0)]}
+    copied = build_report([shapes_doc, copy_doc])
+    r = next(shape for shape in copied["shapes"] if shape["id"] == "S9t1")["results"]
+    close("S9 copy gbps", r[CACHE_COPY]["gbps"], s9b / 60e-6 / 1e9)
+    check("S9 copy has no roofline or speedup",
+          r[CACHE_COPY]["roofline"] is None and r[CACHE_COPY]["speedup_vs_generic"] is None)
+    check("cache-copy is the last column", copied["implementations"][-1] == CACHE_COPY)
+    check("no cache-copy point", all(impl != CACHE_COPY for _, impl, *_ in plot_points(copied)[0]))
     s9_row = next(line for line in markdown(own).splitlines() if line.startswith("| S9t1 "))
     check(f"table S9 row: {s9_row}", "| 80.0 µs (" in s9_row and "| 50.0 µs |" in s9_row)
 
