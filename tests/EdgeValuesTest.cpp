@@ -1107,17 +1107,7 @@ std::vector<double> softmaxRows(const std::vector<float> &x, int64_t rows, int64
 // A NaN anywhere in a row makes the whole row NaN; so does +inf (inf - inf) and a row of only
 // -inf (-inf - -inf), as in PyTorch; a single -inf (a masked position) gives exactly 0.
 TEST(EdgeValues, SoftmaxRowsWithSpecialValues) {
-  const char *text = R"(
-    func.func @f(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {
-      %c0 = arith.constant 0 : index
-      %c1 = arith.constant 1 : index
-      %a = tensor.dim %x, %c0 : tensor<?x?xf32>
-      %b = tensor.dim %x, %c1 : tensor<?x?xf32>
-      %e = tensor.empty(%a, %b) : tensor<?x?xf32>
-      %r = linalg.softmax dimension(1) ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
-      return %r : tensor<?x?xf32>
-    })";
-  Function fn = context().loadString(text, "edge.mlir").function("f");
+  Function fn = context().loadString(kRowSoftmaxModule, "edge.mlir").function("softmax");
   for (int64_t cols : {37, 1031}) {
     int64_t rows = 0;
     std::vector<float> x = rowsWithSpecials(cols, &rows);

@@ -428,18 +428,7 @@ TEST(FuseLoops, AccumulatorsKeepLoopsApartWhereFusingWouldChangeThem) {
 // A softmax's exponentials and their sum are one loop over each row (FuseLoops) and the result
 // still matches the oracle.
 TEST(FuseLoops, SoftmaxSumsItsExponentialsAsItMakesThem) {
-  Module m = context().loadString(R"(
-func.func @softmax(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %r = tensor.dim %x, %c0 : tensor<?x?xf32>
-  %c = tensor.dim %x, %c1 : tensor<?x?xf32>
-  %e = tensor.empty(%r, %c) : tensor<?x?xf32>
-  %y = linalg.softmax dimension(1) ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
-  return %y : tensor<?x?xf32>
-}
-)",
-                                  "softmax.mlir");
+  Module m = context().loadString(kRowSoftmaxModule, "softmax.mlir");
   Function fn = m.function("softmax");
   std::string loops = fn.emit(Stage::Loops, {"7x300xf32"});
   // Three loops over a row's columns: the maximum, the exponentials with their sum, the division.

@@ -90,6 +90,18 @@ inline std::string componentTextWith(const std::string &relative, const std::str
   return replaceAll(std::move(text), from, to);
 }
 
+/// linalg.softmax over the rows of a 2-D f32 tensor of any size, as @softmax.
+inline constexpr const char *kRowSoftmaxModule = R"(
+    func.func @softmax(%x: tensor<?x?xf32>) -> tensor<?x?xf32> {
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %a = tensor.dim %x, %c0 : tensor<?x?xf32>
+      %b = tensor.dim %x, %c1 : tensor<?x?xf32>
+      %e = tensor.empty(%a, %b) : tensor<?x?xf32>
+      %r = linalg.softmax dimension(1) ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+      return %r : tensor<?x?xf32>
+    })";
+
 /// How many times `what` occurs in `text` (functions in LLVM IR, statements in loop IR).
 inline int count(const std::string &text, const std::string &what) {
   int n = 0;
