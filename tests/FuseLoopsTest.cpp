@@ -385,6 +385,39 @@ TEST(FuseLoops, ASumFusesWithTheLoopThatComputesItsTerms) {
       << text;
 }
 
+// With its exponential in a let, as codegen's loops hold them, the sum reads the let instead of
+// loading what the same iteration stored: over runtime sizes LLVM could not tell the store and
+// the load apart and left such a loop scalar. A value that costs something (the exponential
+// itself) is not computed twice: the load stays.
+TEST(FuseLoops, TheSumReadsTheValueItsIterationStored) {
+  Program p = exponentialsThenSum();
+  Expr j = var("j", ElemKind::Index);
+  p.body[0]->body = {let("e", unary(OpKind::Exp, load(0, j, ElemKind::F32))),
+                     store(1, j, var("e", ElemKind::F32))};
+  fuseLoops(p);
+  std::string text = print(p);
+  EXPECT_THAT(text, testing::HasSubstr("    t[j] = e\n"
+                                       "    acc = (acc +[reassoc] e)\n"))
+      << text;
+
+  Program costly = exponentialsThenSum();
+  fuseLoops(costly);
+  EXPECT_THAT(print(costly), testing::HasSubstr("acc = (acc +[reassoc] t[j])")) << print(costly);
+}
+
+// Attention over runtime query and key counts: its softmax's fused loop of exponentials and their
+// sum is vectorized, so the AVX-512 exponential (vscalefps) is in the kernel. Loading back what
+// the iteration stored, it stayed scalar.
+TEST(FuseLoops, RuntimeLengthAttentionKeepsItsVectorExponentials) {
+  Function fn = avx512Context()
+                    .load(componentPath("attention/attention_gqa.mlir"))
+                    .function("attention_gqa")
+                    .withRuntimeDims({{"query", 1}, {"key", 1}, {"value", 1}});
+  std::string assembly =
+      fn.emit(Stage::Assembly, {"1x128x32x128xf32", "1x128x8x128xf32", "1x128x8x128xf32", "f32"});
+  EXPECT_THAT(assembly, testing::HasSubstr("vscalefps")) << "no 16-lane exp in the kernel";
+}
+
 // What keeps the two loops apart: a statement between them that reads the exponentials (it
 // cannot run first), a loop that reads or assigns the variable the other accumulates into, a
 // parallel loop, whose iterations would add into one variable at once, and a serial
