@@ -345,11 +345,11 @@ Stmt fuse(const Stmt &a, const Stmt &b) {
 // Whether `s`, after the loop that `loop` describes, may run before it: a let, a variable or
 // a store that touches no buffer the loop writes, writes none it reads, and reads no variable
 // the loop assigns.
-bool movableAbove(const StmtNode &s, const BodyFacts &loop) {
-  if (s.kind != StmtKind::Let && s.kind != StmtKind::Local && s.kind != StmtKind::Store)
+bool movableAbove(const Stmt &s, const BodyFacts &loop) {
+  if (s->kind != StmtKind::Let && s->kind != StmtKind::Local && s->kind != StmtKind::Store)
     return false;
   BodyFacts facts;
-  collect(std::vector<Stmt>{std::make_shared<StmtNode>(s)}, facts);
+  collect({s}, facts);
   for (const Access &x : facts.accesses)
     for (const Access &y : loop.accesses)
       if (x.buffer == y.buffer && (x.write || y.write))
@@ -367,7 +367,7 @@ void fuseList(std::vector<Stmt> &stmts) {
       BodyFacts first; // the loop's extent too
       collect(std::vector<Stmt>{stmts[i]}, first);
       size_t j = i + 1;
-      while (j < stmts.size() && movableAbove(*stmts[j], first))
+      while (j < stmts.size() && movableAbove(stmts[j], first))
         ++j;
       if (j == stmts.size() || stmts[j]->kind != StmtKind::For || !canFuse(*stmts[i], *stmts[j]))
         break;
