@@ -39,7 +39,7 @@ std::string paramsOf(const std::string &ir, const std::string &name) {
   return ir.substr(open, ir.find(')', open) - open);
 }
 
-// A parallel loop's context carries the buffers its body uses, not all 7 (9 by choice): the
+// A parallel loop's context carries the buffers its body uses, not all 7 (10 by choice): the
 // ranks tiles read the weights, the slots' choices and the packed input and write the slots
 // (four pointers, then dims, scalars and status), so a kernel with many temporaries does not
 // fill a field per buffer before each loop.
@@ -52,7 +52,7 @@ TEST(Codegen, ParallelLoopsCarryOnlyTheBuffersTheyUse) {
     ASSERT_FALSE(tiles.empty()) << ir;
     EXPECT_EQ(count(tiles, "ptr noalias"), 4 + 3) << tiles;
     EXPECT_EQ(count(tiles, "ptr noalias readonly"), 1) << tiles; // the weights
-    EXPECT_EQ(count(paramsOf(ir, "frank_kernel.body"), "ptr noalias"), (byChoice ? 9 : 7) + 3);
+    EXPECT_EQ(count(paramsOf(ir, "frank_kernel.body"), "ptr noalias"), (byChoice ? 10 : 7) + 3);
   }
 }
 
@@ -382,28 +382,32 @@ TEST(Codegen, RanksPermuteEachRowWithOneInstruction) {
   }
 }
 
-// By choice, lane j of a rank is expert j: the tiles of the ranks of even routing (here 8, two
-// blocks of four) multiply each row's vector of experts as it is loaded, with no permute; only
-// the tiles of the pairs past them permute, one vpermps a row and rank (8 experts, both
-// targets' widths).
+// By choice, lane j of a vector of slots is expert j mod 8: the tiles of the ranks of even
+// routing (here 8) multiply each row's vector of experts as it is loaded (AVX-512: loaded twice
+// over, into 16 lanes, by one broadcast), with no permute; only the tiles of the pairs past
+// them permute, one vpermps a row and vector of slots.
 TEST(Codegen, RanksByChoicePermuteOnlyTheirOverflow) {
-  for (const char *cpu : {kAvx512Cpu, kAvx2Cpu}) {
+  for (auto [cpu, wide] : {std::pair{kAvx512Cpu, true}, std::pair{kAvx2Cpu, false}}) {
     SCOPED_TRACE(cpu);
     Function fn = ranksFor(cpu, "by-choice");
     std::string loops = fn.emit(Stage::Loops, kRanksTypes);
-    EXPECT_THAT(loops, testing::HasSubstr("lanes=8 ranks=by-choice")) << loops;
-    const size_t byChoice = loops.find("for rank_block in 0..2 {");
-    const size_t overflow = loops.find("for rank_block in 0..minsi((permuted_ranks / ");
+    const int lanes = wide ? 16 : 8;
+    const size_t byChoice = loops.find(fmt::format("lanes={} ranks=by-choice\n", lanes));
+    const size_t overflow = loops.find("for rank_block in 0..minsi((permuted_vectors / ");
     ASSERT_NE(byChoice, std::string::npos) << loops;
     ASSERT_NE(overflow, std::string::npos) << loops;
     EXPECT_LT(byChoice, overflow) << loops;
     EXPECT_EQ(count(loops.substr(byChoice, overflow - byChoice), "permute("), 0) << loops;
     EXPECT_THAT(loops.substr(byChoice, overflow - byChoice),
-                testing::HasSubstr("let prod: f32x8 = (t * x)"));
+                testing::HasSubstr(
+                    fmt::format("let prod: f32x{} = ({} * x)", lanes, wide ? "repeated" : "t")));
     const int permutes = count(loops, "permute(");
     EXPECT_GT(permutes, 0) << loops;
     std::string assembly = fn.emit(Stage::Assembly, kRanksTypes);
     EXPECT_EQ(count(assembly, "vpermps") + count(assembly, "vpermd"), permutes) << assembly;
+    if (wide) // each row's 8 experts, loaded into both halves of a vector
+      EXPECT_GT(count(assembly, "vbroadcastf64x4") + count(assembly, "vbroadcastf32x8"), 0)
+          << assembly;
   }
 }
 

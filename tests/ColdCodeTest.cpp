@@ -98,7 +98,7 @@ TEST(ColdCode, TheTilesByChoiceAreNotColdBesideTheirPermutedRanks) {
   Function fn = avx2.load(componentPath("moe/mul_mat_id.mlir")).function("mul_mat_id");
   const std::vector<std::string> types = {"3584x1024x8xf32", "1024x2x32xf32", "2x32xi32"};
   EXPECT_THAT(fn.emit(Stage::Loops, types),
-              testing::HasSubstr("for rank_block in 0..minsi(permuted_ranks, 8) {"));
+              testing::HasSubstr("for rank_block in 0..minsi(permuted_vectors, 8) {"));
   std::map<std::string, bool> cold = functionsWith(fn.emit(Stage::LLVM, types), "\"frank-cold\"");
   // The tiles by choice and the permuted ones, and no other.
   ASSERT_EQ(cold.count("frank_kernel.rank_block.nest.1"), 1u);

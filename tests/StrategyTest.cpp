@@ -1155,14 +1155,20 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
               testing::HasSubstr(fmt::format(
                   "packed_input[(((rank_block * {}) * {}) + (((k_block * 16) + {}) * {})) : ", nr,
                   slotRun, step, lanes)));
-  // By choice (8 lanes, either target): the 16 ranks of even routing (128 pairs) take lane j
-  // for expert j, the r-th pair of an expert slot r x 8 + its expert; the pairs past 16 of
-  // their expert follow in order (from slot 128), their experts in slot_choice, in ranks of
-  // their own rounded up to whole tiles, counted at run time. Unused slots take input 0; the
-  // tiles by choice multiply each row's experts as loaded, the others permute them; each
-  // pair's sum is read back from its slot.
+  // By choice: the 16 ranks of even routing (128 pairs) take lane j for expert j mod 8, the
+  // r-th pair of an expert slot r x 8 + its expert, 8 lanes a vector of slots with AVX2's
+  // 256-bit vectors and 16 (two ranks, each row's experts loaded twice over) with AVX-512's;
+  // the pairs past 16 of their expert follow in order (from slot 128), their experts in
+  // slot_choice, in vectors of their own rounded up to whole tiles, counted at run time. Unused
+  // slots take input 0; the tiles by choice multiply each row's experts as loaded, the others
+  // permute them; each pair's sum is read back from its slot. Each pair's place in the packed
+  // input is found once, for every k.
+  const int byChoiceLanes = wide ? 16 : 8, byChoiceRun = 32 * byChoiceLanes + 16;
+  const std::string byChoiceVec = fmt::format("f32x{}", byChoiceLanes);
   loops = configuredLoops("pipeline=contraction.ranks,ranks=by-choice,tile=3x4");
-  EXPECT_THAT(loops, testing::HasSubstr("lanes=8 ranks=by-choice: each pair's slot by its choice"));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(fmt::format(
+                  "lanes={} ranks=by-choice: each pair's slot by its choice", byChoiceLanes)));
   EXPECT_THAT(loops, testing::HasSubstr(
                          "slot[(d2 + (d1 * 64))] = index_cast<i32>(((index_cast<index>(rank_count["
                          "index_cast<index>(ids[(d2 + (d1 * 64))])]) * 8) + "
@@ -1170,22 +1176,43 @@ void checkLoopIrNamesEachNestsStrategy(const char *cpu) {
   EXPECT_THAT(loops,
               testing::HasSubstr("slot[(d2 + (d1 * 64))] = index_cast<i32>((128 + overflow))\n"
                                  "        slot_choice[(128 + overflow)] = ids[(d2 + (d1 * 64))]"));
-  EXPECT_THAT(loops, testing::HasSubstr("let slots: index = (128 + (permuted_ranks * 8))"));
-  EXPECT_THAT(loops, testing::HasSubstr("packed_input[(((((((minsi(index_cast<index>(rank_count["
-                                        "c]), 16) + rank) * 8) + c) / 8) * 272) + (d3 * 8)) + "
-                                        "remui((((minsi(index_cast<index>(rank_count[c]), 16) + "
-                                        "rank) * 8) + c), 8))] = 0f"));
-  // The permuted ranks' run from rank 16 on (NR: 2 with 16 registers, 4 with 32).
-  EXPECT_THAT(loops, testing::HasSubstr(fmt::format("let x_4: f32x8 = packed_input[(((16 + "
-                                                    "(rank_block * {})) * 272) + (d3 * 8)) : 8]",
-                                                    wide ? 4 : 2)));
-  EXPECT_THAT(loops, testing::HasSubstr("for rank_block in 0..4 {"));
-  // At most the ranks of every pair (128 pairs, 8 or 16 a tile): a bound for the cold-code
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "let slots: index = (128 + (permuted_vectors * {}))", byChoiceLanes)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "slot_place[(d2 + (d1 * 64))] = (((index_cast<index>(slot[(d2 + (d1 * "
+                         "64))]) / {0}) * {1}) + remui(index_cast<index>(slot[(d2 + (d1 * 64))]), "
+                         "{0}))",
+                         byChoiceLanes, byChoiceRun)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "packed_input[(slot_place[(d2 + (d1 * 64))] + (d3 * {}))] = input[((d2 + "
+                         "(d1 * 64)) + (d3 * 128))]",
+                         byChoiceLanes)));
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "packed_input[(((((((minsi(index_cast<index>(rank_count[c]), 16) + rank) "
+                         "* 8) + c) / {0}) * {1}) + (d3 * {0})) + "
+                         "remui((((minsi(index_cast<index>(rank_count[c]), 16) + rank) * 8) + c), "
+                         "{0}))] = 0f",
+                         byChoiceLanes, byChoiceRun)));
+  // The permuted vectors' run from vector 16 (8 lanes) or 8 (16 lanes) on (NR: 2 with 16
+  // registers, 4 with 32).
+  EXPECT_THAT(loops, testing::HasSubstr(fmt::format(
+                         "let x_4: {0} = packed_input[((({1} + (rank_block * {2})) * {3}) + (d3 * "
+                         "{4})) : {4}]",
+                         byChoiceVec, wide ? 8 : 16, wide ? 4 : 2, byChoiceRun, byChoiceLanes)));
+  EXPECT_THAT(loops,
+              testing::HasSubstr(wide ? "for rank_block in 0..2 {" : "for rank_block in 0..4 {"));
+  // At most the vectors of every pair (128 pairs, 16 or 64 a tile): a bound for the cold-code
   // estimate.
-  EXPECT_THAT(
-      loops, testing::HasSubstr(fmt::format("for rank_block in 0..minsi((permuted_ranks / {}), {})",
-                                            wide ? 4 : 2, wide ? 4 : 8)));
-  EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (t * x)"));
+  EXPECT_THAT(loops, testing::HasSubstr(
+                         fmt::format("for rank_block in 0..minsi((permuted_vectors / {}), {})",
+                                     wide ? 4 : 2, wide ? 2 : 8)));
+  if (wide) {
+    EXPECT_THAT(loops, testing::HasSubstr("let repeated: f32x16 = shuffle(t, t, [0 1 2 3 4 5 6 7 "
+                                          "0 1 2 3 4 5 6 7])"));
+    EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x16 = (repeated * x)"));
+  } else {
+    EXPECT_THAT(loops, testing::HasSubstr("let prod: f32x8 = (t * x)"));
+  }
   EXPECT_THAT(loops, testing::HasSubstr("permute("));
   EXPECT_THAT(loops, testing::HasSubstr("by_slot[((d0 * slots) + index_cast<index>(slot[(d2 + "
                                         "(d1 * 64))]))]"));

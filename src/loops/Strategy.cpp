@@ -657,7 +657,7 @@ int64_t rankInputBlockK(const NestShape &nest, const Strategy &s) {
   std::string why;
   const int64_t ranks = (gatherRoles(nest, roles, why) + s.lanes - 1) / s.lanes;
   const int64_t k = nest.extents[s.dimK];
-  const int64_t steps = s.lanes / nest.gather->choices;
+  const int64_t steps = s.ranksKSteps(nest.gather->choices);
   const int64_t slotVectors = (ranks + s.tileN - 1) / s.tileN * s.tileN;
   const int64_t perK = slotVectors * s.lanes * (nest.elemBits / 8);
   const int64_t blockBytes =
@@ -674,7 +674,7 @@ int64_t rankInputBlockK(const NestShape &nest, const Strategy &s) {
 constexpr int64_t kTileRowsBytes = 8 << 10;
 int64_t tileBlockK(const NestShape &nest, const Strategy &s) {
   const int64_t k = nest.extents[s.dimK];
-  const int64_t steps = s.lanes / nest.gather->choices;
+  const int64_t steps = s.ranksKSteps(nest.gather->choices);
   const int64_t perK = int64_t(s.tileM) * nest.gather->choices * (nest.elemBits / 8);
   return steps * dividingBlock(k / steps, kTileRowsBytes / perK / steps, 8 / steps);
 }
@@ -724,10 +724,21 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // router 34.6-34.8 ms against 39.3-40.1. Every pair by choice (as many ranks as the busiest
   // choice has pairs) took random ids 10.8 ms and the MoE block 48.7-49.8. A runtime count of pairs
   // counts its ranks by choice at run time.
+  //
+  // By choice on a target whose vectors hold twice the choices (8 experts, AVX-512), a vector of
+  // slots holds two ranks, lane j being choice j mod C, and each row's choices are loaded
+  // repeated to fill it (one vbroadcastf64x4): 16-lane FMAs with no permute. S9's weights at 32
+  // tokens (ids spread evenly) on the Xeon, forced by choice, one process alternating: 96 rows
+  // (3 MiB) 166-176 µs against 221-229 with 8-lane ranks, 384 rows 489-503 against 624-682.
+  // Ranks in order, which read the pairs in place where by choice packs them first, took
+  // 106-111 and 452-460 in another round, and stay the default: past L2 the Xeon's L3 reads no
+  // faster than its DRAM, which bounds both (S9 cold at 32 tokens by choice 5.8-6.4 ms against
+  // 5.8-6.0, the MoE block 19.4-20.7 against 17.1-19.2).
   s.ranksByChoice = byChoice.value_or(target.vectorRegisters < 32);
-  const bool twoSteps = !s.ranksByChoice && lanes == 2 * choices && k % 2 == 0 &&
-                        nest.gather->strides[s.dimK] == choices;
-  s.lanes = int(twoSteps ? 2 * choices : choices);
+  const bool wide = lanes == 2 * choices;
+  const bool twoSteps =
+      !s.ranksByChoice && wide && k % 2 == 0 && nest.gather->strides[s.dimK] == choices;
+  s.lanes = int(twoSteps || (s.ranksByChoice && wide) ? 2 * choices : choices);
   // With 16 vector registers the tile is 4x2 and its permutes, one per FMA, share the FP pipes
   // with the FMAs: unless grouping the pairs by choice pads them to twice the ranks' vectors or
   // more, contraction.gather's broadcasts do the same work sooner (S9 on Zen 3, ids spread
@@ -757,7 +768,7 @@ std::optional<Strategy> tryRanks(const NestShape &nest, int lanes, const Target 
   // second k took its own indices (the first's plus C), its 8 vectors of indices spilled (the MoE
   // block at 32 tokens 15.1-15.3 ms or 11.2-11.7 depending on where the stack was, 4x2
   // 10.5-12.2).
-  const int steps = s.lanes / int(choices);
+  const int steps = int(s.ranksKSteps(choices));
   // A runtime count of pairs pads its last rank block, up to NR - 1 vectors: partly
   // specialized on the Xeon, mul_mat_id in 4x4 tiles took 5.3 ms at 8 to 32 tokens, 7.7 at 48
   // and 64 and 12.6 at 128, where 4x2 tiles, which pad less, took 4.8-5.0 at 8 and 16, 6.3-6.4
@@ -1299,7 +1310,7 @@ void applyOverride(const NestShape &nest, Strategy &s, const ConfigOverride &con
         unfit(config, fmt::format("k-block {} does not divide the nest's one "
                                   "reduction dim ({})",
                                   *config.blockK, k));
-      const int64_t steps = s.lanes / nest.gather->choices; // k steps a vector's slots take
+      const int64_t steps = s.ranksKSteps(nest.gather->choices);
       if (*config.blockK % steps != 0)
         unfit(config, fmt::format("k-block {} is not a multiple of the {} k steps each step of "
                                   "contraction.ranks takes here",

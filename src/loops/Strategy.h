@@ -167,7 +167,7 @@ struct Strategy {
                                        // in (B read in address order)
   int64_t groupN = 0;                  // outer, packed k blocks: n blocks per group, the k
                                        // blocks running outside a group's n blocks; 0 for none
-  bool ranksByChoice = false;          // ranks: lane j is choice j in the ranks of even
+  bool ranksByChoice = false;          // ranks: lane j is choice j mod C in the ranks of even
                                        // routing (no permute), the other pairs in order
   bool kBlocksInTile = false;          // ranks: the k blocks run inside each tile, every
                                        // rank block passing over a k block of the tile's rows;
@@ -179,6 +179,10 @@ struct Strategy {
            pipeline == Pipeline::ContractionGather || pipeline == Pipeline::ContractionChoices ||
            pipeline == Pipeline::ContractionRanks || pipeline == Pipeline::ContractionStream;
   }
+
+  /// contraction.ranks: the k steps a vector of slots takes (in order, a vector twice the
+  /// `choices` holds a row's choices at two k), or 1 (by choice, such a vector holds two ranks).
+  int64_t ranksKSteps(int64_t choices) const { return ranksByChoice ? 1 : lanes / choices; }
 };
 
 /// contraction.outer packing B transposed over a constant n of `n` columns that its n blocks do
