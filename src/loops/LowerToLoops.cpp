@@ -2888,6 +2888,9 @@ private:
       std::vector<std::vector<Expr>> choicesOfRow(tileRows, std::vector<Expr>(steps));
       // By choice, each row's choices as many times as a vector of slots holds them.
       std::vector<Expr> repeatedChoicesOfRow(tileRows);
+      std::vector<int> repeat(lanes);
+      for (int lane = 0; lane < lanes; ++lane)
+        repeat[lane] = int(lane % numChoices);
       for (int r = 0; r < tileRows; ++r) {
         for (int h = 0; h < steps; ++h)
           choicesOfRow[r][h] =
@@ -2898,13 +2901,9 @@ private:
                            elem, int(numChoices)),
                       step);
         repeatedChoicesOfRow[r] = choicesOfRow[r][0];
-        if (!permuted && lanes > numChoices) {
-          std::vector<int> picks(lanes);
-          for (int lane = 0; lane < lanes; ++lane)
-            picks[lane] = int(lane % numChoices);
+        if (!permuted && lanes > numChoices)
           repeatedChoicesOfRow[r] =
-              bindLet("repeated", shuffle(choicesOfRow[r][0], choicesOfRow[r][0], picks), step);
-        }
+              bindLet("repeated", shuffle(choicesOfRow[r][0], choicesOfRow[r][0], repeat), step);
       }
       for (int n = 0; n < nr; ++n) {
         if (permuted)
