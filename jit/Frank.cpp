@@ -14,6 +14,7 @@
 
 #include <llvm/ADT/APFloat.h>
 #include <llvm/ADT/Hashing.h>
+#include <llvm/ADT/STLFunctionalExtras.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/ADT/StringExtras.h>
 #include <llvm/Support/FileSystem.h>
@@ -147,6 +148,8 @@ struct ContextImpl {
   ContextOptions options;
   loops::ConfigOverride config; // options.loweringConfig, parsed
   std::string configText;       // config as parsed, in one spelling (kernel keys, descriptions)
+  // What every kernel key of this context ends with: its options and CPU (getKernel).
+  std::string keySuffix;
   std::mutex mutex;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<const KernelImpl>>> kernels;
   CacheStats stats;
@@ -179,35 +182,51 @@ struct Access {
 
 namespace {
 
+// The name of an argument in an error message ("in call to '@f': argument #2 (%eps)"), made
+// only when there is an error. Every call checks every argument: formatting their names up
+// front, and converting f32 scalars through APFloat, took a held rms_norm kernel of 8 elements
+// 545-702 ns a call against 90-115 without (frank-bench's call/.../kernel_run, Emerald Rapids).
+using ArgumentName = llvm::function_ref<std::string()>;
+
+// Whether converting `x` to float type `elem` (rounding to nearest) overflows to an infinity.
+bool overflowsFloat(double x, ElemKind elem) {
+  if (elem == ElemKind::F64 || !std::isfinite(x))
+    return false;
+  // Past the midpoint between the largest float and 2^128, a float rounds to infinity (at it,
+  // to the even one: 2^128): APFloat's answer, without its arithmetic.
+  if (elem == ElemKind::F32)
+    return std::fabs(x) >= 0x1.ffffffp127;
+  llvm::APFloat value(x);
+  bool losesInfo = false;
+  return value.convert(floatSemantics(elem), llvm::APFloat::rmNearestTiesToEven, &losesInfo) &
+         llvm::APFloat::opOverflow;
+}
+
 // Converts a scalar to the type the signature declares, checking that its value fits. `arg`
 // names the call and the argument.
-Scalar coerceScalar(const Scalar &s, const Type &declared, const std::string &arg) {
+Scalar coerceScalar(const Scalar &s, const Type &declared, ArgumentName arg) {
   Scalar out = s;
   if (isFloatElem(declared.elem)) {
     // An integer where a float belongs is most likely an argument out of place (an index
     // before an epsilon), so it is an error, as a float for an integer is.
     if (!isFloat(s.type))
       throw Error(
-          fmt::format("error: {} is {} but was given an integer ({})", arg, declared.str(), s.i));
-    llvm::APFloat value(s.f);
-    bool losesInfo = false;
-    if (value.convert(floatSemantics(declared.elem), llvm::APFloat::rmNearestTiesToEven,
-                      &losesInfo) &
-        llvm::APFloat::opOverflow)
-      throw Error(fmt::format("error: {} is {} but {} does not fit", arg, declared.str(), s.f));
+          fmt::format("error: {} is {} but was given an integer ({})", arg(), declared.str(), s.i));
+    if (overflowsFloat(s.f, declared.elem))
+      throw Error(fmt::format("error: {} is {} but {} does not fit", arg(), declared.str(), s.f));
     out.type = dtypeOf(declared.elem);
     out.isIndex = false;
     return out;
   }
   if (isFloat(s.type))
-    throw Error(fmt::format("error: {} is {} but was given a float", arg, declared.str()));
+    throw Error(fmt::format("error: {} is {} but was given a float", arg(), declared.str()));
   int bits = elemBits(declared.elem);
   if (declared.elem == ElemKind::I1 && s.i != 0 && s.i != 1)
-    throw Error(fmt::format("error: {} is i1 but was given {}", arg, s.i));
+    throw Error(fmt::format("error: {} is i1 but was given {}", arg(), s.i));
   if (bits < 64 && declared.elem != ElemKind::I1) {
     int64_t lo = -(int64_t{1} << (bits - 1)), hi = (int64_t{1} << (bits - 1)) - 1;
     if (s.i < lo || s.i > hi)
-      throw Error(fmt::format("error: {} is {} but {} does not fit", arg, declared.str(), s.i));
+      throw Error(fmt::format("error: {} is {} but {} does not fit", arg(), declared.str(), s.i));
   }
   out.type = dtypeOf(declared.elem);
   out.isIndex = declared.elem == ElemKind::Index;
@@ -227,17 +246,17 @@ void keepRuntimeDims(std::vector<ArgSpec> &specs, const RuntimeDims &dims) {
 // A tensor argument's dims are sizes, and its bytes fit in 2^63: a dim of -1 had read as a
 // runtime dim (zeros came back), and a byte count that wrapped to 0 let the kernel read past the
 // tensor's memory.
-void checkArgumentShape(const Tensor &t, const std::string &what) {
+void checkArgumentShape(const Tensor &t, ArgumentName what) {
   bool empty = false;
   for (size_t d = 0; d < t.shape().size(); ++d) {
     if (t.shape()[d] < 0)
-      throw Error(fmt::format("error: {} dim {} has negative size {}", what, d, t.shape()[d]));
+      throw Error(fmt::format("error: {} dim {} has negative size {}", what(), d, t.shape()[d]));
     empty |= t.shape()[d] == 0;
   }
   int64_t bytes = int64_t(dtypeSize(t.dtype()));
   for (int64_t dim : t.shape())
     if (!empty && __builtin_mul_overflow(bytes, dim, &bytes))
-      throw Error(fmt::format("error: {} ('{}') has more than 2^63 bytes", what, t.typeString()));
+      throw Error(fmt::format("error: {} ('{}') has more than 2^63 bytes", what(), t.typeString()));
 }
 
 std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mode mode,
@@ -248,16 +267,16 @@ std::vector<ArgSpec> specsFor(const FuncOp &fn, const std::vector<Arg> &args, Mo
   std::vector<ArgSpec> specs;
   for (size_t i = 0; i < args.size(); ++i) {
     ArgSpec spec;
+    auto name = [&] { return fmt::format("in call to '@{}': {}", fn.name, argumentName(fn, i)); };
     if (const Tensor *t = std::get_if<Tensor>(&args[i])) {
-      checkArgumentShape(*t, fmt::format("in call to '@{}': {}", fn.name, argumentName(fn, i)));
+      checkArgumentShape(*t, name);
       spec.type = Type::tensor(elemOf(t->dtype()), t->shape());
     } else {
       const Type &declared = fn.argTypes[i];
       if (!declared.isScalar())
         throw Error(fmt::format("error: in call to '@{}': {} is '{}' but was given a scalar",
                                 fn.name, argumentName(fn, i), declared.str()));
-      Scalar s = coerceScalar(std::get<Scalar>(args[i]), declared,
-                              fmt::format("in call to '@{}': {}", fn.name, argumentName(fn, i)));
+      Scalar s = coerceScalar(std::get<Scalar>(args[i]), declared, name);
       spec.type = declared;
       // Flags are specialization keys in both modes; other integers only when specialized.
       if ((mode == Mode::Specialized && declared.isInteger()) || declared.elem == ElemKind::I1)
@@ -376,6 +395,7 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgSpec &spec = k.specs[i];
     const Tensor *t = std::get_if<Tensor>(&args[i]);
+    auto name = [&] { return fmt::format("kernel for '@{}': argument #{}", k.functionName, i); };
     if (spec.type.isTensor() != (t != nullptr))
       throw Error(fmt::format("error: kernel for '@{}': argument #{} must be {}", k.functionName, i,
                               spec.type.isTensor() ? "a tensor" : "a scalar"));
@@ -383,9 +403,7 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
       // Checked as a call of the function checks it (an integer for an f32 had run as a float).
       // A value baked into the kernel (an index or integer when specialized, a flag always)
       // must be the one it was compiled for: the kernel never reads the argument.
-      const Scalar coerced =
-          coerceScalar(std::get<Scalar>(args[i]), spec.type,
-                       fmt::format("kernel for '@{}': argument #{}", k.functionName, i));
+      const Scalar coerced = coerceScalar(std::get<Scalar>(args[i]), spec.type, name);
       if (spec.intValue) {
         ArgSpec given = spec;
         given.intValue = coerced.i;
@@ -396,7 +414,7 @@ CallFrame prepare(const detail::KernelImpl &k, const std::vector<Arg> &args) {
       }
       continue;
     }
-    checkArgumentShape(*t, fmt::format("kernel for '@{}': argument #{}", k.functionName, i));
+    checkArgumentShape(*t, name);
     bool ok = elemOf(t->dtype()) == spec.type.elem && t->rank() == spec.type.rank();
     for (int64_t d = 0; ok && k.mode == Mode::Specialized && d < t->rank(); ++d)
       ok = spec.type.shape[d] == kDynamic || spec.type.shape[d] == t->shape()[d];
@@ -608,22 +626,25 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
   detail::ContextImpl &ctx = *module->context;
   jit::Engine &engine = *ctx.engine;
   engine.checkRunsOnHost();
-  std::string key =
-      fmt::format("{}|{}|{}|{}|checks={}|config={}|{}|{}", module->contentHash, name,
-                  mode == Mode::Generic ? "generic" : "specialized", signatureOf(specs, mode),
-                  ctx.options.boundsChecks, ctx.configText, engine.cpuName(), engine.cpuFeatures());
+  // The context's kernels differ by source, function, mode and signature; the key that names
+  // the kernel and its disk entry adds the context's options and CPU (its features alone are
+  // hundreds of bytes), made only when the kernel is not held yet.
+  std::string contextKey = module->contentHash;
+  contextKey.append("|").append(name).append("|");
+  contextKey.append(mode == Mode::Generic ? "generic" : "specialized").append("|");
+  contextKey.append(signatureOf(specs, mode));
   std::promise<std::shared_ptr<const detail::KernelImpl>> promise;
   std::shared_future<std::shared_ptr<const detail::KernelImpl>> future;
   bool compileHere = false;
   {
     std::lock_guard<std::mutex> lock(ctx.mutex);
-    auto it = ctx.kernels.find(key);
+    auto it = ctx.kernels.find(contextKey);
     if (it != ctx.kernels.end()) {
       future = it->second;
       ++ctx.stats.hits;
     } else {
       future = promise.get_future().share();
-      ctx.kernels.emplace(key, future);
+      ctx.kernels.emplace(contextKey, future);
       ++ctx.stats.misses;
       compileHere = true;
     }
@@ -631,6 +652,7 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
   if (compileHere) {
     try {
       auto start = std::chrono::steady_clock::now();
+      const std::string key = contextKey + "|" + ctx.keySuffix;
       auto impl = std::make_shared<detail::KernelImpl>();
       impl->mode = mode;
       impl->functionName = name;
@@ -707,7 +729,7 @@ static Kernel getKernel(const std::shared_ptr<const detail::ModuleImpl> &module,
       // Failed compilations are not cached: the error is reported to every waiter.
       {
         std::lock_guard<std::mutex> lock(ctx.mutex);
-        ctx.kernels.erase(key);
+        ctx.kernels.erase(contextKey);
       }
       promise.set_exception(std::current_exception());
     }
@@ -871,6 +893,9 @@ Context::Context(ContextOptions options) : impl_(std::make_shared<detail::Contex
   // $FRANK_CPU stands in for the host: a suite or a tool run generates code for another CPU.
   const char *envCpu = std::getenv("FRANK_CPU");
   impl_->engine = &jit::Engine::forCpu(!options.cpu.empty() ? options.cpu : envCpu ? envCpu : "");
+  impl_->keySuffix =
+      fmt::format("checks={}|config={}|{}|{}", options.boundsChecks, impl_->configText,
+                  impl_->engine->cpuName(), impl_->engine->cpuFeatures());
   jit::DiskCacheSettings disk =
       jit::resolveDiskCacheSettings(options.diskCache, options.cacheDir, options.cacheMaxBytes);
   // The directory is created and checked on first use, not here: a context that compiles

@@ -2,6 +2,9 @@
 #include "TestSupport.h"
 #include "oracles/Oracles.h"
 
+#include <cfloat>
+#include <cmath>
+
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -132,6 +135,41 @@ TEST(Api, ArgumentErrorsNameTheArgument) {
         fn({x, Tensor::zeros(DType::F32, {4096}), Tensor::zeros(DType::F32, {1})});
       },
       ThrowsMessage<Error>(HasSubstr("argument #2 (%eps) has type 'f32' but was given '1xf32'")));
+}
+
+// An f32 argument given as a double fits while it rounds to a finite float: up to the midpoint
+// between the largest float and 2^128, where rounding to nearest even goes to 2^128. Checked
+// by the call of a function and by a held kernel, either sign.
+TEST(Api, F32ScalarsFitUntilTheyRoundToInfinity) {
+  Context ctx;
+  Function fn = ctx.loadString(kScaleAdd, "toy.mlir").function("scale_add");
+  const double midpoint = 0x1.ffffffp127; // 2^128 - 2^103
+  const double below = std::nextafter(midpoint, 0.0);
+  Tensor one = Tensor::zeros(DType::F32, {1}), zero = Tensor::zeros(DType::F32, {1});
+  one.as<float>()[0] = 1.0f;
+  Kernel k = fn.specialize({one, zero, Scalar::f32(1)});
+  for (double sign : {1.0, -1.0}) {
+    const Scalar fits{DType::F64, false, sign * below, 0};
+    const Scalar overflows{DType::F64, false, sign * midpoint, 0};
+    EXPECT_EQ(fn({one, zero, fits})[0].as<float>()[0], float(sign) * FLT_MAX);
+    EXPECT_EQ(k({one, zero, fits})[0].as<float>()[0], float(sign) * FLT_MAX);
+    EXPECT_THAT(
+        [&] {
+          fn({one, zero, overflows});
+        },
+        ThrowsMessage<Error>(HasSubstr("in call to '@scale_add': argument #2 (%s) is f32 "
+                                       "but")));
+    EXPECT_THAT(
+        [&] {
+          k({one, zero, overflows});
+        },
+        ThrowsMessage<Error>(HasSubstr("kernel for '@scale_add': argument #2 is f32 but")));
+    EXPECT_THAT(
+        [&] {
+          k({one, zero, overflows});
+        },
+        ThrowsMessage<Error>(HasSubstr("does not fit")));
+  }
 }
 
 TEST(Api, ParseErrorsCarryLocationAndCaret) {
